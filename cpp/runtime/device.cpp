@@ -1,0 +1,272 @@
+#include "runtime/device.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/command_context.hpp"
+#include "runtime/error.hpp"
+#include "runtime/kernel.hpp"
+
+namespace bitnet {
+namespace {
+
+std::mutex default_mutex;
+std::shared_ptr<Device> default_device_instance;
+
+bool supports_extension(VkPhysicalDevice physical, const char* name) {
+  uint32_t count = 0;
+  check(vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr),
+        "vkEnumerateDeviceExtensionProperties");
+  std::vector<VkExtensionProperties> extensions(count);
+  check(vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, extensions.data()),
+        "vkEnumerateDeviceExtensionProperties");
+  for (const auto& extension : extensions)
+    if (std::strcmp(extension.extensionName, name) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+std::shared_ptr<Device> Device::create(std::optional<uint32_t> index) {
+  return std::shared_ptr<Device>(new Device(choose_device_index(index)));
+}
+
+std::shared_ptr<Device> Device::default_device() {
+  std::lock_guard lock(default_mutex);
+  if (!default_device_instance || default_device_instance->lost())
+    default_device_instance = create();
+  return default_device_instance;
+}
+
+void Device::release_default_device() {
+  std::shared_ptr<Device> released;
+  std::lock_guard lock(default_mutex);
+  released.swap(default_device_instance);
+}
+
+Device::Device(uint32_t index) : instance_(Instance::get()) {
+  physical_ = instance_->physical_devices().at(index);
+  info_ = describe_device(physical_, index);
+  VkPhysicalDeviceProperties properties;
+  vkGetPhysicalDeviceProperties(physical_, &properties);
+  if (properties.apiVersion < VK_API_VERSION_1_2)
+    throw UnsupportedError("device '" + info_.name + "' supports Vulkan " + info_.vulkan_version +
+                           "; bitnet_gpu needs Vulkan 1.2 or newer");
+  limits_ = properties.limits;
+  vkGetPhysicalDeviceMemoryProperties(physical_, &memory_properties_);
+
+  uint32_t family_count = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, nullptr);
+  std::vector<VkQueueFamilyProperties> families(family_count);
+  vkGetPhysicalDeviceQueueFamilyProperties(physical_, &family_count, families.data());
+  std::optional<uint32_t> family;
+  for (uint32_t i = 0; i < family_count; ++i) {
+    if (!(families[i].queueFlags & VK_QUEUE_COMPUTE_BIT)) continue;
+    if (!family || (families[i].timestampValidBits > 0 && families[*family].timestampValidBits == 0))
+      family = i;
+  }
+  if (!family) throw UnsupportedError("device '" + info_.name + "' has no compute queue");
+  queue_family_ = *family;
+  timestamp_valid_bits_ = families[queue_family_].timestampValidBits;
+
+  // Enable the features kernels may use, where the device has them.
+  const bool vulkan13 = properties.apiVersion >= VK_API_VERSION_1_3;
+  VkPhysicalDeviceVulkan13Features have13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+  VkPhysicalDeviceVulkan12Features have12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  VkPhysicalDeviceVulkan11Features have11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  VkPhysicalDeviceFeatures2 have{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  have.pNext = &have11;
+  have11.pNext = &have12;
+  if (vulkan13) have12.pNext = &have13;
+  vkGetPhysicalDeviceFeatures2(physical_, &have);
+
+  VkPhysicalDeviceVulkan13Features want13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+  VkPhysicalDeviceVulkan12Features want12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  VkPhysicalDeviceVulkan11Features want11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  VkPhysicalDeviceFeatures2 want{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  want.features.shaderInt16 = have.features.shaderInt16;
+  want.features.shaderInt64 = have.features.shaderInt64;
+  want11.storageBuffer16BitAccess = have11.storageBuffer16BitAccess;
+  want12.storageBuffer8BitAccess = have12.storageBuffer8BitAccess;
+  want12.shaderInt8 = have12.shaderInt8;
+  want12.shaderFloat16 = have12.shaderFloat16;
+  want12.vulkanMemoryModel = have12.vulkanMemoryModel;
+  want12.vulkanMemoryModelDeviceScope = have12.vulkanMemoryModelDeviceScope;
+  want12.scalarBlockLayout = have12.scalarBlockLayout;
+  want13.shaderIntegerDotProduct = have13.shaderIntegerDotProduct;
+  want13.subgroupSizeControl = have13.subgroupSizeControl;
+  want13.computeFullSubgroups = have13.computeFullSubgroups;
+  want13.maintenance4 = have13.maintenance4;
+  want.pNext = &want11;
+  want11.pNext = &want12;
+  if (vulkan13) want12.pNext = &want13;
+
+  std::vector<const char*> extensions;
+  if (supports_extension(physical_, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
+    extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  if (supports_extension(physical_, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) {
+    extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    coopmat.cooperativeMatrix = VK_TRUE;
+    coopmat.pNext = want.pNext;
+    want.pNext = &coopmat;
+  }
+
+  const float priority = 1.0f;
+  VkDeviceQueueCreateInfo queue_info{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  queue_info.queueFamilyIndex = queue_family_;
+  queue_info.queueCount = 1;
+  queue_info.pQueuePriorities = &priority;
+  VkDeviceCreateInfo device_info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  device_info.pNext = &want;
+  device_info.queueCreateInfoCount = 1;
+  device_info.pQueueCreateInfos = &queue_info;
+  device_info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+  device_info.ppEnabledExtensionNames = extensions.data();
+  check(vkCreateDevice(physical_, &device_info, nullptr, &device_), "vkCreateDevice");
+  vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+  if (info_.features["external_memory_host"])
+    get_host_pointer_properties = reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(
+        vkGetDeviceProcAddr(device_, "vkGetMemoryHostPointerPropertiesEXT"));
+
+  try {
+    pool_ = std::make_unique<MemoryPool>(*this);
+    pipelines_ = std::make_unique<PipelineCache>(*this);
+  } catch (...) {
+    pipelines_.reset();
+    pool_.reset();
+    vkDestroyDevice(device_, nullptr);
+    throw;
+  }
+}
+
+Device::~Device() {
+  vkDeviceWaitIdle(device_);  // nothing may be in flight while its objects are destroyed
+  if (pipelines_) pipelines_->save();
+  free_contexts_.clear();
+  pipelines_.reset();
+  pool_.reset();
+  vkDestroyDevice(device_, nullptr);
+}
+
+bool Device::feature(const std::string& name) const {
+  auto found = info_.features.find(name);
+  return found != info_.features.end() && found->second;
+}
+
+VkResult Device::check(VkResult result, const char* call) {
+  if (result == VK_ERROR_DEVICE_LOST) lost_ = true;
+  return bitnet::check(result, call);
+}
+
+void Device::ensure_usable() const {
+  if (lost_)
+    throw DeviceError("device '" + info_.name +
+                      "' was lost (VK_ERROR_DEVICE_LOST); create a new Device to continue");
+}
+
+VkResult Device::allocate_memory(const VkMemoryAllocateInfo& info, VkDeviceMemory* memory) {
+  return vkAllocateMemory(device_, &info, nullptr, memory);
+}
+
+std::shared_ptr<Allocation> Device::allocate(uint64_t size, Placement placement) {
+  ensure_usable();
+  return std::make_shared<Allocation>(shared_from_this(), pool_->acquire(size, placement), size);
+}
+
+std::shared_ptr<Allocation> Device::import_host_memory(void* pointer, uint64_t size,
+                                                       std::shared_ptr<void> owner) {
+  ensure_usable();
+  return std::make_shared<Allocation>(shared_from_this(), pool_->import_host(pointer, size), size,
+                                      std::move(owner));
+}
+
+void Device::synchronize() {
+  ensure_usable();
+  std::lock_guard lock(queue_mutex_);
+  check(vkQueueWaitIdle(queue_), "vkQueueWaitIdle");
+}
+
+std::unique_ptr<CommandContext> Device::acquire_context() {
+  ensure_usable();
+  {
+    std::lock_guard lock(contexts_mutex_);
+    if (!free_contexts_.empty()) {
+      auto context = std::move(free_contexts_.back());
+      free_contexts_.pop_back();
+      return context;
+    }
+  }
+  auto context = std::make_unique<CommandContext>();
+  VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pool_info.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+  pool_info.queueFamilyIndex = queue_family_;
+  VkCommandPool pool;
+  check(vkCreateCommandPool(device_, &pool_info, nullptr, &pool), "vkCreateCommandPool");
+  context->command_pool = CommandPoolHandle(device_, pool);
+  VkCommandBufferAllocateInfo buffer_info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  buffer_info.commandPool = pool;
+  buffer_info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  buffer_info.commandBufferCount = 1;
+  check(vkAllocateCommandBuffers(device_, &buffer_info, &context->commands),
+        "vkAllocateCommandBuffers");
+  VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VkFence fence;
+  check(vkCreateFence(device_, &fence_info, nullptr, &fence), "vkCreateFence");
+  context->fence = FenceHandle(device_, fence);
+  return context;
+}
+
+void Device::submit(CommandContext& context) {
+  ensure_usable();
+  VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  submit.commandBufferCount = 1;
+  submit.pCommandBuffers = &context.commands;
+  std::lock_guard lock(queue_mutex_);  // VkQueue access must be externally synchronized
+  check(vkQueueSubmit(queue_, 1, &submit, context.fence.get()), "vkQueueSubmit");
+  context.submitted = true;
+}
+
+void Device::recycle_context(std::unique_ptr<CommandContext> context) {
+  if (!context) return;
+  if (context->submitted && !lost_) {
+    VkFence fence = context->fence.get();
+    VkResult waited = vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX);
+    if (waited == VK_ERROR_DEVICE_LOST) lost_ = true;
+  }
+  context->keep_alive.clear();
+  if (lost_) return;  // a lost device's objects are only destroyed, never reused
+  VkFence fence = context->fence.get();
+  if (context->submitted && vkResetFences(device_, 1, &fence) != VK_SUCCESS) return;
+  if (vkResetCommandPool(device_, context->command_pool.get(), 0) != VK_SUCCESS) return;
+  for (auto& pool : context->descriptor_pools)
+    if (vkResetDescriptorPool(device_, pool.get(), 0) != VK_SUCCESS) return;
+  context->descriptor_pool_index = 0;
+  context->queries_used = 0;
+  context->submitted = false;
+  std::lock_guard lock(contexts_mutex_);
+  free_contexts_.push_back(std::move(context));
+}
+
+Sequence* Device::active_sequence() const {
+  std::lock_guard lock(active_mutex_);
+  auto found = active_sequences_.find(std::this_thread::get_id());
+  if (found == active_sequences_.end() || found->second.empty()) return nullptr;
+  return found->second.back();
+}
+
+void Device::push_active_sequence(Sequence* sequence) {
+  std::lock_guard lock(active_mutex_);
+  active_sequences_[std::this_thread::get_id()].push_back(sequence);
+}
+
+void Device::pop_active_sequence(Sequence* sequence) {
+  std::lock_guard lock(active_mutex_);
+  for (auto& [thread, stack] : active_sequences_) {
+    auto found = std::find(stack.begin(), stack.end(), sequence);
+    if (found != stack.end()) stack.erase(found);
+  }
+}
+
+}  // namespace bitnet

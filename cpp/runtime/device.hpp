@@ -1,0 +1,99 @@
+#pragma once
+#include <vulkan/vulkan.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/instance.hpp"
+#include "runtime/memory.hpp"
+
+namespace bitnet {
+
+struct CommandContext;
+class PipelineCache;
+class Sequence;
+
+// A logical Vulkan device with one compute queue: owns the memory pool, the pipeline cache and the
+// recycled command contexts that sequences record into. Tensors, kernels and sequences hold a
+// shared_ptr to it, so it lives until the last of them is gone.
+class Device : public std::enable_shared_from_this<Device> {
+ public:
+  static std::shared_ptr<Device> create(std::optional<uint32_t> index = std::nullopt);
+  // The lazily created process-wide device (BITNET_GPU_DEVICE applies).
+  static std::shared_ptr<Device> default_device();
+  static void release_default_device();
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const DeviceInfo& info() const { return info_; }
+  VkDevice handle() const { return device_; }
+  VkPhysicalDevice physical() const { return physical_; }
+  const VkPhysicalDeviceMemoryProperties& memory_properties() const { return memory_properties_; }
+  const VkPhysicalDeviceLimits& limits() const { return limits_; }
+  bool has_timestamps() const { return timestamp_valid_bits_ > 0; }
+  uint32_t timestamp_valid_bits() const { return timestamp_valid_bits_; }
+  bool feature(const std::string& name) const;
+
+  // Checks a VkResult from a call on this device; VK_ERROR_DEVICE_LOST marks the device lost.
+  VkResult check(VkResult result, const char* call);
+  // Throws DeviceError once the device has been lost, so calls fail instead of hanging.
+  void ensure_usable() const;
+  bool lost() const { return lost_.load(); }
+  VkResult allocate_memory(const VkMemoryAllocateInfo& info, VkDeviceMemory* memory);
+
+  std::shared_ptr<Allocation> allocate(uint64_t size, Placement placement);
+  // Wraps caller-owned host memory; `owner` is released only after the Vulkan memory is freed.
+  std::shared_ptr<Allocation> import_host_memory(void* pointer, uint64_t size,
+                                                 std::shared_ptr<void> owner);
+  MemoryPool& memory_pool() { return *pool_; }
+  MemoryStats memory_stats() const { return pool_->stats(); }
+  void trim() { pool_->trim(); }
+  void synchronize();
+
+  PipelineCache& pipeline_cache() { return *pipelines_; }
+
+  std::unique_ptr<CommandContext> acquire_context();
+  void submit(CommandContext& context);
+  // Waits for a submitted context, drops what it kept alive and keeps it for reuse.
+  void recycle_context(std::unique_ptr<CommandContext> context);
+
+  // The sequence that kernel calls made on this thread record into (innermost `with`), if any.
+  Sequence* active_sequence() const;
+  void push_active_sequence(Sequence* sequence);
+  void pop_active_sequence(Sequence* sequence);
+
+  PFN_vkGetMemoryHostPointerPropertiesEXT get_host_pointer_properties = nullptr;
+
+ private:
+  explicit Device(uint32_t index);
+
+  std::shared_ptr<Instance> instance_;
+  DeviceInfo info_;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  uint32_t timestamp_valid_bits_ = 0;
+  VkPhysicalDeviceMemoryProperties memory_properties_{};
+  VkPhysicalDeviceLimits limits_{};
+  std::atomic<bool> lost_{false};
+
+  std::unique_ptr<MemoryPool> pool_;
+  std::unique_ptr<PipelineCache> pipelines_;
+
+  std::mutex queue_mutex_;
+  std::mutex contexts_mutex_;
+  std::vector<std::unique_ptr<CommandContext>> free_contexts_;
+  mutable std::mutex active_mutex_;
+  std::unordered_map<std::thread::id, std::vector<Sequence*>> active_sequences_;
+};
+
+}  // namespace bitnet

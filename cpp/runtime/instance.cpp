@@ -1,0 +1,308 @@
+#include "runtime/instance.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "runtime/error.hpp"
+
+namespace bitnet {
+namespace {
+
+bool env_flag(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+}
+
+VKAPI_ATTR VkBool32 VKAPI_CALL on_validation_message(
+    VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT,
+    const VkDebugUtilsMessengerCallbackDataEXT* data, void* user) {
+  const char* level =
+      (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) ? "error" : "warning";
+  std::string message = std::string("[vulkan validation ") + level + "] " +
+                        (data->pMessageIdName ? data->pMessageIdName : "") + ": " +
+                        (data->pMessage ? data->pMessage : "");
+  std::fprintf(stderr, "%s\n", message.c_str());
+  static_cast<Instance*>(user)->add_validation_message(std::move(message));
+  return VK_FALSE;
+}
+
+bool layer_available(const char* name) {
+  uint32_t count = 0;
+  check(vkEnumerateInstanceLayerProperties(&count, nullptr), "vkEnumerateInstanceLayerProperties");
+  std::vector<VkLayerProperties> layers(count);
+  check(vkEnumerateInstanceLayerProperties(&count, layers.data()),
+        "vkEnumerateInstanceLayerProperties");
+  return std::any_of(layers.begin(), layers.end(),
+                     [&](const VkLayerProperties& l) { return std::strcmp(l.layerName, name) == 0; });
+}
+
+std::string version_string(uint32_t version) {
+  return std::to_string(VK_API_VERSION_MAJOR(version)) + "." +
+         std::to_string(VK_API_VERSION_MINOR(version)) + "." +
+         std::to_string(VK_API_VERSION_PATCH(version));
+}
+
+const char* type_name(VkPhysicalDeviceType type) {
+  switch (type) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
+    default: return "other";
+  }
+}
+
+int type_rank(const std::string& type) {
+  static const char* order[] = {"discrete", "integrated", "virtual", "cpu", "other"};
+  for (int i = 0; i < 5; ++i)
+    if (type == order[i]) return i;
+  return 5;
+}
+
+bool has_extension(VkPhysicalDevice physical, const char* name) {
+  uint32_t count = 0;
+  check(vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr),
+        "vkEnumerateDeviceExtensionProperties");
+  std::vector<VkExtensionProperties> extensions(count);
+  check(vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, extensions.data()),
+        "vkEnumerateDeviceExtensionProperties");
+  return std::any_of(extensions.begin(), extensions.end(), [&](const VkExtensionProperties& e) {
+    return std::strcmp(e.extensionName, name) == 0;
+  });
+}
+
+}  // namespace
+
+std::shared_ptr<Instance> Instance::get() {
+  static std::mutex mutex;
+  static std::shared_ptr<Instance> instance;
+  std::lock_guard lock(mutex);
+  if (!instance) instance.reset(new Instance());
+  return instance;
+}
+
+Instance::Instance() {
+  const bool validation = env_flag("BITNET_GPU_VALIDATION");
+  if (validation && !layer_available("VK_LAYER_KHRONOS_validation"))
+    throw UnsupportedError(
+        "BITNET_GPU_VALIDATION is set but VK_LAYER_KHRONOS_validation is not installed "
+        "(Debian: vulkan-validationlayers)");
+
+  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  app.pApplicationName = "bitnet_gpu";
+  app.pEngineName = "bitnet_gpu";
+  app.apiVersion = VK_API_VERSION_1_3;
+
+  std::vector<const char*> layers, extensions;
+  VkValidationFeatureEnableEXT enables[] = {
+      VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
+  VkValidationFeaturesEXT features{VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT};
+  features.enabledValidationFeatureCount = 1;
+  features.pEnabledValidationFeatures = enables;
+
+  VkDebugUtilsMessengerCreateInfoEXT messenger_info{
+      VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+  messenger_info.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                                   VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+  messenger_info.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                               VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT;
+  messenger_info.pfnUserCallback = on_validation_message;
+  messenger_info.pUserData = this;
+
+  VkInstanceCreateInfo info{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  info.pApplicationInfo = &app;
+  if (validation) {
+    layers.push_back("VK_LAYER_KHRONOS_validation");
+    extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    features.pNext = &messenger_info;  // also catches messages from instance creation itself
+    info.pNext = &features;
+  }
+  info.enabledLayerCount = static_cast<uint32_t>(layers.size());
+  info.ppEnabledLayerNames = layers.data();
+  info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+  info.ppEnabledExtensionNames = extensions.data();
+  VkResult result = vkCreateInstance(&info, nullptr, &instance_);
+  if (result == VK_ERROR_INCOMPATIBLE_DRIVER)
+    throw UnsupportedError("no Vulkan driver found (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER)");
+  check(result, "vkCreateInstance");
+
+  if (validation) {
+    auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(instance_, "vkCreateDebugUtilsMessengerEXT"));
+    if (create == nullptr) {
+      vkDestroyInstance(instance_, nullptr);
+      throw UnsupportedError("VK_EXT_debug_utils is not available for validation messages");
+    }
+    check(create(instance_, &messenger_info, nullptr, &messenger_), "vkCreateDebugUtilsMessengerEXT");
+  }
+}
+
+Instance::~Instance() {
+  if (messenger_ != VK_NULL_HANDLE) {
+    auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(instance_, "vkDestroyDebugUtilsMessengerEXT"));
+    if (destroy) destroy(instance_, messenger_, nullptr);
+  }
+  vkDestroyInstance(instance_, nullptr);
+}
+
+std::vector<VkPhysicalDevice> Instance::physical_devices() const {
+  uint32_t count = 0;
+  check(vkEnumeratePhysicalDevices(instance_, &count, nullptr), "vkEnumeratePhysicalDevices");
+  std::vector<VkPhysicalDevice> devices(count);
+  check(vkEnumeratePhysicalDevices(instance_, &count, devices.data()), "vkEnumeratePhysicalDevices");
+  devices.resize(count);
+  return devices;
+}
+
+std::vector<std::string> Instance::take_validation_messages() {
+  std::lock_guard lock(messages_mutex_);
+  return std::exchange(messages_, {});
+}
+
+void Instance::add_validation_message(std::string message) {
+  std::lock_guard lock(messages_mutex_);
+  messages_.push_back(std::move(message));
+}
+
+DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
+  VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+  VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceMaintenance3Properties maintenance3{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+  VkPhysicalDeviceExternalMemoryHostPropertiesEXT host_memory{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+  VkPhysicalDeviceShaderIntegerDotProductProperties dot{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES};
+  VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  const bool external_host = has_extension(physical, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+  VkPhysicalDeviceProperties basic;
+  vkGetPhysicalDeviceProperties(physical, &basic);
+  const bool vulkan13 = basic.apiVersion >= VK_API_VERSION_1_3;
+  props.pNext = &driver;
+  driver.pNext = &subgroup;
+  subgroup.pNext = &maintenance3;
+  void** tail = &maintenance3.pNext;
+  if (external_host) {
+    *tail = &host_memory;
+    tail = &host_memory.pNext;
+  }
+  if (vulkan13) *tail = &dot;
+  vkGetPhysicalDeviceProperties2(physical, &props);
+
+  VkPhysicalDeviceVulkan13Features f13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  features.pNext = &f11;
+  f11.pNext = &f12;
+  if (vulkan13) f12.pNext = &f13;
+  vkGetPhysicalDeviceFeatures2(physical, &features);
+
+  VkPhysicalDeviceMemoryProperties memory;
+  vkGetPhysicalDeviceMemoryProperties(physical, &memory);
+
+  uint32_t family_count = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(physical, &family_count, nullptr);
+  std::vector<VkQueueFamilyProperties> families(family_count);
+  vkGetPhysicalDeviceQueueFamilyProperties(physical, &family_count, families.data());
+  bool timestamps = false;
+  for (const auto& family : families)
+    if ((family.queueFlags & VK_QUEUE_COMPUTE_BIT) && family.timestampValidBits > 0)
+      timestamps = true;
+
+  const VkPhysicalDeviceLimits& limits = props.properties.limits;
+  DeviceInfo info;
+  info.index = index;
+  info.name = props.properties.deviceName;
+  info.type = type_name(props.properties.deviceType);
+  info.vendor_id = props.properties.vendorID;
+  info.device_id = props.properties.deviceID;
+  info.driver_name = driver.driverName;
+  info.driver_info = driver.driverInfo;
+  info.driver_version = props.properties.driverVersion;
+  info.vulkan_version = version_string(props.properties.apiVersion);
+  for (uint32_t i = 0; i < memory.memoryHeapCount; ++i)
+    info.memory_heaps.push_back(
+        {memory.memoryHeaps[i].size,
+         (memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
+  info.subgroup_size = subgroup.subgroupSize;
+  info.max_workgroup_invocations = limits.maxComputeWorkGroupInvocations;
+  for (int i = 0; i < 3; ++i) {
+    info.max_workgroup_size[i] = limits.maxComputeWorkGroupSize[i];
+    info.max_workgroup_count[i] = limits.maxComputeWorkGroupCount[i];
+  }
+  info.max_shared_memory = limits.maxComputeSharedMemorySize;
+  info.max_storage_buffer_range = limits.maxStorageBufferRange;
+  info.max_allocation_size = maintenance3.maxMemoryAllocationSize;
+  info.max_push_constants_size = limits.maxPushConstantsSize;
+  info.host_import_alignment = external_host ? host_memory.minImportedHostPointerAlignment : 0;
+  info.timestamp_period_ns = limits.timestampPeriod;
+
+  const bool nv_coopmat = has_extension(physical, "VK_NV_cooperative_matrix");
+  const bool khr_coopmat = has_extension(physical, "VK_KHR_cooperative_matrix");
+  info.features = {
+      {"float16", f12.shaderFloat16 == VK_TRUE},
+      {"int8", f12.shaderInt8 == VK_TRUE},
+      {"storage8", f12.storageBuffer8BitAccess == VK_TRUE},
+      {"storage16", f11.storageBuffer16BitAccess == VK_TRUE},
+      {"integer_dot_product", vulkan13 && f13.shaderIntegerDotProduct == VK_TRUE},
+      {"integer_dot_product_accelerated",
+       vulkan13 && dot.integerDotProduct4x8BitPackedSignedAccelerated == VK_TRUE},
+      {"cooperative_matrix", nv_coopmat || khr_coopmat},
+      {"cooperative_matrix_nv", nv_coopmat},
+      {"external_memory_host", external_host},
+      {"timestamps", timestamps},
+      {"subgroup_arithmetic",
+       (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) != 0 &&
+           (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0},
+  };
+  return info;
+}
+
+std::vector<DeviceInfo> enumerate_devices() {
+  auto instance = Instance::get();
+  std::vector<DeviceInfo> infos;
+  auto physical = instance->physical_devices();
+  for (uint32_t i = 0; i < physical.size(); ++i) infos.push_back(describe_device(physical[i], i));
+  return infos;
+}
+
+uint32_t choose_device_index(std::optional<uint32_t> requested) {
+  auto infos = enumerate_devices();
+  if (infos.empty()) throw UnsupportedError("no Vulkan device found");
+  if (requested) {
+    if (*requested >= infos.size())
+      throw ArgumentError("device index " + std::to_string(*requested) + " is out of range: " +
+                          std::to_string(infos.size()) + " Vulkan device(s) found");
+    return *requested;
+  }
+  if (const char* wanted = std::getenv("BITNET_GPU_DEVICE"); wanted && *wanted) {
+    std::string text(wanted);
+    if (std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      unsigned long index = std::stoul(text);
+      if (index >= infos.size())
+        throw ArgumentError("BITNET_GPU_DEVICE=" + text + " is out of range: " +
+                            std::to_string(infos.size()) + " Vulkan device(s) found");
+      return static_cast<uint32_t>(index);
+    }
+    auto lower = [](std::string s) {
+      std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+      return s;
+    };
+    for (const auto& info : infos)
+      if (lower(info.name).find(lower(text)) != std::string::npos) return info.index;
+    std::string names;
+    for (const auto& info : infos) names += (names.empty() ? "" : ", ") + info.name;
+    throw ArgumentError("BITNET_GPU_DEVICE='" + text + "' matches no device; devices: " + names);
+  }
+  auto best = std::min_element(infos.begin(), infos.end(), [](const auto& a, const auto& b) {
+    return type_rank(a.type) < type_rank(b.type);
+  });
+  return best->index;
+}
+
+}  // namespace bitnet

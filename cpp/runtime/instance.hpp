@@ -1,0 +1,77 @@
+#pragma once
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bitnet {
+
+struct MemoryHeapInfo {
+  uint64_t size = 0;
+  bool device_local = false;
+};
+
+// What a user needs to know about a physical device before choosing it.
+struct DeviceInfo {
+  uint32_t index = 0;
+  std::string name;
+  std::string type;  // "discrete", "integrated", "virtual", "cpu", "other"
+  uint32_t vendor_id = 0;
+  uint32_t device_id = 0;
+  std::string driver_name;
+  std::string driver_info;
+  uint32_t driver_version = 0;
+  std::string vulkan_version;
+  std::vector<MemoryHeapInfo> memory_heaps;
+  uint32_t subgroup_size = 0;
+  uint32_t max_workgroup_invocations = 0;
+  std::array<uint32_t, 3> max_workgroup_size{};
+  std::array<uint32_t, 3> max_workgroup_count{};
+  uint32_t max_shared_memory = 0;
+  uint64_t max_storage_buffer_range = 0;
+  uint64_t max_allocation_size = 0;
+  uint32_t max_push_constants_size = 0;
+  uint64_t host_import_alignment = 0;  // 0 where external host memory is not supported
+  double timestamp_period_ns = 0.0;
+  std::map<std::string, bool> features;
+};
+
+// The process-wide VkInstance. With BITNET_GPU_VALIDATION=1 in the environment it enables the
+// Khronos validation layer with synchronization validation and collects every message it sends.
+class Instance {
+ public:
+  static std::shared_ptr<Instance> get();
+  ~Instance();
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+
+  VkInstance handle() const { return instance_; }
+  bool validation_enabled() const { return messenger_ != VK_NULL_HANDLE; }
+  std::vector<VkPhysicalDevice> physical_devices() const;
+
+  // Returns the validation messages received since the last call and forgets them.
+  std::vector<std::string> take_validation_messages();
+  void add_validation_message(std::string message);
+
+ private:
+  Instance();
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  std::mutex messages_mutex_;
+  std::vector<std::string> messages_;
+};
+
+DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index);
+std::vector<DeviceInfo> enumerate_devices();
+
+// The index to open: `requested` if given, else BITNET_GPU_DEVICE (an index or a name substring),
+// else the first of discrete > integrated > virtual > cpu > other.
+uint32_t choose_device_index(std::optional<uint32_t> requested);
+
+}  // namespace bitnet

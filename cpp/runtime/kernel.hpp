@@ -1,0 +1,80 @@
+#pragma once
+#include <array>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <variant>
+
+#include "runtime/handle.hpp"
+#include "runtime/memory.hpp"
+#include "runtime/spirv_reflect.hpp"
+
+namespace bitnet {
+
+class Device;
+
+using SpecValue = std::variant<bool, int64_t, double>;
+using Specialization = std::map<uint32_t, SpecValue>;
+
+// A compute pipeline with its layout, built from the shader's own interface.
+struct Pipeline {
+  KernelInterface interface;
+  std::array<uint32_t, 3> local_size{1, 1, 1};  // after specialization
+  ShaderModuleHandle module;
+  DescriptorSetLayoutHandle set_layout;
+  PipelineLayoutHandle layout;
+  PipelineHandle pipeline;
+};
+
+// Pipelines by (SPIR-V, entry point, specialization), built through a VkPipelineCache that is
+// loaded from and saved to the user's cache directory, so a second process starts faster.
+class PipelineCache {
+ public:
+  explicit PipelineCache(Device& device);
+  std::shared_ptr<const Pipeline> get(std::span<const uint32_t> spirv, const std::string& entry,
+                                      const Specialization& specialization);
+  void save();
+  const std::string& path() const { return path_; }
+  uint64_t loaded_bytes() const { return loaded_bytes_; }
+
+ private:
+  std::shared_ptr<const Pipeline> build(std::span<const uint32_t> spirv, const std::string& entry,
+                                        const Specialization& specialization);
+  Device& device_;
+  PipelineCacheHandle cache_;
+  std::string path_;
+  uint64_t loaded_bytes_ = 0;
+  bool dirty_ = false;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const Pipeline>> pipelines_;
+};
+
+// A user's (or a built-in) compute shader, ready to dispatch over tensors.
+class Kernel {
+ public:
+  Kernel(std::shared_ptr<Device> device, std::span<const uint32_t> spirv, std::string entry = "main",
+         const Specialization& specialization = {}, std::string name = {});
+  static Kernel builtin(std::shared_ptr<Device> device, std::string_view shader,
+                        const Specialization& specialization = {});
+
+  const std::string& name() const { return name_; }
+  const KernelInterface& interface() const { return pipeline_->interface; }
+  const std::array<uint32_t, 3>& local_size() const { return pipeline_->local_size; }
+  const std::shared_ptr<Device>& device() const { return device_; }
+  const std::shared_ptr<const Pipeline>& pipeline() const { return pipeline_; }
+
+  // Records into this thread's active sequence on the kernel's device, or runs now and waits.
+  void dispatch(std::array<uint32_t, 3> groups, std::span<const BufferBinding> bindings,
+                std::span<const std::byte> push_constants = {}) const;
+
+ private:
+  std::shared_ptr<Device> device_;
+  std::shared_ptr<const Pipeline> pipeline_;
+  std::string name_;
+};
+
+}  // namespace bitnet

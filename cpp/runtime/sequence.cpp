@@ -1,0 +1,351 @@
+#include "runtime/sequence.hpp"
+
+#include <algorithm>
+
+#include "runtime/command_context.hpp"
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
+#include "runtime/kernel.hpp"
+
+namespace bitnet {
+namespace {
+
+constexpr VkPipelineStageFlags kWorkStages =
+    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+
+void memory_barrier(VkCommandBuffer commands, VkPipelineStageFlags src_stages,
+                    VkAccessFlags src_access, VkPipelineStageFlags dst_stages,
+                    VkAccessFlags dst_access) {
+  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  barrier.srcAccessMask = src_access;
+  barrier.dstAccessMask = dst_access;
+  vkCmdPipelineBarrier(commands, src_stages, dst_stages, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+}
+
+void check_binding(const Device& device, const BufferBinding& binding, const char* what) {
+  if (!binding.allocation) throw ArgumentError(std::string(what) + " is not a tensor");
+  if (&binding.allocation->device() != &device)
+    throw ArgumentError(std::string(what) + " lives on device '" +
+                        binding.allocation->device().info().name +
+                        "', not on the device that runs this sequence");
+  if (binding.offset + binding.size > binding.allocation->capacity())
+    throw ShapeError(std::string(what) + ": range past the end of its buffer");
+}
+
+}  // namespace
+
+Submission::Submission(std::shared_ptr<Device> device, std::unique_ptr<CommandContext> context,
+                       std::vector<std::string> labels, bool timings)
+    : device_(std::move(device)),
+      context_(std::move(context)),
+      labels_(std::move(labels)),
+      timings_enabled_(timings) {}
+
+Submission::~Submission() {
+  std::lock_guard lock(mutex_);
+  device_->recycle_context(std::move(context_));
+}
+
+void Submission::finish_locked() {
+  if (finished_) return;
+  device_->ensure_usable();
+  VkFence fence = context_->fence.get();
+  device_->check(vkWaitForFences(device_->handle(), 1, &fence, VK_TRUE, UINT64_MAX),
+                 "vkWaitForFences");
+  if (timings_enabled_ && !labels_.empty()) {
+    std::vector<uint64_t> stamps;
+    const uint32_t count = context_->queries_used;
+    stamps.resize(count);
+    for (uint32_t first = 0; first < count; first += CommandContext::kQueriesPerPool) {
+      const uint32_t n = std::min(CommandContext::kQueriesPerPool, count - first);
+      device_->check(vkGetQueryPoolResults(device_->handle(),
+                                           context_->query_pools[first / CommandContext::kQueriesPerPool].get(),
+                                           0, n, n * sizeof(uint64_t), stamps.data() + first,
+                                           sizeof(uint64_t),
+                                           VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+                     "vkGetQueryPoolResults");
+    }
+    const uint32_t bits = device_->timestamp_valid_bits();
+    const uint64_t mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
+    const double period = device_->info().timestamp_period_ns * 1e-9;
+    // Query 0 is written before the first op; query i+1 after op i.
+    for (size_t i = 0; i < labels_.size() && i + 1 < stamps.size(); ++i) {
+      const uint64_t ticks = ((stamps[i + 1] & mask) - (stamps[i] & mask)) & mask;
+      timings_.push_back({labels_[i], static_cast<double>(ticks) * period});
+    }
+  }
+  context_->keep_alive.clear();  // the GPU is done: give buffers back to the pool now
+  finished_ = true;
+}
+
+void Submission::wait() {
+  std::lock_guard lock(mutex_);
+  finish_locked();
+}
+
+bool Submission::done() {
+  std::lock_guard lock(mutex_);
+  if (finished_) return true;
+  device_->ensure_usable();
+  VkResult status = device_->check(vkGetFenceStatus(device_->handle(), context_->fence.get()),
+                                   "vkGetFenceStatus");
+  if (status != VK_SUCCESS) return false;
+  finish_locked();
+  return true;
+}
+
+std::vector<OpTiming> Submission::timings() {
+  if (!timings_enabled_)
+    throw UnsupportedError("this sequence was recorded without timings (timings=False, or the "
+                           "device has no timestamp queries)");
+  std::lock_guard lock(mutex_);
+  finish_locked();
+  return timings_;
+}
+
+Sequence::Sequence(std::shared_ptr<Device> device, bool timings)
+    : device_(std::move(device)), context_(device_->acquire_context()), timings_(timings) {
+  if (timings_ && !device_->has_timestamps())
+    throw UnsupportedError("device '" + device_->info().name + "' has no timestamp queries");
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  try {
+    device_->check(vkBeginCommandBuffer(context_->commands, &begin), "vkBeginCommandBuffer");
+  } catch (...) {
+    device_->recycle_context(std::move(context_));
+    throw;
+  }
+  // Earlier submissions on this queue may have written what this one touches.
+  memory_barrier(context_->commands, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT,
+                 kWorkStages, VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
+  if (timings_) write_timestamp();
+}
+
+Sequence::~Sequence() {
+  deactivate();
+  if (context_) device_->recycle_context(std::move(context_));  // recorded but never submitted
+}
+
+void Sequence::activate() {
+  ensure_recording();
+  if (!active_) device_->push_active_sequence(this);
+  active_ = true;
+}
+
+void Sequence::deactivate() {
+  if (active_) device_->pop_active_sequence(this);
+  active_ = false;
+}
+
+void Sequence::ensure_recording() const {
+  if (!context_) throw ArgumentError("this sequence was already submitted or discarded; record into a new one");
+  device_->ensure_usable();
+}
+
+void Sequence::keep(std::shared_ptr<const void> object) {
+  if (kept_.insert(object.get()).second) context_->keep_alive.push_back(std::move(object));
+}
+
+void Sequence::before_op(std::span<const VkBuffer> reads, std::span<const VkBuffer> writes) {
+  bool hazard = false;
+  for (VkBuffer buffer : reads) hazard = hazard || pending_writes_.count(buffer);
+  for (VkBuffer buffer : writes)
+    hazard = hazard || pending_writes_.count(buffer) || pending_reads_.count(buffer);
+  if (hazard) {
+    memory_barrier(context_->commands, kWorkStages,
+                   VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT, kWorkStages,
+                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+    ++barriers_;
+    pending_reads_.clear();
+    pending_writes_.clear();
+  }
+  pending_reads_.insert(reads.begin(), reads.end());
+  pending_writes_.insert(writes.begin(), writes.end());
+}
+
+void Sequence::write_timestamp() {
+  const uint32_t pool_index = context_->queries_used / CommandContext::kQueriesPerPool;
+  if (pool_index == context_->query_pools.size()) {
+    VkQueryPoolCreateInfo info{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    info.queryCount = CommandContext::kQueriesPerPool;
+    VkQueryPool pool;
+    device_->check(vkCreateQueryPool(device_->handle(), &info, nullptr, &pool), "vkCreateQueryPool");
+    context_->query_pools.emplace_back(device_->handle(), pool);
+  }
+  VkQueryPool pool = context_->query_pools[pool_index].get();
+  const uint32_t query = context_->queries_used % CommandContext::kQueriesPerPool;
+  if (query == 0) vkCmdResetQueryPool(context_->commands, pool, 0, CommandContext::kQueriesPerPool);
+  // Bottom of pipe: written once everything recorded before it has finished.
+  vkCmdWriteTimestamp(context_->commands, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pool, query);
+  context_->queries_used++;
+}
+
+void Sequence::after_op(std::string label) {
+  labels_.push_back(std::move(label));
+  if (timings_) write_timestamp();
+}
+
+VkDescriptorSet Sequence::allocate_descriptor_set(VkDescriptorSetLayout layout, uint32_t bindings) {
+  VkDescriptorSetAllocateInfo info{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  info.descriptorSetCount = 1;
+  info.pSetLayouts = &layout;
+  auto& pools = context_->descriptor_pools;
+  while (true) {
+    if (context_->descriptor_pool_index == pools.size()) {
+      VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                CommandContext::kSetsPerDescriptorPool * std::max(bindings, 8u)};
+      VkDescriptorPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+      pool_info.maxSets = CommandContext::kSetsPerDescriptorPool;
+      pool_info.poolSizeCount = 1;
+      pool_info.pPoolSizes = &size;
+      VkDescriptorPool pool;
+      device_->check(vkCreateDescriptorPool(device_->handle(), &pool_info, nullptr, &pool),
+                     "vkCreateDescriptorPool");
+      pools.emplace_back(device_->handle(), pool);
+    }
+    info.descriptorPool = pools[context_->descriptor_pool_index].get();
+    VkDescriptorSet set;
+    VkResult result = vkAllocateDescriptorSets(device_->handle(), &info, &set);
+    if (result == VK_ERROR_OUT_OF_POOL_MEMORY || result == VK_ERROR_FRAGMENTED_POOL) {
+      context_->descriptor_pool_index++;  // this pool is full: move on to the next
+      continue;
+    }
+    device_->check(result, "vkAllocateDescriptorSets");
+    return set;
+  }
+}
+
+void Sequence::dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups,
+                        std::span<const BufferBinding> bindings,
+                        std::span<const std::byte> push_constants) {
+  ensure_recording();
+  const auto& interface = kernel.interface();
+  const auto& limits = device_->limits();
+  if (kernel.device() != device_)
+    throw ArgumentError("kernel '" + kernel.name() + "' was built for device '" +
+                        kernel.device()->info().name + "', not for this sequence's device");
+  if (bindings.size() != interface.binding_writable.size())
+    throw ShapeError("kernel '" + kernel.name() + "' takes " +
+                     std::to_string(interface.binding_writable.size()) + " tensors (bindings 0.." +
+                     std::to_string(static_cast<int>(interface.binding_writable.size()) - 1) +
+                     "), got " + std::to_string(bindings.size()));
+  if (push_constants.size() != interface.push_constant_size)
+    throw ShapeError("kernel '" + kernel.name() + "' takes " +
+                     std::to_string(interface.push_constant_size) + " bytes of push constants, got " +
+                     std::to_string(push_constants.size()));
+  for (int axis = 0; axis < 3; ++axis)
+    if (groups[axis] > limits.maxComputeWorkGroupCount[axis])
+      throw UnsupportedError("dispatch of " + std::to_string(groups[axis]) +
+                             " workgroups along axis " + std::to_string(axis) +
+                             " is over this device's maxComputeWorkGroupCount[" +
+                             std::to_string(axis) + "] = " +
+                             std::to_string(limits.maxComputeWorkGroupCount[axis]));
+  std::vector<VkBuffer> reads, writes;
+  std::vector<VkDescriptorBufferInfo> infos(bindings.size());
+  for (size_t i = 0; i < bindings.size(); ++i) {
+    const std::string what = "kernel '" + kernel.name() + "' tensor " + std::to_string(i);
+    check_binding(*device_, bindings[i], what.c_str());
+    // A zero-size tensor still binds a valid (pool-minimum) range; kernels must not touch it.
+    const uint64_t range = std::max<uint64_t>(bindings[i].size, 4);
+    if (range > limits.maxStorageBufferRange)
+      throw UnsupportedError(what + " is " + format_bytes(range) +
+                             ", over this device's maxStorageBufferRange of " +
+                             format_bytes(limits.maxStorageBufferRange));
+    if (bindings[i].offset % limits.minStorageBufferOffsetAlignment != 0)
+      throw ArgumentError(what + ": offset is not a multiple of minStorageBufferOffsetAlignment");
+    infos[i] = {bindings[i].allocation->buffer(), bindings[i].offset, range};
+    (interface.binding_writable[i] ? writes : reads).push_back(infos[i].buffer);
+  }
+
+  VkCommandBuffer commands = context_->commands;
+  const Pipeline& pipeline = *kernel.pipeline();
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  if (!bindings.empty()) {
+    set = allocate_descriptor_set(pipeline.set_layout.get(), static_cast<uint32_t>(bindings.size()));
+    std::vector<VkWriteDescriptorSet> descriptor_writes(bindings.size());
+    for (size_t i = 0; i < bindings.size(); ++i) {
+      descriptor_writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+      descriptor_writes[i].dstSet = set;
+      descriptor_writes[i].dstBinding = static_cast<uint32_t>(i);
+      descriptor_writes[i].descriptorCount = 1;
+      descriptor_writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      descriptor_writes[i].pBufferInfo = &infos[i];
+    }
+    vkUpdateDescriptorSets(device_->handle(), static_cast<uint32_t>(descriptor_writes.size()),
+                           descriptor_writes.data(), 0, nullptr);
+  }
+  before_op(reads, writes);
+  vkCmdBindPipeline(commands, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline.get());
+  if (set != VK_NULL_HANDLE)
+    vkCmdBindDescriptorSets(commands, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout.get(), 0, 1,
+                            &set, 0, nullptr);
+  if (!push_constants.empty())
+    vkCmdPushConstants(commands, pipeline.layout.get(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                       static_cast<uint32_t>(push_constants.size()), push_constants.data());
+  vkCmdDispatch(commands, groups[0], groups[1], groups[2]);
+  keep(kernel.pipeline());
+  for (const auto& binding : bindings) keep(binding.allocation);
+  after_op(kernel.name());
+}
+
+void Sequence::copy(const BufferBinding& source, const BufferBinding& destination) {
+  ensure_recording();
+  check_binding(*device_, source, "copy source");
+  check_binding(*device_, destination, "copy destination");
+  if (source.size != destination.size)
+    throw ShapeError("copy of " + std::to_string(source.size) + " bytes into a destination of " +
+                     std::to_string(destination.size) + " bytes");
+  if (source.size == 0) return;
+  VkBuffer reads[] = {source.allocation->buffer()};
+  VkBuffer writes[] = {destination.allocation->buffer()};
+  before_op(reads, writes);
+  VkBufferCopy region{source.offset, destination.offset, source.size};
+  vkCmdCopyBuffer(context_->commands, reads[0], writes[0], 1, &region);
+  keep(source.allocation);
+  keep(destination.allocation);
+  after_op("copy");
+}
+
+void Sequence::fill(const BufferBinding& destination, uint32_t word) {
+  ensure_recording();
+  check_binding(*device_, destination, "fill destination");
+  if (destination.size == 0) return;
+  if (destination.offset % 4 != 0)
+    throw ArgumentError("fill destination offset must be a multiple of 4");
+  VkBuffer writes[] = {destination.allocation->buffer()};
+  before_op({}, writes);
+  // vkCmdFillBuffer writes whole words: round the size up inside the block's capacity.
+  const uint64_t size = std::min((destination.size + 3) / 4 * 4,
+                                 destination.allocation->capacity() - destination.offset);
+  vkCmdFillBuffer(context_->commands, writes[0], destination.offset, size, word);
+  keep(destination.allocation);
+  after_op("fill");
+}
+
+std::shared_ptr<Submission> Sequence::submit() {
+  ensure_recording();
+  // Make every write visible to the host, which may read mapped memory after the fence.
+  memory_barrier(context_->commands, kWorkStages,
+                 VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                 VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+  device_->check(vkEndCommandBuffer(context_->commands), "vkEndCommandBuffer");
+  device_->submit(*context_);
+  submission_ = std::make_shared<Submission>(device_, std::move(context_), labels_, timings_);
+  return submission_;
+}
+
+void Sequence::run() { submit()->wait(); }
+
+void Sequence::discard() {
+  deactivate();
+  if (context_) device_->recycle_context(std::move(context_));
+}
+
+std::vector<OpTiming> Sequence::timings() {
+  if (!submission_) throw ArgumentError("timings are available after the sequence is submitted");
+  return submission_->timings();
+}
+
+}  // namespace bitnet

@@ -1,0 +1,99 @@
+#pragma once
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/memory.hpp"
+
+namespace bitnet {
+
+class Device;
+class Kernel;
+struct CommandContext;
+
+struct OpTiming {
+  std::string label;
+  double seconds = 0.0;
+};
+
+// A recorded command buffer in flight. Waiting is the only way to observe completion; the
+// buffers and pipelines it uses stay alive until then.
+class Submission {
+ public:
+  Submission(std::shared_ptr<Device> device, std::unique_ptr<CommandContext> context,
+             std::vector<std::string> labels, bool timings);
+  ~Submission();
+  Submission(const Submission&) = delete;
+  Submission& operator=(const Submission&) = delete;
+
+  void wait();
+  bool done();
+  std::vector<OpTiming> timings();
+
+ private:
+  void finish_locked();
+  std::shared_ptr<Device> device_;
+  std::mutex mutex_;
+  std::unique_ptr<CommandContext> context_;
+  std::vector<std::string> labels_;
+  bool timings_enabled_;
+  bool finished_ = false;
+  std::vector<OpTiming> timings_;
+};
+
+// Records dispatches, copies and fills into one command buffer. Barriers come from the data:
+// an op waits for an earlier one only when it reads what that op wrote (RAW), writes what it
+// wrote (WAW) or writes what it read (WAR); independent ops may overlap on the GPU.
+class Sequence {
+ public:
+  Sequence(std::shared_ptr<Device> device, bool timings);
+  ~Sequence();
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+
+  void dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups,
+                std::span<const BufferBinding> bindings, std::span<const std::byte> push_constants);
+  void copy(const BufferBinding& source, const BufferBinding& destination);
+  void fill(const BufferBinding& destination, uint32_t word);
+
+  std::shared_ptr<Submission> submit();
+  void run();  // submit and wait
+  // Drops what was recorded; the sequence can record no more.
+  void discard();
+  std::vector<OpTiming> timings();
+
+  size_t op_count() const { return labels_.size(); }
+  size_t barrier_count() const { return barriers_; }
+  bool timings_enabled() const { return timings_; }
+  bool submitted() const { return submission_ != nullptr; }
+  const std::shared_ptr<Device>& device() const { return device_; }
+
+  // Makes kernel calls on this thread record into this sequence until deactivate().
+  void activate();
+  void deactivate();
+
+ private:
+  void ensure_recording() const;
+  void before_op(std::span<const VkBuffer> reads, std::span<const VkBuffer> writes);
+  void write_timestamp();
+  void after_op(std::string label);
+  void keep(std::shared_ptr<const void> object);
+  VkDescriptorSet allocate_descriptor_set(VkDescriptorSetLayout layout, uint32_t bindings);
+
+  std::shared_ptr<Device> device_;
+  std::unique_ptr<CommandContext> context_;
+  bool timings_;
+  bool active_ = false;
+  size_t barriers_ = 0;
+  std::vector<std::string> labels_;
+  std::unordered_set<VkBuffer> pending_reads_, pending_writes_;
+  std::unordered_set<const void*> kept_;
+  std::shared_ptr<Submission> submission_;
+};
+
+}  // namespace bitnet

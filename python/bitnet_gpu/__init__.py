@@ -1,0 +1,85 @@
+"""bitnet_gpu: BitNet b1.58 kernels on any Vulkan GPU, NumPy in and NumPy out.
+
+The objects: ``Device`` (a Vulkan device and its compute queue), ``Tensor`` (a typed array in a
+Vulkan buffer; NumPy sees host-visible ones without a copy), ``Kernel`` (a SPIR-V compute shader)
+and ``Sequence`` (ops recorded into one command buffer, with the barriers their data needs).
+"""
+
+from __future__ import annotations
+
+import atexit
+
+import numpy as np
+
+from . import _core
+from ._core import (
+    ArgumentError,
+    Device,
+    DeviceError,
+    DeviceInfo,
+    DTypeError,
+    Error,
+    Kernel,
+    OutOfMemory,
+    Sequence,
+    ShapeError,
+    Submission,
+    Tensor,
+    UnsupportedError,
+    default_device,
+    devices,
+)
+
+__all__ = [
+    "ArgumentError",
+    "Device",
+    "DeviceError",
+    "DeviceInfo",
+    "DTypeError",
+    "Error",
+    "Kernel",
+    "OutOfMemory",
+    "Sequence",
+    "ShapeError",
+    "Submission",
+    "Tensor",
+    "UnsupportedError",
+    "aligned_empty",
+    "builtin_kernel",
+    "default_device",
+    "devices",
+]
+
+__version__ = "0.1.0"
+
+
+def aligned_empty(shape, dtype=np.float32, device: Device | None = None) -> np.ndarray:
+    """An uninitialised NumPy array that ``Tensor.from_numpy(a, zero_copy=True)`` can import.
+
+    Its data starts on the device's minImportedHostPointerAlignment (4096 bytes where the
+    device does not say) and the memory behind it extends to a whole multiple of it.
+    """
+    device = device or default_device()
+    dtype = np.dtype(dtype)
+    alignment = device.info.host_import_alignment or 4096
+    shape = (shape,) if np.isscalar(shape) else tuple(shape)
+    count = int(np.prod(shape, dtype=np.int64))
+    if count < 0 or any(int(d) < 0 for d in shape):
+        raise ShapeError(f"shape: negative dimension in {shape}")
+    nbytes = count * dtype.itemsize
+    padded = max(alignment, -(-nbytes // alignment) * alignment)
+    raw = np.empty(padded + alignment, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % alignment
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+def builtin_kernel(name: str, device: Device | None = None, specialization=None) -> Kernel:
+    """A Kernel from one of the shaders compiled into bitnet_gpu (see ``_core.builtin_shaders()``)."""
+    device = device or default_device()
+    return Kernel(device, _core.builtin_spirv(name), specialization=specialization, name=name)
+
+
+@atexit.register
+def _shutdown() -> None:
+    # Destroy the default device (saving its pipeline cache) while the driver is still loaded.
+    _core._release_default_device()

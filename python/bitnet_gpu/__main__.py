@@ -1,0 +1,102 @@
+"""Command line: ``python -m bitnet_gpu info`` lists devices; ``python -m bitnet_gpu demo`` runs
+a few kernels on NumPy arrays on the chosen device and checks them against NumPy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import bitnet_gpu as bg
+from bitnet_gpu import reference
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def info(_args) -> int:
+    chosen = bg.default_device().info.index
+    for d in bg.devices():
+        mark = "*" if d.index == chosen else " "
+        print(f"{mark} device {d.index}: {d.name}")
+        print(f"    type {d.type}, vendor 0x{d.vendor_id:04x}, Vulkan {d.vulkan_version}, "
+              f"driver {d.driver_name} ({d.driver_info})")
+        heaps = ", ".join(
+            f"{_size(h['size'])}{' device-local' if h['device_local'] else ''}"
+            for h in d.memory_heaps)
+        print(f"    memory heaps: {heaps}")
+        print(f"    subgroup {d.subgroup_size}, workgroup <= {d.max_workgroup_invocations} "
+              f"invocations, shared memory {_size(d.max_shared_memory)}, "
+              f"storage buffer range {_size(d.max_storage_buffer_range)}, "
+              f"allocation <= {_size(d.max_allocation_size)}")
+        features = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in sorted(d.features.items()))
+        print(f"    features: {features}")
+    print("(* = the device bitnet_gpu uses by default; BITNET_GPU_DEVICE=<index|name> changes it)")
+    return 0
+
+
+def demo(_args) -> int:
+    device = bg.default_device()
+    print(f"device: {device.name} ({device.info.type}, Vulkan {device.info.vulkan_version})")
+    rng = np.random.default_rng()
+    ok = True
+
+    def report(name: str, good: bool, detail: str) -> None:
+        nonlocal ok
+        ok &= good
+        print(f"  {'PASS' if good else 'FAIL'}  {name}: {detail}")
+
+    n = 4097
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    axpy = bg.builtin_kernel("axpy", device, specialization={0: 256})
+    tx, ty = bg.Tensor.from_numpy(x, device), bg.Tensor.from_numpy(y, device)
+    push = np.array([n], np.uint32).tobytes() + np.array([0.5], np.float32).tobytes()
+    start = time.perf_counter()
+    axpy.dispatch(-(-n // 256), [tx, ty], push)
+    wall = time.perf_counter() - start
+    expected = reference.axpy(0.5, x, y)
+    err = float(np.max(np.abs(ty.numpy() - expected)))
+    report("axpy y += 0.5 x", err <= 1e-6, f"n={n}, max |err| {err:.2e}, {wall * 1e3:.2f} ms wall")
+
+    a = rng.integers(0, 2**32, size=(1000, 4), dtype=np.uint32)
+    ta = bg.Tensor.from_numpy(a, device)
+    tb = device.empty(a.shape, np.uint32)
+    bg.builtin_kernel("copy_vec4", device, {0: 256}).dispatch(4, [ta, tb], np.uint32(1000))
+    report("copy_vec4", np.array_equal(tb.numpy(), reference.copy(a)), "1000 x 16 bytes, exact")
+
+    ty = bg.Tensor.from_numpy(y, device)
+    steps = 100
+    with device.sequence() as seq:
+        for _ in range(steps):
+            axpy.dispatch(-(-n // 256), [tx, ty], push)
+    expected = y.copy()
+    for _ in range(steps):
+        expected = reference.axpy(0.5, x, expected)
+    err = float(np.max(np.abs(ty.numpy() - expected)))
+    gpu = sum(t for _, t in seq.timings()) if seq.timings_enabled else float("nan")
+    report(f"{steps} dependent axpy in one sequence", err <= 1e-4 * float(np.max(np.abs(expected))),
+           f"{seq.barrier_count} barriers, max |err| {err:.2e}, GPU {gpu * 1e3:.2f} ms")
+    print("demo passed" if ok else "demo FAILED")
+    return 0 if ok else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bitnet_gpu", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("info", help="list Vulkan devices and their capabilities")
+    sub.add_parser("demo", help="run kernels on NumPy arrays and check them against NumPy")
+    args = parser.parse_args(argv)
+    handlers = {"info": info, "demo": demo}
+    return handlers.get(args.command or "info")(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,506 @@
+// The pybind11 module bitnet_gpu._core: converts between Python and the C++ core, nothing else.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
+#include "runtime/instance.hpp"
+#include "runtime/kernel.hpp"
+#include "runtime/sequence.hpp"
+#include "runtime/shaders.hpp"
+#include "runtime/tensor.hpp"
+
+namespace py = pybind11;
+using namespace bitnet;
+
+namespace {
+
+struct PythonErrors {
+  PyObject* error;
+  PyObject* device;
+  PyObject* out_of_memory;
+  PyObject* unsupported;
+  PyObject* shape;
+  PyObject* dtype;
+  PyObject* argument;
+};
+PythonErrors errors;
+
+DType to_dtype(py::handle object, const char* argument = "dtype") {
+  py::dtype dtype;
+  try {
+    dtype = py::dtype::from_args(py::reinterpret_borrow<py::object>(object));
+  } catch (py::error_already_set&) {
+    throw DTypeError(std::string(argument) + ": not a NumPy dtype: " + py::repr(object).cast<std::string>());
+  }
+  const std::string name = py::str(dtype.attr("name"));
+  auto found = dtype_from_name(name);
+  if (!found || !dtype.attr("isnative").cast<bool>())
+    throw DTypeError(std::string(argument) + ": expected one of " + std::string(supported_dtype_list) +
+                     ", got " + py::str(dtype).cast<std::string>());
+  return *found;
+}
+
+py::dtype to_numpy(DType dtype) { return py::dtype(std::string(dtype_name(dtype))); }
+
+Placement to_placement(const std::string& memory) {
+  if (memory == "auto" || memory == "device") return Placement::device;
+  if (memory == "host") return Placement::host;
+  throw ArgumentError("memory: expected 'auto', 'device' or 'host', got '" + memory + "'");
+}
+
+std::vector<int64_t> to_shape(py::handle shape) {
+  if (py::isinstance<py::int_>(shape)) return {shape.cast<int64_t>()};
+  try {
+    return shape.cast<std::vector<int64_t>>();
+  } catch (py::cast_error&) {
+    throw ShapeError("shape: expected an int or a sequence of ints, got " +
+                     py::repr(shape).cast<std::string>());
+  }
+}
+
+py::tuple shape_tuple(const std::vector<int64_t>& shape) {
+  py::tuple result(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) result[i] = shape[i];
+  return result;
+}
+
+std::vector<py::ssize_t> c_strides(const Tensor& tensor) {
+  std::vector<py::ssize_t> strides(tensor.shape().size());
+  py::ssize_t stride = static_cast<py::ssize_t>(dtype_size(tensor.dtype()));
+  for (size_t i = strides.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= static_cast<py::ssize_t>(std::max<int64_t>(tensor.shape()[i], 1));
+  }
+  return strides;
+}
+
+const char* buffer_format(DType dtype) {
+  switch (dtype) {
+    case DType::float32: return "f";
+    case DType::float16: return "e";
+    case DType::int8: return "b";
+    case DType::uint8: return "B";
+    case DType::int32: return "i";
+    case DType::uint32: return "I";
+  }
+  return "B";
+}
+
+py::array to_array(const Tensor& tensor) {
+  py::array result(to_numpy(tensor.dtype()), tensor.shape());
+  void* data = result.mutable_data();
+  py::gil_scoped_release release;
+  tensor.download(data, tensor.nbytes());
+  return result;
+}
+
+// A zero-copy view of a host-visible tensor; the view's base keeps the tensor alive.
+py::array view_array(py::object self) {
+  const Tensor& tensor = self.cast<const Tensor&>();
+  if (!tensor.host_visible())
+    throw ArgumentError("this tensor lives in device-only memory and cannot be viewed without a "
+                        "copy; use .numpy() or np.asarray(t) without copy=False");
+  return py::array(to_numpy(tensor.dtype()), tensor.shape(), c_strides(tensor),
+                   tensor.mapped_data(), self);
+}
+
+Tensor from_numpy(py::object source, std::shared_ptr<Device> device, const std::string& memory,
+                  bool zero_copy) {
+  if (!device) device = Device::default_device();
+  py::module_ numpy = py::module_::import("numpy");
+  py::array array = numpy.attr("asarray")(source);
+  const DType dtype = to_dtype(array.dtype(), "array dtype");
+  std::vector<int64_t> shape(array.shape(), array.shape() + array.ndim());
+  if (zero_copy) {
+    const int flags = py::detail::array_proxy(array.ptr())->flags;
+    if (!(flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_))
+      throw ArgumentError("zero_copy=True needs a C-contiguous array (this one is not; "
+                          "np.ascontiguousarray would copy it)");
+    if (!(flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_))
+      throw ArgumentError("zero_copy=True needs a writeable array");
+    if (array.nbytes() == 0) throw ArgumentError("zero_copy=True needs a non-empty array");
+    const uint64_t alignment = device->info().host_import_alignment;
+    if (alignment == 0)
+      throw UnsupportedError("device '" + device->info().name +
+                             "' does not support VK_EXT_external_memory_host, so zero_copy=True "
+                             "is not available; use zero_copy=False");
+    if (reinterpret_cast<uintptr_t>(array.data()) % alignment != 0)
+      throw ArgumentError("zero_copy=True needs the array's data aligned to " +
+                          std::to_string(alignment) +
+                          " bytes (this device's minImportedHostPointerAlignment); "
+                          "bitnet_gpu.aligned_empty() makes such arrays");
+    auto* owner = new py::object(array);
+    std::shared_ptr<void> keep(owner, [](void* object) {
+      py::gil_scoped_acquire gil;
+      delete static_cast<py::object*>(object);
+    });
+    return Tensor::import_host(device, array.mutable_data(), shape, dtype, std::move(keep));
+  }
+  py::array contiguous = numpy.attr("ascontiguousarray")(array);
+  Tensor tensor = Tensor::empty(device, shape, dtype, to_placement(memory));
+  const void* data = contiguous.data();
+  const uint64_t bytes = tensor.nbytes();
+  {
+    py::gil_scoped_release release;
+    tensor.upload(data, bytes);
+  }
+  return tensor;
+}
+
+std::vector<BufferBinding> to_bindings(const std::vector<const Tensor*>& tensors) {
+  std::vector<BufferBinding> bindings;
+  for (const Tensor* tensor : tensors) {
+    if (tensor == nullptr) throw ArgumentError("tensors: None is not a tensor");
+    bindings.push_back(tensor->binding());
+  }
+  return bindings;
+}
+
+std::array<uint32_t, 3> to_groups(py::handle groups) {
+  std::vector<int64_t> values = to_shape(groups);
+  if (values.empty() || values.size() > 3)
+    throw ShapeError("groups: expected 1 to 3 workgroup counts, got " + std::to_string(values.size()));
+  std::array<uint32_t, 3> result{1, 1, 1};
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i] < 0 || values[i] > 0xffffffffll)
+      throw ShapeError("groups: workgroup count " + std::to_string(values[i]) + " is out of range");
+    result[i] = static_cast<uint32_t>(values[i]);
+  }
+  return result;
+}
+
+std::vector<std::byte> to_bytes(py::handle object, const char* argument) {
+  if (object.is_none()) return {};
+  std::string bytes;
+  try {
+    py::object view = py::module_::import("builtins").attr("memoryview")(object);
+    bytes = view.attr("tobytes")().cast<std::string>();
+  } catch (py::error_already_set&) {
+    throw DTypeError(std::string(argument) + ": expected a bytes-like object (bytes, a NumPy array "
+                     "or scalar), got " + py::repr(object).cast<std::string>());
+  }
+  std::vector<std::byte> result(bytes.size());
+  if (!bytes.empty()) std::memcpy(result.data(), bytes.data(), bytes.size());
+  return result;
+}
+
+Specialization to_specialization(const std::optional<py::dict>& values) {
+  Specialization result;
+  if (!values) return result;
+  for (auto [key, value] : *values) {
+    uint32_t id = key.cast<uint32_t>();
+    if (py::isinstance<py::bool_>(value)) result[id] = value.cast<bool>();
+    else if (py::isinstance<py::int_>(value)) result[id] = value.cast<int64_t>();
+    else if (py::isinstance<py::float_>(value)) result[id] = value.cast<double>();
+    else
+      throw DTypeError("specialization constant " + std::to_string(id) +
+                       ": expected a bool, int or float, got " + py::repr(value).cast<std::string>());
+  }
+  return result;
+}
+
+py::dict stats_dict(const MemoryStats& stats) {
+  py::dict result;
+  result["allocated_bytes"] = stats.allocated_bytes;
+  result["in_use_bytes"] = stats.in_use_bytes;
+  result["peak_in_use_bytes"] = stats.peak_in_use_bytes;
+  result["pooled_bytes"] = stats.pooled_bytes;
+  result["pool_hits"] = stats.pool_hits;
+  result["pool_misses"] = stats.pool_misses;
+  result["live_blocks"] = stats.live_blocks;
+  return result;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "bitnet_gpu's C++ core (Vulkan compute), as seen from Python";
+
+  auto make_error = [&](const char* name, py::tuple bases, const char* doc) {
+    PyObject* type = PyErr_NewExceptionWithDoc((std::string("bitnet_gpu.") + name).c_str(), doc,
+                                               bases.ptr(), nullptr);
+    if (type == nullptr) throw py::error_already_set();
+    m.add_object(name, py::handle(type));
+    return type;
+  };
+  errors.error = make_error("Error", py::make_tuple(py::handle(PyExc_Exception)),
+                            "Base class of every error bitnet_gpu raises.");
+  py::handle base(errors.error);
+  errors.device = make_error("DeviceError", py::make_tuple(base),
+                             "The Vulkan device failed or was lost.");
+  errors.out_of_memory = make_error("OutOfMemory", py::make_tuple(base, py::handle(PyExc_MemoryError)),
+                                    "A Vulkan allocation did not fit.");
+  errors.unsupported = make_error("UnsupportedError", py::make_tuple(base),
+                                  "The device or this build cannot do what was asked.");
+  errors.shape = make_error("ShapeError", py::make_tuple(base, py::handle(PyExc_ValueError)),
+                            "An argument has the wrong shape or size.");
+  errors.dtype = make_error("DTypeError", py::make_tuple(base, py::handle(PyExc_TypeError)),
+                            "An argument has a dtype the operation does not take.");
+  errors.argument = make_error("ArgumentError", py::make_tuple(base, py::handle(PyExc_ValueError)),
+                               "An argument has a value the operation does not take.");
+  py::register_exception_translator([](std::exception_ptr pointer) {
+    try {
+      if (pointer) std::rethrow_exception(pointer);
+    } catch (const OutOfMemory& e) {
+      PyErr_SetString(errors.out_of_memory, e.what());
+    } catch (const DeviceError& e) {
+      PyErr_SetString(errors.device, e.what());
+    } catch (const UnsupportedError& e) {
+      PyErr_SetString(errors.unsupported, e.what());
+    } catch (const ShapeError& e) {
+      PyErr_SetString(errors.shape, e.what());
+    } catch (const DTypeError& e) {
+      PyErr_SetString(errors.dtype, e.what());
+    } catch (const ArgumentError& e) {
+      PyErr_SetString(errors.argument, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(errors.error, e.what());
+    }
+  });
+
+  py::class_<DeviceInfo>(m, "DeviceInfo", "A Vulkan physical device and its capabilities.")
+      .def_readonly("index", &DeviceInfo::index)
+      .def_readonly("name", &DeviceInfo::name)
+      .def_readonly("type", &DeviceInfo::type)
+      .def_readonly("vendor_id", &DeviceInfo::vendor_id)
+      .def_readonly("device_id", &DeviceInfo::device_id)
+      .def_readonly("driver_name", &DeviceInfo::driver_name)
+      .def_readonly("driver_info", &DeviceInfo::driver_info)
+      .def_readonly("driver_version", &DeviceInfo::driver_version)
+      .def_readonly("vulkan_version", &DeviceInfo::vulkan_version)
+      .def_property_readonly("memory_heaps",
+                             [](const DeviceInfo& info) {
+                               py::list heaps;
+                               for (const auto& heap : info.memory_heaps) {
+                                 py::dict entry;
+                                 entry["size"] = heap.size;
+                                 entry["device_local"] = heap.device_local;
+                                 heaps.append(entry);
+                               }
+                               return heaps;
+                             })
+      .def_readonly("subgroup_size", &DeviceInfo::subgroup_size)
+      .def_readonly("max_workgroup_invocations", &DeviceInfo::max_workgroup_invocations)
+      .def_readonly("max_workgroup_size", &DeviceInfo::max_workgroup_size)
+      .def_readonly("max_workgroup_count", &DeviceInfo::max_workgroup_count)
+      .def_readonly("max_shared_memory", &DeviceInfo::max_shared_memory)
+      .def_readonly("max_storage_buffer_range", &DeviceInfo::max_storage_buffer_range)
+      .def_readonly("max_allocation_size", &DeviceInfo::max_allocation_size)
+      .def_readonly("max_push_constants_size", &DeviceInfo::max_push_constants_size)
+      .def_readonly("host_import_alignment", &DeviceInfo::host_import_alignment)
+      .def_readonly("timestamp_period_ns", &DeviceInfo::timestamp_period_ns)
+      .def_readonly("features", &DeviceInfo::features)
+      .def("__repr__", [](const DeviceInfo& info) {
+        return "<DeviceInfo " + std::to_string(info.index) + ": '" + info.name + "' (" + info.type +
+               ", Vulkan " + info.vulkan_version + ", " + info.driver_name + ")>";
+      });
+
+  m.def("devices", &enumerate_devices, "Every Vulkan device, as DeviceInfo.");
+  m.def("default_device", &Device::default_device,
+        "The process-wide Device, created on first use (BITNET_GPU_DEVICE applies).");
+  m.def("_release_default_device", &Device::release_default_device);
+  m.def("validation_enabled", [] { return Instance::get()->validation_enabled(); });
+  m.def("validation_messages", [] { return Instance::get()->take_validation_messages(); },
+        "Validation-layer messages since the last call (and forgets them).");
+  m.def("builtin_shaders", [] {
+    std::vector<std::string> names;
+    for (const auto& [name, code] : shaders::registry()) names.push_back(name);
+    return names;
+  });
+  m.def("builtin_spirv", [](const std::string& name) {
+    auto found = shaders::registry().find(name);
+    if (found == shaders::registry().end())
+      throw ArgumentError("no built-in shader named '" + name + "'");
+    return py::bytes(reinterpret_cast<const char*>(found->second.data()), found->second.size_bytes());
+  });
+
+  py::class_<Device, std::shared_ptr<Device>>(m, "Device", "A Vulkan device with one compute queue.")
+      .def(py::init([](std::optional<uint32_t> index) { return Device::create(index); }),
+           py::arg("index") = py::none())
+      .def_property_readonly("info", &Device::info)
+      .def_property_readonly("name", [](const Device& d) { return d.info().name; })
+      .def_property_readonly("lost", &Device::lost)
+      .def_property_readonly("pipeline_cache_path",
+                             [](Device& d) { return d.pipeline_cache().path(); })
+      .def_property_readonly("pipeline_cache_loaded_bytes",
+                             [](Device& d) { return d.pipeline_cache().loaded_bytes(); })
+      .def("save_pipeline_cache", [](Device& d) { d.pipeline_cache().save(); })
+      .def("synchronize", &Device::synchronize, py::call_guard<py::gil_scoped_release>())
+      .def("memory_stats", [](const Device& d) { return stats_dict(d.memory_stats()); })
+      .def("trim", &Device::trim)
+      .def(
+          "empty",
+          [](std::shared_ptr<Device> d, py::handle shape, py::handle dtype, const std::string& memory) {
+            return Tensor::empty(d, to_shape(shape), to_dtype(dtype), to_placement(memory));
+          },
+          py::arg("shape"), py::arg("dtype") = py::str("float32"), py::arg("memory") = "auto")
+      .def(
+          "sequence",
+          [](std::shared_ptr<Device> d, std::optional<bool> timings) {
+            return std::make_unique<Sequence>(d, timings.value_or(d->has_timestamps()));
+          },
+          py::arg("timings") = py::none())
+      .def("__repr__", [](const Device& d) {
+        return "<bitnet_gpu.Device " + std::to_string(d.info().index) + ": '" + d.info().name + "'>";
+      });
+
+  py::class_<Tensor>(m, "Tensor", py::buffer_protocol(), "A typed, shaped array in Vulkan memory.")
+      .def_static("from_numpy", &from_numpy, py::arg("array"), py::arg("device") = nullptr,
+                  py::arg("memory") = "auto", py::arg("zero_copy") = false)
+      .def_property_readonly("shape", [](const Tensor& t) { return shape_tuple(t.shape()); })
+      .def_property_readonly("dtype", [](const Tensor& t) { return to_numpy(t.dtype()); })
+      .def_property_readonly("ndim", [](const Tensor& t) { return t.shape().size(); })
+      .def_property_readonly("size", &Tensor::size)
+      .def_property_readonly("nbytes", &Tensor::nbytes)
+      .def_property_readonly("device", &Tensor::device_ptr)
+      .def_property_readonly("memory", [](const Tensor& t) { return placement_name(t.placement()); })
+      .def_property_readonly("host_visible", &Tensor::host_visible)
+      .def("numpy", &to_array, "An independent NumPy copy of the tensor.")
+      .def(
+          "__array__",
+          [](py::object self, py::object dtype, std::optional<bool> copy) -> py::object {
+            const Tensor& tensor = self.cast<const Tensor&>();
+            const bool same_dtype = dtype.is_none() || to_numpy(tensor.dtype()).equal(py::dtype::from_args(dtype));
+            if (copy.has_value() && !*copy) {
+              if (!same_dtype)
+                throw ArgumentError("np.asarray(tensor, copy=False) cannot change the dtype without a copy");
+              return view_array(self);
+            }
+            py::array result = (tensor.host_visible() && !(copy.value_or(false)) && same_dtype)
+                                   ? view_array(self)
+                                   : to_array(tensor);
+            if (!same_dtype) return result.attr("astype")(dtype);
+            return std::move(result);
+          },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+      .def_buffer([](Tensor& t) -> py::buffer_info {
+        if (!t.host_visible())
+          throw py::buffer_error("tensor is in device-only memory; use .numpy()");
+        std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+        return py::buffer_info(t.mapped_data(), static_cast<py::ssize_t>(dtype_size(t.dtype())),
+                               buffer_format(t.dtype()), static_cast<py::ssize_t>(shape.size()),
+                               shape, c_strides(t), false);
+      })
+      .def("__len__",
+           [](const Tensor& t) {
+             if (t.shape().empty()) throw py::type_error("len() of a 0-d tensor");
+             return t.shape()[0];
+           })
+      .def("__repr__", [](const Tensor& t) {
+        std::string shape;
+        for (int64_t dim : t.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(dim);
+        if (t.shape().size() == 1) shape += ",";
+        return "<bitnet_gpu.Tensor shape=(" + shape + ") dtype=" + std::string(dtype_name(t.dtype())) +
+               " memory=" + placement_name(t.placement()) + " device='" + t.device().info().name + "'>";
+      });
+
+  py::class_<Kernel>(m, "Kernel", "A compute shader (SPIR-V) ready to dispatch over tensors.")
+      .def(py::init([](std::shared_ptr<Device> device, py::buffer spirv, const std::string& entry,
+                       std::optional<py::dict> specialization, std::optional<std::string> name) {
+             py::buffer_info info = spirv.request();
+             const size_t bytes = static_cast<size_t>(info.size * info.itemsize);
+             if (bytes % 4 != 0)
+               throw ArgumentError("spirv: SPIR-V is a sequence of 32-bit words; got " +
+                                   std::to_string(bytes) + " bytes");
+             std::vector<uint32_t> words(bytes / 4);
+             if (bytes) std::memcpy(words.data(), info.ptr, bytes);
+             Specialization values = to_specialization(specialization);
+             py::gil_scoped_release release;
+             return Kernel(device, words, entry, values, name.value_or(""));
+           }),
+           py::arg("device"), py::arg("spirv"), py::kw_only(), py::arg("entry") = "main",
+           py::arg("specialization") = py::none(), py::arg("name") = py::none())
+      .def_property_readonly("name", &Kernel::name)
+      .def_property_readonly("device", &Kernel::device)
+      .def_property_readonly("binding_count",
+                             [](const Kernel& k) { return k.interface().binding_writable.size(); })
+      .def_property_readonly("writable", [](const Kernel& k) { return k.interface().binding_writable; })
+      .def_property_readonly("push_constant_size",
+                             [](const Kernel& k) { return k.interface().push_constant_size; })
+      .def_property_readonly("local_size",
+                             [](const Kernel& k) {
+                               const auto& s = k.local_size();
+                               return py::make_tuple(s[0], s[1], s[2]);
+                             })
+      .def(
+          "dispatch",
+          [](const Kernel& kernel, py::handle groups, const std::vector<const Tensor*>& tensors,
+             py::handle push_constants) {
+            auto count = to_groups(groups);
+            auto bindings = to_bindings(tensors);
+            auto push = to_bytes(push_constants, "push_constants");
+            py::gil_scoped_release release;
+            kernel.dispatch(count, bindings, push);
+          },
+          py::arg("groups"), py::arg("tensors"), py::arg("push_constants") = py::none(),
+          "Run now, or record into the active `with device.sequence()` on this thread.");
+
+  py::class_<Submission, std::shared_ptr<Submission>>(m, "Submission",
+                                                      "A submitted sequence running on the GPU.")
+      .def("wait", &Submission::wait, py::call_guard<py::gil_scoped_release>())
+      .def("done", &Submission::done, py::call_guard<py::gil_scoped_release>())
+      .def("timings", [](Submission& s) {
+        std::vector<OpTiming> timings;
+        {
+          py::gil_scoped_release release;
+          timings = s.timings();
+        }
+        py::list result;
+        for (const auto& timing : timings) result.append(py::make_tuple(timing.label, timing.seconds));
+        return result;
+      });
+
+  py::class_<Sequence>(m, "Sequence", "Records ops into one command buffer and submits them once.")
+      .def("__enter__", [](Sequence& s) -> Sequence& {
+             s.activate();
+             return s;
+           }, py::return_value_policy::reference)
+      .def("__exit__",
+           [](Sequence& s, py::handle type, py::handle, py::handle) {
+             s.deactivate();
+             if (!type.is_none()) {
+               s.discard();
+               return false;
+             }
+             if (!s.submitted()) {
+               py::gil_scoped_release release;
+               s.run();
+             }
+             return false;
+           })
+      .def(
+          "dispatch",
+          [](Sequence& s, const Kernel& kernel, py::handle groups,
+             const std::vector<const Tensor*>& tensors, py::handle push_constants) {
+            s.dispatch(kernel, to_groups(groups), to_bindings(tensors),
+                       to_bytes(push_constants, "push_constants"));
+          },
+          py::arg("kernel"), py::arg("groups"), py::arg("tensors"),
+          py::arg("push_constants") = py::none())
+      .def("copy",
+           [](Sequence& s, const Tensor& source, const Tensor& destination) {
+             s.copy(source.binding(), destination.binding());
+           }, py::arg("source"), py::arg("destination"))
+      .def("fill", [](Sequence& s, const Tensor& destination, uint32_t word) {
+             s.fill(destination.binding(), word);
+           }, py::arg("destination"), py::arg("word"))
+      .def("submit", &Sequence::submit)
+      .def("timings", [](Sequence& s) {
+        std::vector<OpTiming> timings;
+        {
+          py::gil_scoped_release release;
+          timings = s.timings();
+        }
+        py::list result;
+        for (const auto& timing : timings) result.append(py::make_tuple(timing.label, timing.seconds));
+        return result;
+      })
+      .def_property_readonly("op_count", &Sequence::op_count)
+      .def_property_readonly("barrier_count", &Sequence::barrier_count)
+      .def_property_readonly("submitted", &Sequence::submitted)
+      .def_property_readonly("timings_enabled", &Sequence::timings_enabled);
+}

@@ -1,0 +1,47 @@
+import os
+import secrets
+
+# Every test runs under the Khronos validation layer (synchronization validation on) unless the
+# caller says otherwise; tests do not read or write the user's pipeline cache.
+os.environ.setdefault("BITNET_GPU_VALIDATION", "1")
+os.environ.setdefault("BITNET_GPU_CACHE_DIR", "")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import bitnet_gpu as bg  # noqa: E402
+from bitnet_gpu import _core  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_validation_messages():
+    """A validation-layer message during a test fails that test."""
+    _core.validation_messages()
+    yield
+    messages = _core.validation_messages()
+    assert not messages, "Vulkan validation messages:\n" + "\n".join(messages)
+
+
+@pytest.fixture(scope="session")
+def device():
+    return bg.default_device()
+
+
+@pytest.fixture
+def rng():
+    """Fresh random inputs on every run; the seed is printed so a failure can be replayed."""
+    seed = int(os.environ.get("BITNET_GPU_TEST_SEED", secrets.randbits(64)))
+    print(f"BITNET_GPU_TEST_SEED={seed}")
+    return np.random.default_rng(seed)
+
+
+def random_array(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+
+
+ALL_DTYPES = [np.float32, np.float16, np.int8, np.uint8, np.int32, np.uint32]
+AWKWARD_SHAPES = [(1,), (7,), (33,), (4097,), (3, 5), (2, 3, 7), (), (0,), (4, 0, 3)]

@@ -1,0 +1,98 @@
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bitnet_gpu as bg
+from bitnet_gpu import _core
+
+FEATURES = {"float16", "int8", "storage8", "storage16", "integer_dot_product",
+            "cooperative_matrix", "external_memory_host", "timestamps"}
+
+
+def run_python(code, **env):
+    full_env = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_validation_layer_is_on_when_asked():
+    if os.environ.get("BITNET_GPU_VALIDATION") == "1":
+        assert _core.validation_enabled()
+
+
+def test_devices_describe_capabilities():
+    infos = bg.devices()
+    assert infos
+    for info in infos:
+        assert info.name and info.type in {"discrete", "integrated", "virtual", "cpu", "other"}
+        assert info.vulkan_version.count(".") == 2
+        assert info.memory_heaps and all(h["size"] > 0 for h in info.memory_heaps)
+        assert info.subgroup_size > 0 and info.max_workgroup_invocations >= 128
+        assert info.max_storage_buffer_range > 0 and info.max_shared_memory > 0
+        assert FEATURES <= set(info.features)
+        assert all(isinstance(v, bool) for v in info.features.values())
+
+
+def test_default_device_is_shared_and_explicit_devices_are_new(device):
+    assert bg.default_device() is device
+    other = bg.Device(device.info.index)
+    assert other is not device and other.name == device.name
+    with pytest.raises(bg.ArgumentError, match="out of range"):
+        bg.Device(len(bg.devices()) + 5)
+    with pytest.raises(ValueError):
+        bg.Device(len(bg.devices()) + 5)
+
+
+def test_environment_chooses_the_device():
+    name = bg.devices()[0].name
+    out = run_python("import bitnet_gpu as bg; print(bg.default_device().name)",
+                     BITNET_GPU_DEVICE=name[:5].lower())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == name
+    out = run_python("import bitnet_gpu as bg; bg.default_device()",
+                     BITNET_GPU_DEVICE="no such device anywhere")
+    assert out.returncode != 0 and "matches no device" in out.stderr
+
+
+def test_memory_pool_reuses_blocks_and_trims():
+    device = bg.Device()
+    for _ in range(20):
+        t = device.empty((1000, 10), np.float32)
+        del t
+    stats = device.memory_stats()
+    assert stats["pool_misses"] == 1 and stats["pool_hits"] == 19
+    assert stats["in_use_bytes"] == 0 and stats["peak_in_use_bytes"] == 40000
+    assert stats["pooled_bytes"] > 0
+    device.trim()
+    stats = device.memory_stats()
+    assert stats["allocated_bytes"] == 0 and stats["live_blocks"] == 0
+
+
+def test_synchronize_and_info_cli(device):
+    device.synchronize()
+    out = subprocess.run([sys.executable, "-m", "bitnet_gpu", "info"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert device.name in out.stdout and "features:" in out.stdout
+
+
+def test_demo_passes():
+    out = subprocess.run([sys.executable, "-m", "bitnet_gpu", "demo"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "demo passed" in out.stdout and "FAIL" not in out.stdout
+
+
+def test_pipeline_cache_is_saved_and_loaded_by_the_next_process(tmp_path):
+    code = ("import bitnet_gpu as bg; d = bg.default_device(); "
+            "bg.builtin_kernel('axpy', d, {0: 32}); print(d.pipeline_cache_loaded_bytes)")
+    first = run_python(code, BITNET_GPU_CACHE_DIR=str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    files = list(tmp_path.glob("pipelines-*.bin"))
+    assert len(files) == 1 and files[0].stat().st_size > 0
+    second = run_python(code, BITNET_GPU_CACHE_DIR=str(tmp_path))
+    assert second.returncode == 0, second.stderr
+    assert int(first.stdout) == 0 and int(second.stdout) > 0

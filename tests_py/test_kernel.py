@@ -1,0 +1,142 @@
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import bitnet_gpu as bg
+from bitnet_gpu import _core, reference
+
+
+def axpy_push(n, a):
+    return np.array([n], np.uint32).tobytes() + np.float32(a).tobytes()
+
+
+def glsl_to_spirv(tmp_path, source):
+    compiler = shutil.which("glslangValidator")
+    if compiler is None:
+        pytest.skip("glslangValidator is not installed")
+    path = tmp_path / "kernel.comp"
+    path.write_text(source)
+    out = tmp_path / "kernel.spv"
+    subprocess.run([compiler, "-V", "--target-env", "vulkan1.2", "-o", str(out), str(path)],
+                   check=True, capture_output=True)
+    return out.read_bytes()
+
+
+def test_builtin_kernel_interface(device):
+    assert {"axpy", "copy_vec4", "empty"} <= set(_core.builtin_shaders())
+    k = bg.builtin_kernel("axpy", device, {0: 128})
+    assert k.name == "axpy" and k.device is device
+    assert k.binding_count == 2 and k.writable == [False, True]
+    assert k.push_constant_size == 8 and k.local_size == (128, 1, 1)
+
+
+@pytest.mark.parametrize("n", [1, 7, 33, 4097, 100003])
+def test_axpy_parity(device, rng, n):
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    a = float(rng.standard_normal())
+    tx = bg.Tensor.from_numpy(x, device)
+    ty = bg.Tensor.from_numpy(y, device)
+    axpy = bg.builtin_kernel("axpy", device, {0: 64})
+    axpy.dispatch(min(-(-n // 64), 1024), [tx, ty], axpy_push(n, a))  # grid-stride beyond 1024
+    expected = reference.axpy(a, x, y)
+    got = ty.numpy()
+    assert np.all(np.abs(got - expected) <= 1e-5 * np.abs(expected) + 1e-6)
+
+
+def test_kernel_writes_every_element_of_a_poisoned_output(device, rng):
+    n = 4097 * 4
+    a = rng.integers(0, 2**32, size=(n // 4, 4), dtype=np.uint32)
+    out = bg.Tensor.from_numpy(np.full(a.shape, 0xDEADBEEF, np.uint32), device)
+    bg.builtin_kernel("copy_vec4", device, {0: 32}).dispatch(7, [bg.Tensor.from_numpy(a, device),
+                                                               out], np.uint32(n // 4))
+    assert np.array_equal(out.numpy(), a)
+
+
+def test_user_glsl_kernel_with_push_constants(device, rng, tmp_path):
+    spirv = glsl_to_spirv(tmp_path, """
+        #version 450
+        layout(local_size_x = 32) in;
+        layout(std430, binding = 0) readonly buffer A { int a[]; };
+        layout(std430, binding = 1) writeonly buffer B { int b[]; };
+        layout(push_constant) uniform P { uint n; int add; } p;
+        layout(constant_id = 3) const int scale = 1;
+        void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) b[i] = a[i] * scale + p.add; }
+    """)
+    k = bg.Kernel(device, spirv, specialization={3: -3}, name="scale_add")
+    assert k.name == "scale_add" and k.push_constant_size == 8 and k.local_size == (32, 1, 1)
+    a = rng.integers(-1000, 1000, size=33, dtype=np.int32)
+    ta, tb = bg.Tensor.from_numpy(a, device), device.empty(33, np.int32)
+    k.dispatch(2, [ta, tb], np.array([33, 5], np.int32))
+    assert np.array_equal(tb.numpy(), a * -3 + 5)
+
+
+def test_unsupported_shader_interfaces_raise(device, tmp_path):
+    spirv = glsl_to_spirv(tmp_path, """
+        #version 450
+        layout(local_size_x = 1) in;
+        layout(std140, binding = 0) uniform U { float u; };
+        layout(std430, binding = 1) buffer B { float b[]; };
+        void main() { b[0] = u; }
+    """)
+    with pytest.raises(bg.UnsupportedError, match="storage buffer"):
+        bg.Kernel(device, spirv)
+
+
+def test_bad_kernels_and_dispatches_raise(device, rng):
+    spirv = _core.builtin_spirv("axpy")
+    with pytest.raises(bg.ArgumentError, match="32-bit words"):
+        bg.Kernel(device, spirv[:-1])
+    with pytest.raises(bg.ArgumentError, match="not a SPIR-V module"):
+        bg.Kernel(device, b"\x00" * 64)
+    with pytest.raises(bg.ArgumentError, match="runs past the end"):
+        bg.Kernel(device, spirv[:20] + b"\xff\xff\xff\xff")
+    with pytest.raises(bg.ArgumentError, match="no compute entry point 'go'"):
+        bg.Kernel(device, spirv, entry="go")
+    with pytest.raises(bg.ArgumentError, match="no specialization constant 9"):
+        bg.Kernel(device, spirv, specialization={9: 1})
+    with pytest.raises(bg.DTypeError):
+        bg.Kernel(device, spirv, specialization={0: 2.5})
+    with pytest.raises(bg.DTypeError):
+        bg.Kernel(device, spirv, specialization={0: "64"})
+    with pytest.raises(bg.UnsupportedError, match="workgroup size"):
+        bg.Kernel(device, spirv, specialization={0: 1 << 20})
+
+    k = bg.builtin_kernel("axpy", device)
+    x = bg.Tensor.from_numpy(rng.standard_normal(8).astype(np.float32), device)
+    y = bg.Tensor.from_numpy(rng.standard_normal(8).astype(np.float32), device)
+    before = y.numpy()
+    with pytest.raises(bg.ShapeError, match="takes 2 tensors"):
+        k.dispatch(1, [x], axpy_push(8, 1))
+    with pytest.raises(bg.ShapeError, match="8 bytes of push constants, got 4"):
+        k.dispatch(1, [x, y], np.uint32(8))
+    with pytest.raises(bg.DTypeError, match="bytes-like"):
+        k.dispatch(1, [x, y], 3.5)
+    with pytest.raises(bg.ShapeError, match="groups"):
+        k.dispatch((1, 1, 1, 1), [x, y], axpy_push(8, 1))
+    with pytest.raises(bg.ShapeError, match="out of range"):
+        k.dispatch(-1, [x, y], axpy_push(8, 1))
+    with pytest.raises(TypeError):
+        k.dispatch(1, [x, "y"], axpy_push(8, 1))
+    limit = device.info.max_workgroup_count[0]
+    if limit < 2**32 - 1:
+        with pytest.raises(bg.UnsupportedError, match="maxComputeWorkGroupCount"):
+            k.dispatch(limit + 1, [x, y], axpy_push(8, 1))
+    other = bg.Tensor.from_numpy(np.zeros(8, np.float32), bg.Device())
+    with pytest.raises(bg.ArgumentError, match="lives on device"):
+        k.dispatch(1, [x, other], axpy_push(8, 1))
+    assert np.array_equal(y.numpy(), before)  # nothing ran
+    k.dispatch(1, [x, y], axpy_push(8, 1))
+    assert np.allclose(y.numpy(), reference.axpy(1, x.numpy(), before))
+
+
+def test_tensor_over_the_storage_buffer_range_is_rejected_by_name(device):
+    limit = device.info.max_storage_buffer_range
+    if limit >= device.info.max_allocation_size or limit > 2**31:
+        pytest.skip("this device's storage buffer range covers any allocation")
+    big = device.empty(limit // 4 + 4, np.float32)
+    small = device.empty(4, np.float32)
+    with pytest.raises(bg.UnsupportedError, match="maxStorageBufferRange"):
+        bg.builtin_kernel("axpy", device).dispatch(1, [small, big], axpy_push(4, 1))
