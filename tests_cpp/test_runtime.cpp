@@ -27,8 +27,8 @@ class ValidationListener : public ::testing::EmptyTestEventListener {
 };
 
 std::shared_ptr<Device> device() {
-  static std::shared_ptr<Device> shared = Device::create();
-  return shared;
+  static auto* shared = new std::shared_ptr<Device>(Device::create());  // see Instance::get
+  return *shared;
 }
 
 std::vector<std::byte> push(uint32_t count, float a) {
@@ -187,7 +187,7 @@ TEST(Sequence, HundredDependentKernelsGiveTheRightAnswer) {
   Tensor tx = upload(x), ty = upload(y);
   Kernel axpy = Kernel::builtin(device(), "axpy", {{0, int64_t{64}}});
   BufferBinding bindings[] = {tx.binding(), ty.binding()};
-  Sequence sequence(device(), device()->has_timestamps());
+  Sequence sequence(device(), device()->has_timestamps() ? Timing::per_op : Timing::off);
   for (int step = 0; step < 100; ++step)
     sequence.dispatch(axpy, {groups_for(n), 1, 1}, bindings, push(n, 0.25f));
   EXPECT_EQ(sequence.op_count(), 100u);
@@ -210,7 +210,7 @@ TEST(Sequence, IndependentOpsNeedNoBarrier) {
   Kernel axpy = Kernel::builtin(device(), "axpy");
   std::vector<Tensor> tensors;
   for (int i = 0; i < 8; ++i) tensors.push_back(upload(random_floats(64, i)));
-  Sequence sequence(device(), false);
+  Sequence sequence(device(), Timing::off);
   for (int i = 0; i < 8; i += 2) {
     BufferBinding bindings[] = {tensors[i].binding(), tensors[i + 1].binding()};
     sequence.dispatch(axpy, {1, 1, 1}, bindings, push(64, 1.0f));
@@ -228,7 +228,7 @@ TEST(Sequence, CopiesAndFills) {
   Tensor source = upload(values);
   Tensor middle = Tensor::empty(device(), std::vector<int64_t>{1000}, DType::float32);
   Tensor result = Tensor::empty(device(), std::vector<int64_t>{1000}, DType::float32, Placement::host);
-  Sequence sequence(device(), false);
+  Sequence sequence(device(), Timing::off);
   sequence.fill(middle.binding(), 0x7fc00000u);
   sequence.copy(source.binding(), middle.binding());
   sequence.copy(middle.binding(), result.binding());
@@ -251,7 +251,7 @@ TEST(Errors, BadDispatchesThrowAndLeaveTheDeviceUsable) {
   EXPECT_THROW(Kernel::builtin(device(), "axpy", {{7, int64_t{1}}}), ArgumentError);
   EXPECT_THROW(Kernel::builtin(device(), "axpy", {{0, int64_t{1} << 20}}), UnsupportedError);
 
-  Sequence sequence(device(), false);
+  Sequence sequence(device(), Timing::off);
   sequence.dispatch(axpy, {1, 1, 1}, two, push(16, 1.0f));
   sequence.run();
   EXPECT_THROW(sequence.dispatch(axpy, {1, 1, 1}, two, push(16, 1.0f)), ArgumentError);

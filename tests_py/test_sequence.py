@@ -108,6 +108,19 @@ def test_sequences_are_per_thread(device, axpy):
     assert (t.numpy() == 2).all()
 
 
+def test_total_timing_measures_the_whole_sequence(device, axpy):
+    if not device.info.features["timestamps"]:
+        pytest.skip("device has no timestamps")
+    t = device.empty(64)
+    with device.sequence(timings="total") as seq:
+        for _ in range(10):
+            seq.fill(t, 0)
+    (label, seconds), = seq.timings()
+    assert label == "sequence of 10 ops" and seconds >= 0
+    with pytest.raises(bg.ArgumentError, match="timings"):
+        device.sequence(timings="each")
+
+
 def test_timings_need_timestamps(device, axpy):
     t = device.empty(64)
     with device.sequence(timings=False) as seq:

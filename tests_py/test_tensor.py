@@ -216,3 +216,17 @@ def test_len_and_repr(device):
     with pytest.raises(TypeError):
         len(device.empty((), np.int32))
     assert os.environ.get("BITNET_GPU_DEBUG_UNMAPPED_DEVICE_MEMORY") is None
+
+
+def test_numpy_out_argument(device, unmapped_device, rng):
+    a = rng.standard_normal((7, 9)).astype(np.float32)
+    for dev in (device, unmapped_device):
+        t = bg.Tensor.from_numpy(a, dev)
+        out = np.full_like(a, np.nan)
+        assert t.numpy(out=out) is out and np.array_equal(out, a)
+    with pytest.raises(bg.DTypeError):
+        t.numpy(out=np.empty((7, 9), np.float64))
+    with pytest.raises(bg.ShapeError):
+        t.numpy(out=np.empty((9, 7), np.float32))
+    with pytest.raises(bg.ArgumentError):
+        t.numpy(out=np.empty((7, 18), np.float32)[:, ::2])

@@ -11,7 +11,8 @@ namespace bitnet {
 namespace {
 
 std::mutex default_mutex;
-std::shared_ptr<Device> default_device_instance;
+// Released explicitly (Python does it at exit), never by a static destructor: see Instance::get.
+auto* default_device_instance = new std::shared_ptr<Device>();
 
 bool supports_extension(VkPhysicalDevice physical, const char* name) {
   uint32_t count = 0;
@@ -33,15 +34,15 @@ std::shared_ptr<Device> Device::create(std::optional<uint32_t> index) {
 
 std::shared_ptr<Device> Device::default_device() {
   std::lock_guard lock(default_mutex);
-  if (!default_device_instance || default_device_instance->lost())
-    default_device_instance = create();
-  return default_device_instance;
+  if (!*default_device_instance || (*default_device_instance)->lost())
+    *default_device_instance = create();
+  return *default_device_instance;
 }
 
 void Device::release_default_device() {
   std::shared_ptr<Device> released;
   std::lock_guard lock(default_mutex);
-  released.swap(default_device_instance);
+  released.swap(*default_device_instance);
 }
 
 Device::Device(uint32_t index) : instance_(Instance::get()) {

@@ -78,10 +78,12 @@ bool has_extension(VkPhysicalDevice physical, const char* name) {
 
 std::shared_ptr<Instance> Instance::get() {
   static std::mutex mutex;
-  static std::shared_ptr<Instance> instance;
+  // Never destroyed: drivers (NVIDIA's among them) tear themselves down during static
+  // destruction, and a vkDestroyInstance after that crashes the process at exit.
+  static auto* instance = new std::shared_ptr<Instance>();
   std::lock_guard lock(mutex);
-  if (!instance) instance.reset(new Instance());
-  return instance;
+  if (!*instance) instance->reset(new Instance());
+  return *instance;
 }
 
 Instance::Instance() {

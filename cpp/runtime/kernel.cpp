@@ -273,7 +273,7 @@ void Kernel::dispatch(std::array<uint32_t, 3> groups, std::span<const BufferBind
     active->dispatch(*this, groups, bindings, push_constants);
     return;
   }
-  Sequence sequence(device_, false);
+  Sequence sequence(device_, Timing::off);
   sequence.dispatch(*this, groups, bindings, push_constants);
   sequence.run();
 }

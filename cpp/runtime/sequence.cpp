@@ -35,11 +35,11 @@ void check_binding(const Device& device, const BufferBinding& binding, const cha
 }  // namespace
 
 Submission::Submission(std::shared_ptr<Device> device, std::unique_ptr<CommandContext> context,
-                       std::vector<std::string> labels, bool timings)
+                       std::vector<std::string> labels, Timing timing)
     : device_(std::move(device)),
       context_(std::move(context)),
       labels_(std::move(labels)),
-      timings_enabled_(timings) {}
+      timing_(timing) {}
 
 Submission::~Submission() {
   std::lock_guard lock(mutex_);
@@ -52,7 +52,7 @@ void Submission::finish_locked() {
   VkFence fence = context_->fence.get();
   device_->check(vkWaitForFences(device_->handle(), 1, &fence, VK_TRUE, UINT64_MAX),
                  "vkWaitForFences");
-  if (timings_enabled_ && !labels_.empty()) {
+  if (timing_ != Timing::off && !labels_.empty()) {
     std::vector<uint64_t> stamps;
     const uint32_t count = context_->queries_used;
     stamps.resize(count);
@@ -68,10 +68,15 @@ void Submission::finish_locked() {
     const uint32_t bits = device_->timestamp_valid_bits();
     const uint64_t mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
     const double period = device_->info().timestamp_period_ns * 1e-9;
-    // Query 0 is written before the first op; query i+1 after op i.
-    for (size_t i = 0; i < labels_.size() && i + 1 < stamps.size(); ++i) {
-      const uint64_t ticks = ((stamps[i + 1] & mask) - (stamps[i] & mask)) & mask;
-      timings_.push_back({labels_[i], static_cast<double>(ticks) * period});
+    auto seconds = [&](size_t from, size_t to) {
+      return static_cast<double>(((stamps[to] & mask) - (stamps[from] & mask)) & mask) * period;
+    };
+    if (timing_ == Timing::total && stamps.size() == 2) {
+      timings_.push_back({"sequence of " + std::to_string(labels_.size()) + " ops", seconds(0, 1)});
+    } else {
+      // Query 0 is written before the first op; query i+1 after op i.
+      for (size_t i = 0; i < labels_.size() && i + 1 < stamps.size(); ++i)
+        timings_.push_back({labels_[i], seconds(i, i + 1)});
     }
   }
   context_->keep_alive.clear();  // the GPU is done: give buffers back to the pool now
@@ -95,7 +100,7 @@ bool Submission::done() {
 }
 
 std::vector<OpTiming> Submission::timings() {
-  if (!timings_enabled_)
+  if (timing_ == Timing::off)
     throw UnsupportedError("this sequence was recorded without timings (timings=False, or the "
                            "device has no timestamp queries)");
   std::lock_guard lock(mutex_);
@@ -103,9 +108,9 @@ std::vector<OpTiming> Submission::timings() {
   return timings_;
 }
 
-Sequence::Sequence(std::shared_ptr<Device> device, bool timings)
-    : device_(std::move(device)), context_(device_->acquire_context()), timings_(timings) {
-  if (timings_ && !device_->has_timestamps())
+Sequence::Sequence(std::shared_ptr<Device> device, Timing timing)
+    : device_(std::move(device)), context_(device_->acquire_context()), timing_(timing) {
+  if (timing_ != Timing::off && !device_->has_timestamps())
     throw UnsupportedError("device '" + device_->info().name + "' has no timestamp queries");
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -118,7 +123,7 @@ Sequence::Sequence(std::shared_ptr<Device> device, bool timings)
   // Earlier submissions on this queue may have written what this one touches.
   memory_barrier(context_->commands, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT,
                  kWorkStages, VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
-  if (timings_) write_timestamp();
+  if (timing_ != Timing::off) write_timestamp();
 }
 
 Sequence::~Sequence() {
@@ -184,7 +189,7 @@ void Sequence::write_timestamp() {
 
 void Sequence::after_op(std::string label) {
   labels_.push_back(std::move(label));
-  if (timings_) write_timestamp();
+  if (timing_ == Timing::per_op) write_timestamp();
 }
 
 VkDescriptorSet Sequence::allocate_descriptor_set(VkDescriptorSetLayout layout, uint32_t bindings) {
@@ -326,13 +331,14 @@ void Sequence::fill(const BufferBinding& destination, uint32_t word) {
 
 std::shared_ptr<Submission> Sequence::submit() {
   ensure_recording();
+  if (timing_ == Timing::total) write_timestamp();
   // Make every write visible to the host, which may read mapped memory after the fence.
   memory_barrier(context_->commands, kWorkStages,
                  VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                  VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
   device_->check(vkEndCommandBuffer(context_->commands), "vkEndCommandBuffer");
   device_->submit(*context_);
-  submission_ = std::make_shared<Submission>(device_, std::move(context_), labels_, timings_);
+  submission_ = std::make_shared<Submission>(device_, std::move(context_), labels_, timing_);
   return submission_;
 }
 

@@ -16,6 +16,10 @@ class Device;
 class Kernel;
 struct CommandContext;
 
+// What a sequence measures with timestamp queries: nothing, each op, or only the whole sequence
+// (two timestamps, so ops still overlap as they would untimed).
+enum class Timing : uint8_t { off, per_op, total };
+
 struct OpTiming {
   std::string label;
   double seconds = 0.0;
@@ -26,7 +30,7 @@ struct OpTiming {
 class Submission {
  public:
   Submission(std::shared_ptr<Device> device, std::unique_ptr<CommandContext> context,
-             std::vector<std::string> labels, bool timings);
+             std::vector<std::string> labels, Timing timing);
   ~Submission();
   Submission(const Submission&) = delete;
   Submission& operator=(const Submission&) = delete;
@@ -41,7 +45,7 @@ class Submission {
   std::mutex mutex_;
   std::unique_ptr<CommandContext> context_;
   std::vector<std::string> labels_;
-  bool timings_enabled_;
+  Timing timing_;
   bool finished_ = false;
   std::vector<OpTiming> timings_;
 };
@@ -51,7 +55,7 @@ class Submission {
 // wrote (WAW) or writes what it read (WAR); independent ops may overlap on the GPU.
 class Sequence {
  public:
-  Sequence(std::shared_ptr<Device> device, bool timings);
+  Sequence(std::shared_ptr<Device> device, Timing timing);
   ~Sequence();
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
@@ -69,7 +73,7 @@ class Sequence {
 
   size_t op_count() const { return labels_.size(); }
   size_t barrier_count() const { return barriers_; }
-  bool timings_enabled() const { return timings_; }
+  bool timings_enabled() const { return timing_ != Timing::off; }
   bool submitted() const { return submission_ != nullptr; }
   const std::shared_ptr<Device>& device() const { return device_; }
 
@@ -87,7 +91,7 @@ class Sequence {
 
   std::shared_ptr<Device> device_;
   std::unique_ptr<CommandContext> context_;
-  bool timings_;
+  Timing timing_;
   bool active_ = false;
   size_t barriers_ = 0;
   std::vector<std::string> labels_;

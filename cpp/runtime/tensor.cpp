@@ -64,7 +64,7 @@ void Tensor::upload(const void* source, uint64_t bytes) {
   }
   auto staging = device().allocate(bytes, Placement::host);
   std::memcpy(staging->mapped(), source, bytes);
-  Sequence sequence(device_ptr(), false);
+  Sequence sequence(device_ptr(), Timing::off);
   sequence.copy({staging, 0, bytes}, binding());
   sequence.run();
 }
@@ -80,7 +80,7 @@ void Tensor::download(void* destination, uint64_t bytes) const {
     return;
   }
   auto staging = device().allocate(bytes, Placement::host);
-  Sequence sequence(device_ptr(), false);
+  Sequence sequence(device_ptr(), Timing::off);
   sequence.copy(binding(), {staging, 0, bytes});
   sequence.run();
   std::memcpy(destination, staging->mapped(), bytes);

@@ -340,10 +340,20 @@ PYBIND11_MODULE(_core, m) {
           py::arg("shape"), py::arg("dtype") = py::str("float32"), py::arg("memory") = "auto")
       .def(
           "sequence",
-          [](std::shared_ptr<Device> d, std::optional<bool> timings) {
-            return std::make_unique<Sequence>(d, timings.value_or(d->has_timestamps()));
+          [](std::shared_ptr<Device> d, py::object timings) {
+            Timing timing = d->has_timestamps() ? Timing::per_op : Timing::off;
+            if (py::isinstance<py::str>(timings)) {
+              if (timings.cast<std::string>() != "total")
+                throw ArgumentError("timings: expected None, True, False or 'total'");
+              timing = Timing::total;
+            } else if (!timings.is_none()) {
+              timing = timings.cast<bool>() ? Timing::per_op : Timing::off;
+            }
+            return std::make_unique<Sequence>(d, timing);
           },
-          py::arg("timings") = py::none())
+          py::arg("timings") = py::none(),
+          "Record ops into one command buffer. timings: None (per op where the device has "
+          "timestamps), True, False, or 'total' (one figure for the whole sequence).")
       .def("__repr__", [](const Device& d) {
         return "<bitnet_gpu.Device " + std::to_string(d.info().index) + ": '" + d.info().name + "'>";
       });
@@ -359,7 +369,27 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("device", &Tensor::device_ptr)
       .def_property_readonly("memory", [](const Tensor& t) { return placement_name(t.placement()); })
       .def_property_readonly("host_visible", &Tensor::host_visible)
-      .def("numpy", &to_array, "An independent NumPy copy of the tensor.")
+      .def(
+          "numpy",
+          [](const Tensor& t, std::optional<py::array> out) -> py::array {
+            if (!out) return to_array(t);
+            const int flags = py::detail::array_proxy(out->ptr())->flags;
+            std::vector<int64_t> shape(out->shape(), out->shape() + out->ndim());
+            if (to_dtype(out->dtype(), "out dtype") != t.dtype())
+              throw DTypeError("out: expected dtype " + std::string(dtype_name(t.dtype())) +
+                               ", got " + py::str(out->dtype()).cast<std::string>());
+            if (shape != t.shape()) throw ShapeError("out: shape does not match the tensor's");
+            if (!(flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_) ||
+                !(flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_))
+              throw ArgumentError("out: expected a writeable C-contiguous array");
+            void* data = out->mutable_data();
+            {
+              py::gil_scoped_release release;
+              t.download(data, t.nbytes());
+            }
+            return *out;
+          },
+          py::arg("out") = py::none(), "A NumPy copy of the tensor (into `out` if given).")
       .def(
           "__array__",
           [](py::object self, py::object dtype, std::optional<bool> copy) -> py::object {

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Everything one call on the lent GPU does, in order: build, parity tests under the validation
+# layer, the demo, the benchmarks. On the device machine, from the repository root:
+#   source .gpu/setup.sh && bash benchmarks/gpu_session.sh
+# Logs and JSON go to $OUT (the device tool's folder) or /tmp/bitnet_gpu_out.
+set -uo pipefail
+out=${OUT:-/tmp/bitnet_gpu_out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 BITNET_GPU_CACHE_DIR=/tmp/bitnet_gpu_cache
+step() { echo "=== $* ($(date +%T))"; }
+
+step vulkan
+vulkaninfo --summary 2>/dev/null | grep -E "deviceName|driverName|driverInfo|apiVersion" | head -8
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>/dev/null
+
+step build
+python3 -m pip install --no-build-isolation --no-deps -q . > "$out/build.log" 2>&1 \
+  || { tail -40 "$out/build.log"; exit 1; }
+
+step info
+python3 -m bitnet_gpu info
+step demo
+python3 -m bitnet_gpu demo
+
+step ctest
+{ cmake -S . -B build/gpu-tests -G Ninja -DBITNET_GPU_TESTS=ON -DBITNET_GPU_PYTHON=OFF \
+    && cmake --build build/gpu-tests && ctest --test-dir build/gpu-tests --output-on-failure; } \
+  > "$out/ctest.log" 2>&1
+tail -4 "$out/ctest.log"
+
+step pytest
+BITNET_GPU_VALIDATION=1 python3 -m pytest tests_py -q -p no:cacheprovider > "$out/pytest.log" 2>&1
+tail -15 "$out/pytest.log"
+
+for bench in ${BITNET_GPU_BENCHMARKS:-runtime}; do
+  step "benchmark $bench"
+  python3 "benchmarks/bench_$bench.py" --json "$out/$bench-gpu.json"
+done
+step done
