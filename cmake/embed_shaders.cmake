@@ -6,19 +6,42 @@ function(embed_shaders out_sources out_dir)
   set(headers "")
   set(includes "")
   set(entries "")
+  file(GLOB_RECURSE shader_includes "${CMAKE_CURRENT_SOURCE_DIR}/shaders/*.glsl")
   foreach(shader ${ARGN})
     get_filename_component(stem "${shader}" NAME_WE)
-    set(header "${out_dir}/${stem}.spv.h")
-    add_custom_command(
-      OUTPUT "${header}"
-      COMMAND "${GLSLANG_VALIDATOR}" -V --target-env vulkan1.2 --quiet
-              --vn "spirv_${stem}" -o "${header}" "${shader}"
-      DEPENDS "${shader}"
-      COMMENT "Compiling shader ${stem}.comp to SPIR-V"
-      VERBATIM)
-    list(APPEND headers "${header}")
-    string(APPEND includes "#include \"${stem}.spv.h\"\n")
-    string(APPEND entries "    {\"${stem}\", {spirv_${stem}, std::size(spirv_${stem})}},\n")
+    # A line "//! variant NAME DEFINE[=VALUE]..." builds <stem>_<NAME> with those -D defines;
+    # a shader without such lines builds once, as <stem>.
+    file(STRINGS "${shader}" variant_lines REGEX "^//! variant ")
+    set(variants "")
+    foreach(line ${variant_lines})
+      string(REGEX REPLACE "^//! variant +" "" spec "${line}")
+      string(REPLACE " " ";" spec "${spec}")
+      list(GET spec 0 suffix)
+      list(REMOVE_AT spec 0)
+      set(defines "")
+      foreach(define ${spec})
+        list(APPEND defines "-D${define}")
+      endforeach()
+      list(APPEND variants "${stem}_${suffix}")
+      set(defines_${stem}_${suffix} ${defines})
+    endforeach()
+    if(NOT variants)
+      set(variants "${stem}")
+      set(defines_${stem} "")
+    endif()
+    foreach(name ${variants})
+      set(header "${out_dir}/${name}.spv.h")
+      add_custom_command(
+        OUTPUT "${header}"
+        COMMAND "${GLSLANG_VALIDATOR}" -V --target-env vulkan1.2 --quiet ${defines_${name}}
+                --vn "spirv_${name}" -o "${header}" "${shader}"
+        DEPENDS "${shader}" ${shader_includes}
+        COMMENT "Compiling shader ${name} to SPIR-V"
+        VERBATIM)
+      list(APPEND headers "${header}")
+      string(APPEND includes "#include \"${name}.spv.h\"\n")
+      string(APPEND entries "    {\"${name}\", {spirv_${name}, std::size(spirv_${name})}},\n")
+    endforeach()
   endforeach()
   set(registry "${out_dir}/shader_registry.cpp")
   file(WRITE "${registry}.in"

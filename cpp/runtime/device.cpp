@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "runtime/command_context.hpp"
 #include "runtime/error.hpp"
@@ -248,6 +249,25 @@ void Device::recycle_context(std::unique_ptr<CommandContext> context) {
   context->submitted = false;
   std::lock_guard lock(contexts_mutex_);
   free_contexts_.push_back(std::move(context));
+}
+
+void Device::start_profiling() {
+  std::lock_guard lock(profile_mutex_);
+  if (!has_timestamps())
+    throw UnsupportedError("device '" + info_.name + "' has no timestamp queries to profile with");
+  profile_.clear();
+  profiling_ = true;
+}
+
+std::vector<std::pair<std::string, double>> Device::stop_profiling() {
+  std::lock_guard lock(profile_mutex_);
+  profiling_ = false;
+  return std::exchange(profile_, {});
+}
+
+void Device::add_profile(const std::vector<std::pair<std::string, double>>& timings) {
+  std::lock_guard lock(profile_mutex_);
+  if (profiling_) profile_.insert(profile_.end(), timings.begin(), timings.end());
 }
 
 Sequence* Device::active_sequence() const {

@@ -70,6 +70,13 @@ class Device : public std::enable_shared_from_this<Device> {
   void push_active_sequence(Sequence* sequence);
   void pop_active_sequence(Sequence* sequence);
 
+  // While profiling, every sequence records a timestamp after each op (also the ones that
+  // operations run internally), and the GPU times of everything that completes are collected.
+  void start_profiling();
+  std::vector<std::pair<std::string, double>> stop_profiling();
+  bool profiling() const { return profiling_.load(); }
+  void add_profile(const std::vector<std::pair<std::string, double>>& timings);
+
   PFN_vkGetMemoryHostPointerPropertiesEXT get_host_pointer_properties = nullptr;
 
  private:
@@ -85,6 +92,9 @@ class Device : public std::enable_shared_from_this<Device> {
   VkPhysicalDeviceMemoryProperties memory_properties_{};
   VkPhysicalDeviceLimits limits_{};
   std::atomic<bool> lost_{false};
+  std::atomic<bool> profiling_{false};
+  std::mutex profile_mutex_;
+  std::vector<std::pair<std::string, double>> profile_;
 
   std::unique_ptr<MemoryPool> pool_;
   std::unique_ptr<PipelineCache> pipelines_;

@@ -81,6 +81,11 @@ void Submission::finish_locked() {
   }
   context_->keep_alive.clear();  // the GPU is done: give buffers back to the pool now
   finished_ = true;
+  if (device_->profiling() && timing_ == Timing::per_op) {
+    std::vector<std::pair<std::string, double>> collected;
+    for (const auto& t : timings_) collected.emplace_back(t.label, t.seconds);
+    device_->add_profile(collected);
+  }
 }
 
 void Submission::wait() {
@@ -109,7 +114,9 @@ std::vector<OpTiming> Submission::timings() {
 }
 
 Sequence::Sequence(std::shared_ptr<Device> device, Timing timing)
-    : device_(std::move(device)), context_(device_->acquire_context()), timing_(timing) {
+    : device_(std::move(device)),
+      context_(device_->acquire_context()),
+      timing_(timing == Timing::off && device_->profiling() ? Timing::per_op : timing) {
   if (timing_ != Timing::off && !device_->has_timestamps())
     throw UnsupportedError("device '" + device_->info().name + "' has no timestamp queries");
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};

@@ -11,7 +11,7 @@ import atexit
 
 import numpy as np
 
-from . import _core
+from . import _core, reference
 from ._core import (
     ArgumentError,
     Device,
@@ -29,8 +29,31 @@ from ._core import (
     default_device,
     devices,
 )
+from .quantize import (
+    BinaryWeights,
+    TernaryWeights,
+    binarize_weights,
+    dequantize_activations,
+    dequantize_weights,
+    pack_ternary,
+    quantize_activations,
+    quantize_gradients,
+    quantize_weights,
+    unpack_ternary,
+)
 
 __all__ = [
+    "BinaryWeights",
+    "TernaryWeights",
+    "binarize_weights",
+    "dequantize_activations",
+    "dequantize_weights",
+    "pack_ternary",
+    "quantize_activations",
+    "quantize_gradients",
+    "quantize_weights",
+    "reference",
+    "unpack_ternary",
     "ArgumentError",
     "Device",
     "DeviceError",
@@ -83,3 +106,32 @@ def builtin_kernel(name: str, device: Device | None = None, specialization=None)
 def _shutdown() -> None:
     # Destroy the default device (saving its pipeline cache) while the driver is still loaded.
     _core._release_default_device()
+
+
+class Profile:
+    """GPU time of every kernel, copy and fill that completes on a device inside the block:
+    ``with bg.profile(device) as p: ...`` then ``p.timings`` [(label, seconds)] and
+    ``p.total(label=None)``. Each op gets a timestamp after it, so ops do not overlap while
+    profiling."""
+
+    def __init__(self, device=None):
+        self.device = device or default_device()
+        self.timings = []
+
+    def __enter__(self):
+        self.device._start_profiling()
+        return self
+
+    def __exit__(self, *exc):
+        self.timings = self.device._stop_profiling()
+        return False
+
+    def total(self, label=None):
+        return sum(t for name, t in self.timings if label is None or name == label)
+
+
+def profile(device=None) -> Profile:
+    return Profile(device)
+
+
+__all__ += ["Profile", "profile"]

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "ops/quantize.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/instance.hpp"
@@ -329,6 +330,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("pipeline_cache_loaded_bytes",
                              [](Device& d) { return d.pipeline_cache().loaded_bytes(); })
       .def("save_pipeline_cache", [](Device& d) { d.pipeline_cache().save(); })
+      .def("_start_profiling", &Device::start_profiling)
+      .def("_stop_profiling", &Device::stop_profiling)
       .def("synchronize", &Device::synchronize, py::call_guard<py::gil_scoped_release>())
       .def("memory_stats", [](const Device& d) { return stats_dict(d.memory_stats()); })
       .def("trim", &Device::trim)
@@ -533,4 +536,36 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("barrier_count", &Sequence::barrier_count)
       .def_property_readonly("submitted", &Sequence::submitted)
       .def_property_readonly("timings_enabled", &Sequence::timings_enabled);
+
+  py::class_<ops::QuantizedWeights>(m, "QuantizedWeights",
+                                    "Packed ternary or binary weights and their scales.")
+      .def_readonly("packed", &ops::QuantizedWeights::packed)
+      .def_readonly("scales", &ops::QuantizedWeights::scales)
+      .def_readonly("means", &ops::QuantizedWeights::means)
+      .def_readonly("rows", &ops::QuantizedWeights::rows)
+      .def_readonly("cols", &ops::QuantizedWeights::cols)
+      .def_readonly("group_size", &ops::QuantizedWeights::group_size)
+      .def_readonly("binary", &ops::QuantizedWeights::binary);
+  py::class_<ops::QuantizedRows>(m, "QuantizedRows")
+      .def_readonly("q", &ops::QuantizedRows::q)
+      .def_readonly("scales", &ops::QuantizedRows::scales)
+      .def_readonly("zero_points", &ops::QuantizedRows::zero_points);
+  py::class_<ops::QuantizedTensor>(m, "QuantizedTensor")
+      .def_readonly("q", &ops::QuantizedTensor::q)
+      .def_readonly("scale", &ops::QuantizedTensor::scale);
+  auto release = py::call_guard<py::gil_scoped_release>();
+  m.def("quantize_weights", &ops::quantize_weights, py::arg("w"), py::arg("group_size"),
+        py::arg("binary"), release);
+  m.def("weights_from_packed", &ops::weights_from_packed, py::arg("packed"), py::arg("scales"),
+        py::arg("rows"), py::arg("cols"), py::arg("group_size"), py::arg("binary"), release);
+  m.def("dequantize_weights", &ops::dequantize_weights, py::arg("weights"), release);
+  m.def("unpack_ternary", &ops::unpack_ternary, py::arg("packed"), py::arg("rows"),
+        py::arg("cols"), release);
+  m.def("pack_ternary", &ops::pack_ternary, py::arg("values"), release);
+  m.def("quantize_rows", &ops::quantize_rows, py::arg("x"), py::arg("bits"), py::arg("symmetric"),
+        release);
+  m.def("dequantize_rows", &ops::dequantize_rows, py::arg("q"), py::arg("scales"),
+        py::arg("zero_points"), release);
+  m.def("quantize_tensor", &ops::quantize_tensor, py::arg("g"), py::arg("bits"),
+        py::arg("stochastic"), py::arg("seed"), release);
 }

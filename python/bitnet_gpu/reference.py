@@ -18,3 +18,153 @@ def axpy(a: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def copy(x: np.ndarray) -> np.ndarray:
     """The built-in ``copy_vec4`` kernel: an exact copy."""
     return np.array(x, copy=True)
+
+
+EPS = 1e-5
+
+
+def _groups(w: np.ndarray, group_size):
+    """w [N, K] as [N, K // g, g] (one group = the whole tensor when group_size is None)."""
+    n, k = w.shape
+    if group_size is None:
+        return w.reshape(1, 1, n * k)
+    return w.reshape(n, k // group_size, group_size)
+
+
+def weight_scale(w: np.ndarray, group_size=None) -> np.ndarray:
+    """gamma = max(mean(|W|), eps) in float64, per tensor ([1]) or per group ([N, K // g])."""
+    g = _groups(np.asarray(w, np.float64), group_size)
+    gamma = np.maximum(np.abs(g).mean(axis=-1), EPS)
+    return gamma.reshape(-1) if group_size is None else gamma
+
+
+def ternary_values(w: np.ndarray, gamma, group_size=None) -> np.ndarray:
+    """W / gamma in float64, before rounding (for the parity tests' tie check)."""
+    g = _groups(np.asarray(w, np.float64), group_size)
+    gamma = np.asarray(gamma, np.float64).reshape(g.shape[0], g.shape[1], 1)
+    return (g / gamma).reshape(np.shape(w))
+
+
+def quantize_ternary(w: np.ndarray, group_size=None, gamma=None):
+    """(W_q int8 in {-1, 0, 1}, gamma): W_q = clip(round(W / gamma), -1, 1)."""
+    gamma = weight_scale(w, group_size) if gamma is None else np.asarray(gamma)
+    q = np.clip(np.rint(ternary_values(w, gamma, group_size)), -1, 1).astype(np.int8)
+    return q, gamma
+
+
+def quantize_binary(w: np.ndarray, group_size=None, alpha=None):
+    """(W_b int8 in {-1, +1}, alpha, beta): W_b = sign(W - alpha), sign(0) = +1."""
+    g = _groups(np.asarray(w, np.float64), group_size)
+    mean = g.mean(axis=-1, keepdims=True) if alpha is None else np.asarray(
+        alpha, np.float64).reshape(g.shape[0], g.shape[1], 1)
+    beta = np.maximum(np.abs(g).mean(axis=-1), EPS)
+    b = np.where(g - mean >= 0, 1, -1).astype(np.int8).reshape(np.shape(w))
+    shape = (-1,) if group_size is None else g.shape[:2]
+    return b, mean.reshape(shape), beta.reshape(shape)
+
+
+def dequantize(q: np.ndarray, scale, group_size=None) -> np.ndarray:
+    """W_q * gamma (or W_b * beta) as float32."""
+    g = _groups(q.astype(np.float64), group_size)
+    scale = np.asarray(scale, np.float64).reshape(g.shape[0], g.shape[1], 1)
+    return (g * scale).reshape(q.shape).astype(np.float32)
+
+
+def pack_ternary(q: np.ndarray) -> np.ndarray:
+    """Codes q + 1, 4 per byte (weight 4b+i in bits 2i..2i+1), rows padded with code 1 to a
+    multiple of 16 weights."""
+    n, k = q.shape
+    padded = np.ones((n, -(-k // 16) * 16), np.uint8)
+    padded[:, :k] = (q.astype(np.int16) + 1).astype(np.uint8)
+    codes = padded.reshape(n, -1, 4)
+    return (codes[..., 0] | codes[..., 1] << 2 | codes[..., 2] << 4 | codes[..., 3] << 6).astype(np.uint8)
+
+
+def unpack_ternary(packed: np.ndarray, shape) -> np.ndarray:
+    n, k = shape
+    codes = (packed[..., None] >> np.array([0, 2, 4, 6], np.uint8)) & 3
+    return (codes.reshape(n, -1)[:, :k].astype(np.int8) - 1).astype(np.int8)
+
+
+def pack_binary(b: np.ndarray) -> np.ndarray:
+    """Bits (1 for +1), 8 per byte (weight 8b+i in bit i), rows padded with 0 bits to a multiple
+    of 32 weights."""
+    n, k = b.shape
+    bits = np.zeros((n, -(-k // 32) * 32), np.uint8)
+    bits[:, :k] = b > 0
+    return np.packbits(bits.reshape(n, -1, 8), axis=-1, bitorder="little").reshape(n, -1)
+
+
+def activation_scale(x: np.ndarray, bits=8) -> np.ndarray:
+    """s = qmax / max(max|x|, eps) per row, float32 (as the kernel returns it)."""
+    qmax = 2 ** (bits - 1) - 1
+    absmax = np.abs(np.asarray(x, np.float32)).max(axis=-1)
+    return (np.float32(qmax) / np.maximum(absmax, np.float32(EPS))).astype(np.float32)
+
+
+def quantize_activations(x: np.ndarray, bits=8, scale=None):
+    """(x_q int8, s): x_q = clip(round(x * s), -qmax - 1, qmax), x * s in float32 as the GPU
+    computes it (a correctly rounded product)."""
+    qmax = 2 ** (bits - 1) - 1
+    x = np.asarray(x, np.float32)
+    s = activation_scale(x, bits) if scale is None else np.asarray(scale, np.float32)
+    q = np.clip(np.rint(x * s[..., None]), -qmax - 1, qmax).astype(np.int8)
+    return q, s
+
+
+def quantize_activations_asymmetric(x: np.ndarray, bits=8, scale=None, zero_point=None):
+    """(x_q uint8, step, zero_point) with lo = min(min x, 0), hi = max(max x, 0),
+    step = max(hi - lo, eps) / levels, zero_point = clip(round(-lo / step), 0, levels),
+    x_q = clip(round(x / step) + zero_point, 0, levels), levels = 2^bits - 1."""
+    levels = 2**bits - 1
+    x64 = np.asarray(x, np.float64)
+    lo = np.minimum(x64.min(axis=-1), 0)
+    hi = np.maximum(x64.max(axis=-1), 0)
+    step = np.maximum(hi - lo, EPS) / levels if scale is None else np.asarray(scale, np.float64)
+    zp = np.clip(np.rint(-lo / step), 0, levels) if zero_point is None else np.asarray(
+        zero_point, np.float64)
+    q = np.clip(np.rint(x64 / step[..., None]) + zp[..., None], 0, levels).astype(np.uint8)
+    return q, step.astype(np.float32), zp.astype(np.uint8)
+
+
+def dequantize_activations(q, scale, zero_point=None) -> np.ndarray:
+    scale = np.asarray(scale, np.float32)[..., None]
+    if zero_point is None:
+        return (q.astype(np.float32) / scale).astype(np.float32)
+    return ((q.astype(np.float32) - np.asarray(zero_point, np.float32)[..., None]) * scale).astype(
+        np.float32)
+
+
+@np.errstate(over="ignore")  # uint32 arithmetic wraps, as in the shader
+def _pcg_hash(v: np.ndarray) -> np.ndarray:
+    v = np.asarray(v, np.uint32)
+    state = (v * np.uint32(747796405) + np.uint32(2891336453)).astype(np.uint32)
+    word = (((state >> ((state >> np.uint32(28)) + np.uint32(4))) ^ state)
+            * np.uint32(277803737)).astype(np.uint32)
+    return ((word >> np.uint32(22)) ^ word).astype(np.uint32)
+
+
+def uniform01(seed: int, count: int) -> np.ndarray:
+    """The counter-based uniform numbers in [0, 1) of stochastic rounding: element i's number
+    depends on (seed, i) alone."""
+    lo, hi = np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32)
+    key = _pcg_hash(lo ^ _pcg_hash(hi))
+    h = _pcg_hash(np.arange(count, dtype=np.uint32) ^ key)
+    return ((h >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)).astype(np.float32)
+
+
+def quantize_gradients(g: np.ndarray, bits=8, stochastic=False, seed=0, scale=None):
+    """(q int8, s) per tensor: s = qmax / max(max|g|, eps); q = clip(round(g * s)) or, stochastic,
+    clip(floor(g * s + u)) with u = uniform01(seed)."""
+    qmax = 2 ** (bits - 1) - 1
+    g = np.asarray(g, np.float32)
+    if scale is None:
+        scale = np.float32(qmax) / np.maximum(np.abs(g).max(), np.float32(EPS))
+    s = np.float32(scale)
+    product = (g * s).astype(np.float32)
+    if stochastic:
+        value = np.floor((product.reshape(-1) + uniform01(seed, g.size)).astype(np.float32))
+        value = value.reshape(g.shape)
+    else:
+        value = np.rint(product)
+    return np.clip(value, -qmax - 1, qmax).astype(np.int8), s

@@ -1,0 +1,143 @@
+"""Quantization benchmark: absmean ternary weights and per-token int8 activations.
+
+GPU time of bitnet_gpu's kernels from Vulkan timestamps (bg.profile); beside it, when PyTorch with
+CUDA is importable, the same formulas in PyTorch eager mode on the same GPU (CUDA events), and
+PyTorch's device copy as the bandwidth ceiling. Prints a table and writes JSON.
+
+    python3 benchmarks/bench_quantize.py [--small] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+import bitnet_gpu as bg
+
+
+def torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def gpu_time(device, fn, repeats):
+    fn()
+    totals = []
+    for _ in range(repeats):
+        with bg.profile(device) as p:
+            fn()
+        totals.append(p.total())
+    return statistics.median(totals), p.timings
+
+
+def torch_time(torch, fn, repeats):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="sizes for CPU devices (lavapipe)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    device = bg.default_device()
+    torch = torch_cuda()
+    small = args.small or device.info.type == "cpu"
+    weight_sizes = [(1024, 1024), (2048, 2048)] if small else [(4096, 4096), (16384, 16384)]
+    act_sizes = [(1024, 1024), (1, 16384)] if small else [(4096, 4096), (1, 16384)]
+    rng = np.random.default_rng(0)
+    results = {"device": device.name, "driver": device.info.driver_info,
+               "torch": None if torch is None else torch.__version__,
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": []}
+
+    copy_gbps = None
+    if torch is not None:
+        a = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
+        b = torch.empty_like(a)
+        copy_gbps = 2 * a.numel() / torch_time(torch, lambda: b.copy_(a), args.repeats) / 1e9
+        del a, b
+    else:  # the copy kernel, as the ceiling on devices without CUDA PyTorch
+        words = 2**22
+        src = device.empty((words, 4), np.uint32)
+        dst = device.empty((words, 4), np.uint32)
+        k = bg.builtin_kernel("copy_vec4", device, {0: 256})
+        groups = min(words // 256, device.info.max_workgroup_count[0])
+        t, _ = gpu_time(device, lambda: k.dispatch(groups, [src, dst], np.uint32(words)), 5)
+        copy_gbps = 2 * 16 * words / t / 1e9
+    results["copy_GBps"] = copy_gbps
+
+    for n, k in weight_sizes:
+        w = bg.Tensor.from_numpy(rng.standard_normal((n, k), dtype=np.float32), device)
+        t, parts = gpu_time(device, lambda: bg.quantize_weights(w), args.repeats)
+        # The global mean needs a first read of W before any weight can be rounded: two reads of W
+        # and one write of the packed weights are the fewest bytes without a grid-wide sync.
+        minimum = 2 * n * k * 4 + n * k // 4 + 4
+        row = {"op": "quantize_weights", "shape": [n, k], "gpu_s": t,
+               "kernels": {label: s for label, s in parts},
+               "GBps_over_minimum": minimum / t / 1e9, "fraction_of_copy": minimum / t / 1e9 / copy_gbps}
+        if torch is not None:
+            tw = torch.from_numpy(w.numpy()).cuda()
+
+            def torch_quantize():
+                gamma = tw.abs().mean().clamp(min=1e-5)
+                return (tw / gamma).round().clamp(-1, 1).to(torch.int8)
+
+            row["torch_s"] = torch_time(torch, torch_quantize, args.repeats)
+            row["speedup_vs_torch"] = row["torch_s"] / t
+            del tw
+        results["rows"].append(row)
+
+    for n, k in act_sizes:
+        x = bg.Tensor.from_numpy(rng.standard_normal((n, k), dtype=np.float32), device)
+        t, parts = gpu_time(device, lambda: bg.quantize_activations(x), args.repeats)
+        minimum = n * k * 4 + n * k + n * 4
+        row = {"op": "quantize_activations", "shape": [n, k], "gpu_s": t,
+               "kernels": {label: s for label, s in parts},
+               "GBps_over_minimum": minimum / t / 1e9, "fraction_of_copy": minimum / t / 1e9 / copy_gbps}
+        if torch is not None:
+            tx = torch.from_numpy(x.numpy()).cuda()
+
+            def torch_quantize():
+                s = 127.0 / tx.abs().amax(dim=-1, keepdim=True).clamp(min=1e-5)
+                return (tx * s).round().clamp(-128, 127).to(torch.int8), s
+
+            row["torch_s"] = torch_time(torch, torch_quantize, args.repeats)
+            row["speedup_vs_torch"] = row["torch_s"] / t
+        results["rows"].append(row)
+
+    print(f"\n{device.name}: quantization, GPU time (Vulkan timestamps)"
+          + (f" vs torch {results['torch']} eager (CUDA events)" if torch else ""))
+    print(f"copy bandwidth ceiling: {copy_gbps:.0f} GB/s "
+          f"({'torch device copy' if torch else 'copy_vec4 kernel'}, read + write)")
+    print(f"{'op':22s} {'shape':>14s} {'GPU us':>10s} {'GB/s':>8s} {'of copy':>8s} "
+          f"{'torch us':>10s} {'speedup':>8s}")
+    for r in results["rows"]:
+        torch_cols = (f"{r['torch_s'] * 1e6:10.1f} {r['speedup_vs_torch']:7.2f}x"
+                      if "torch_s" in r else f"{'-':>10s} {'-':>8s}")
+        print(f"{r['op']:22s} {str(tuple(r['shape'])):>14s} {r['gpu_s'] * 1e6:10.1f} "
+              f"{r['GBps_over_minimum']:8.1f} {r['fraction_of_copy']:8.1%} {torch_cols}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "runtime/memory.hpp"
+#include "runtime/tensor.hpp"
+
+namespace bitnet {
+class Device;
+}
+
+namespace bitnet::ops {
+
+struct RowRange {
+  uint64_t first = 0;
+  uint64_t count = 0;
+};
+
+// Splits `rows` rows into ranges whose bytes in every tensor (row_bytes[i] bytes a row) fit the
+// device's maxStorageBufferRange and start on minStorageBufferOffsetAlignment, so a kernel can
+// walk tensors larger than one binding may cover. UnsupportedError if one row is already too big.
+std::vector<RowRange> row_ranges(const Device& device, uint64_t rows,
+                                 std::initializer_list<uint64_t> row_bytes);
+
+// The part of `tensor` holding rows [range.first, range.first + range.count), rows of row_bytes
+// bytes (the last row may be short).
+BufferBinding rows_of(const Tensor& tensor, const RowRange& range, uint64_t row_bytes);
+
+// Workgroups for `invocations` invocations of `local_size`, capped at the device's limit (the
+// kernels loop grid-stride over what is left).
+uint32_t workgroups(const Device& device, uint64_t invocations, uint32_t local_size = 256);
+
+template <typename T>
+std::vector<std::byte> push_bytes(const T& value) {
+  std::vector<std::byte> bytes(sizeof(T));
+  std::memcpy(bytes.data(), &value, sizeof(T));
+  return bytes;
+}
+
+}  // namespace bitnet::ops

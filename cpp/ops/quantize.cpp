@@ -1,0 +1,359 @@
+#include "ops/quantize.hpp"
+
+#include <string>
+#include <vector>
+
+#include "ops/dispatch.hpp"
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
+#include "runtime/kernel.hpp"
+#include "runtime/sequence.hpp"
+
+namespace bitnet::ops {
+namespace {
+
+constexpr uint64_t kStatsWords = 8;  // struct Stats in shaders/quantize/quantize_common.glsl
+
+void require_float(const Tensor& t, const char* name) {
+  if (t.dtype() != DType::float32 && t.dtype() != DType::float16)
+    throw DTypeError(std::string(name) + ": expected float32 or float16, got " +
+                     std::string(dtype_name(t.dtype())));
+}
+
+std::string variant(const char* base, DType dtype) {
+  return std::string(base) + (dtype == DType::float16 ? "_f16" : "_f32");
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
+
+int quantization_max(int bits, bool symmetric) {
+  if (bits < 2 || bits > 8) throw ArgumentError("bits: expected 2 to 8, got " + std::to_string(bits));
+  return symmetric ? (1 << (bits - 1)) - 1 : (1 << bits) - 1;
+}
+
+Tensor make(const std::shared_ptr<Device>& device, std::vector<int64_t> shape, DType dtype,
+            Placement placement = Placement::device) {
+  return Tensor::empty(device, shape, dtype, placement);
+}
+
+// A zeroed uint32 counter for the integer atomics that count NaN/Inf or invalid values.
+Tensor counter(Sequence& sequence, const std::shared_ptr<Device>& device) {
+  Tensor tensor = make(device, {1}, DType::uint32, Placement::host);
+  sequence.fill(tensor.binding(), 0);
+  return tensor;
+}
+
+uint32_t read_counter(const Tensor& tensor) {
+  uint32_t value = 0;
+  tensor.download(&value, sizeof value);
+  return value;
+}
+
+void raise_if_nonfinite(const Tensor& count, const char* name) {
+  if (uint32_t found = read_counter(count))
+    throw ArgumentError(std::string(name) + " contains " + std::to_string(found) +
+                        " NaN or Inf value" + (found == 1 ? "" : "s"));
+}
+
+// Segment statistics of the flat input, segments of `length` elements.
+Tensor record_stats(Sequence& sequence, const Tensor& input, uint64_t length, const Tensor& count) {
+  const auto& device = input.device_ptr();
+  const uint64_t n = input.size();
+  const uint64_t segments = (n + length - 1) / length;
+  const uint64_t element = dtype_size(input.dtype());
+  Tensor stats = make(device, {static_cast<int64_t>(segments), kStatsWords}, DType::uint32);
+  Kernel kernel = Kernel::builtin(device, variant("reduce_stats", input.dtype()));
+  for (const RowRange& range : row_ranges(*device, segments, {length * element})) {
+    struct {
+      uint32_t segment_length, segments, elements, first_output;
+    } push{static_cast<uint32_t>(length), static_cast<uint32_t>(range.count),
+           static_cast<uint32_t>(std::min(range.count * length, n - range.first * length)),
+           static_cast<uint32_t>(range.first)};
+    BufferBinding bindings[] = {rows_of(input, range, length * element), stats.binding(),
+                                count.binding()};
+    sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings,
+                      push_bytes(push));
+  }
+  return stats;
+}
+
+// Combines runs of `run` segment statistics into `outputs` scales (and means).
+void record_scales(Sequence& sequence, const Tensor& stats, uint64_t run, uint64_t outputs,
+                   uint32_t mode, float qmax, const Tensor& scales, const Tensor& means) {
+  const auto& device = stats.device_ptr();
+  Kernel kernel = Kernel::builtin(device, "reduce_scales",
+                                  {{0, int64_t{mode}}, {1, double{qmax}}, {2, double{kEps}}});
+  struct {
+    uint32_t run, outputs;
+  } push{static_cast<uint32_t>(run), static_cast<uint32_t>(outputs)};
+  BufferBinding bindings[] = {stats.binding(), scales.binding(), means.binding()};
+  sequence.dispatch(kernel, {workgroups(*device, outputs, 1), 1, 1}, bindings, push_bytes(push));
+}
+
+struct PackPush {
+  uint32_t rows, k, words_per_row, group_size, first_row;
+};
+
+}  // namespace
+
+QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool binary) {
+  require_float(w, "w");
+  if (w.shape().size() != 2)
+    throw ShapeError("w: expected a 2-D matrix [N, K], got shape " + shape_text(w.shape()));
+  const int64_t rows = w.shape()[0], cols = w.shape()[1];
+  if (rows == 0 || cols == 0)
+    throw ShapeError("w: the weight scale is a mean, which an empty matrix " +
+                     shape_text(w.shape()) + " does not have");
+  if (group_size < 0) throw ArgumentError("group_size: expected a positive size or None");
+  if (group_size > 0 && cols % group_size != 0)
+    throw ShapeError("group_size " + std::to_string(group_size) + " does not divide K = " +
+                     std::to_string(cols) + " (w has shape " + shape_text(w.shape()) + ")");
+  const auto& device = w.device_ptr();
+  const uint64_t segment = group_size > 0 ? static_cast<uint64_t>(group_size) : kTensorSegment;
+  const int64_t groups = group_size > 0 ? rows * (cols / group_size) : 1;
+  const uint64_t row_bytes = binary ? binary_row_bytes(cols) : ternary_row_bytes(cols);
+  QuantizedWeights result{make(device, {rows, static_cast<int64_t>(row_bytes)}, DType::uint8),
+                          make(device, {groups}, DType::float32),
+                          make(device, {groups}, DType::float32),
+                          rows, cols, group_size, binary};
+
+  Sequence sequence(device, Timing::off);
+  Tensor nonfinite = counter(sequence, device);
+  Tensor stats = record_stats(sequence, w, segment, nonfinite);
+  const uint64_t segments = static_cast<uint64_t>(stats.shape()[0]);
+  record_scales(sequence, stats, group_size > 0 ? 1 : segments, groups, 0, 0.0f, result.scales,
+                *result.means);
+  Kernel pack = Kernel::builtin(device, variant(binary ? "binary_quantize" : "ternary_quantize",
+                                                w.dtype()));
+  const uint64_t element = dtype_size(w.dtype());
+  for (const RowRange& range : row_ranges(*device, rows, {cols * element, row_bytes})) {
+    PackPush push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
+                  static_cast<uint32_t>(row_bytes / 4), static_cast<uint32_t>(group_size),
+                  static_cast<uint32_t>(range.first)};
+    BufferBinding bindings[] = {rows_of(w, range, cols * element),
+                                binary ? result.means->binding() : result.scales.binding(),
+                                rows_of(result.packed, range, row_bytes)};
+    sequence.dispatch(pack, {workgroups(*device, range.count * (row_bytes / 4)), 1, 1}, bindings,
+                      push_bytes(push));
+  }
+  sequence.run();
+  raise_if_nonfinite(nonfinite, "w");
+  return result;
+}
+
+QuantizedWeights weights_from_packed(const Tensor& packed, const Tensor& scales, int64_t rows,
+                                     int64_t cols, int64_t group_size, bool binary) {
+  if (rows <= 0 || cols <= 0)
+    throw ShapeError("shape: expected a positive (N, K), got (" + std::to_string(rows) + ", " +
+                     std::to_string(cols) + ")");
+  if (group_size < 0 || (group_size > 0 && cols % group_size != 0))
+    throw ShapeError("group_size " + std::to_string(group_size) + " does not divide K = " +
+                     std::to_string(cols));
+  const int64_t row_bytes = static_cast<int64_t>(binary ? binary_row_bytes(cols) : ternary_row_bytes(cols));
+  if (packed.dtype() != DType::uint8)
+    throw DTypeError("packed: expected uint8, got " + std::string(dtype_name(packed.dtype())));
+  if (packed.shape() != std::vector<int64_t>{rows, row_bytes})
+    throw ShapeError("packed: expected shape (" + std::to_string(rows) + ", " +
+                     std::to_string(row_bytes) + ") for weights of shape (" + std::to_string(rows) +
+                     ", " + std::to_string(cols) + "), got " + shape_text(packed.shape()));
+  if (scales.dtype() != DType::float32)
+    throw DTypeError("scale: expected float32, got " + std::string(dtype_name(scales.dtype())));
+  const int64_t groups = group_size > 0 ? rows * (cols / group_size) : 1;
+  if (static_cast<int64_t>(scales.size()) != groups)
+    throw ShapeError("scale: expected " + std::to_string(groups) + " value(s), got " +
+                     std::to_string(scales.size()));
+  return QuantizedWeights{packed, scales, std::nullopt, rows, cols, group_size, binary};
+}
+
+Tensor dequantize_weights(const QuantizedWeights& weights) {
+  const auto& device = weights.packed.device_ptr();
+  Tensor out = make(device, {weights.rows, weights.cols}, DType::float32);
+  const uint64_t row_bytes = static_cast<uint64_t>(weights.packed.shape()[1]);
+  Kernel kernel = Kernel::builtin(device, "dequantize_weights", {{0, weights.binary}});
+  Sequence sequence(device, Timing::off);
+  for (const RowRange& range :
+       row_ranges(*device, weights.rows, {row_bytes, static_cast<uint64_t>(weights.cols) * 4})) {
+    PackPush push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(weights.cols),
+                  static_cast<uint32_t>(row_bytes / 4), static_cast<uint32_t>(weights.group_size),
+                  static_cast<uint32_t>(range.first)};
+    BufferBinding bindings[] = {rows_of(weights.packed, range, row_bytes), weights.scales.binding(),
+                                rows_of(out, range, weights.cols * 4)};
+    sequence.dispatch(kernel, {workgroups(*device, range.count * (row_bytes / 4)), 1, 1}, bindings,
+                      push_bytes(push));
+  }
+  sequence.run();
+  return out;
+}
+
+Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols) {
+  const auto& device = packed.device_ptr();
+  const int64_t row_bytes = static_cast<int64_t>(ternary_row_bytes(cols));
+  if (packed.dtype() != DType::uint8)
+    throw DTypeError("packed: expected uint8, got " + std::string(dtype_name(packed.dtype())));
+  if (rows < 0 || cols < 0 || packed.shape() != std::vector<int64_t>{rows, row_bytes})
+    throw ShapeError("packed: expected shape (" + std::to_string(rows) + ", " +
+                     std::to_string(row_bytes) + ") for shape (" + std::to_string(rows) + ", " +
+                     std::to_string(cols) + "), got " + shape_text(packed.shape()));
+  Tensor out = make(device, {rows, cols}, DType::int8);
+  if (rows == 0 || cols == 0) return out;
+  Kernel kernel = Kernel::builtin(device, "ternary_unpack");
+  Sequence sequence(device, Timing::off);
+  for (const RowRange& range : row_ranges(*device, rows, {static_cast<uint64_t>(row_bytes),
+                                                          static_cast<uint64_t>(cols)})) {
+    struct {
+      uint32_t rows, k, words_per_row;
+    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
+           static_cast<uint32_t>(row_bytes / 4)};
+    BufferBinding bindings[] = {rows_of(packed, range, row_bytes), rows_of(out, range, cols)};
+    sequence.dispatch(kernel, {workgroups(*device, range.count * (row_bytes / 4)), 1, 1}, bindings,
+                      push_bytes(push));
+  }
+  sequence.run();
+  return out;
+}
+
+Tensor pack_ternary(const Tensor& values) {
+  if (values.dtype() != DType::int8)
+    throw DTypeError("q: expected int8 values in {-1, 0, 1}, got " +
+                     std::string(dtype_name(values.dtype())));
+  if (values.shape().size() != 2)
+    throw ShapeError("q: expected a 2-D matrix [N, K], got shape " + shape_text(values.shape()));
+  const auto& device = values.device_ptr();
+  const int64_t rows = values.shape()[0], cols = values.shape()[1];
+  const int64_t row_bytes = static_cast<int64_t>(ternary_row_bytes(cols));
+  Tensor packed = make(device, {rows, row_bytes}, DType::uint8);
+  if (rows == 0 || cols == 0) return packed;
+  Kernel kernel = Kernel::builtin(device, "ternary_pack");
+  Sequence sequence(device, Timing::off);
+  Tensor invalid = counter(sequence, device);
+  for (const RowRange& range : row_ranges(*device, rows, {static_cast<uint64_t>(cols),
+                                                          static_cast<uint64_t>(row_bytes)})) {
+    struct {
+      uint32_t rows, k, words_per_row;
+    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
+           static_cast<uint32_t>(row_bytes / 4)};
+    BufferBinding bindings[] = {rows_of(values, range, cols), rows_of(packed, range, row_bytes),
+                                invalid.binding()};
+    sequence.dispatch(kernel, {workgroups(*device, range.count * (row_bytes / 4)), 1, 1}, bindings,
+                      push_bytes(push));
+  }
+  sequence.run();
+  if (uint32_t found = read_counter(invalid))
+    throw ArgumentError("q: ternary values must be -1, 0 or 1; " + std::to_string(found) +
+                        " value" + (found == 1 ? " is" : "s are") + " not");
+  return packed;
+}
+
+QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric) {
+  require_float(x, "x");
+  const int qmax = quantization_max(bits, symmetric);
+  if (x.shape().empty()) throw ShapeError("x: expected at least one axis [..., K], got a 0-d tensor");
+  const int64_t cols = x.shape().back();
+  if (cols == 0)
+    throw ShapeError("x: the per-row scale reduces over the last axis, which is empty in shape " +
+                     shape_text(x.shape()));
+  const auto& device = x.device_ptr();
+  const int64_t rows = static_cast<int64_t>(x.size()) / cols;
+  std::vector<int64_t> leading(x.shape().begin(), x.shape().end() - 1);
+  QuantizedRows result{make(device, x.shape(), symmetric ? DType::int8 : DType::uint8),
+                       make(device, leading, DType::float32), std::nullopt};
+  if (!symmetric) result.zero_points = make(device, leading, DType::uint8);
+  if (rows == 0) return result;
+  Kernel kernel = Kernel::builtin(device, variant("quantize_rows", x.dtype()),
+                                  {{0, symmetric}, {1, double(qmax)}, {2, double{kEps}}});
+  Sequence sequence(device, Timing::off);
+  Tensor nonfinite = counter(sequence, device);
+  Tensor unused = make(device, {1}, DType::uint8);
+  const uint64_t element = dtype_size(x.dtype());
+  for (const RowRange& range : row_ranges(*device, rows, {cols * element, static_cast<uint64_t>(cols)})) {
+    struct {
+      uint32_t rows, k, first_row;
+    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
+           static_cast<uint32_t>(range.first)};
+    BufferBinding bindings[] = {rows_of(x, range, cols * element), rows_of(result.q, range, cols),
+                                result.scales.binding(),
+                                (symmetric ? unused : *result.zero_points).binding(),
+                                nonfinite.binding()};
+    sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings,
+                      push_bytes(push));
+  }
+  sequence.run();
+  raise_if_nonfinite(nonfinite, "x");
+  return result;
+}
+
+Tensor dequantize_rows(const Tensor& q, const Tensor& scales,
+                       const std::optional<Tensor>& zero_points) {
+  const bool symmetric = !zero_points.has_value();
+  const DType expected = symmetric ? DType::int8 : DType::uint8;
+  if (q.dtype() != expected)
+    throw DTypeError(std::string("q: expected ") + (symmetric ? "int8" : "uint8 (with zero_point)") +
+                     ", got " + std::string(dtype_name(q.dtype())));
+  if (q.shape().empty() || q.shape().back() == 0)
+    throw ShapeError("q: expected [..., K] with K > 0, got shape " + shape_text(q.shape()));
+  const int64_t cols = q.shape().back();
+  const int64_t rows = static_cast<int64_t>(q.size()) / cols;
+  if (scales.dtype() != DType::float32 || static_cast<int64_t>(scales.size()) != rows)
+    throw ShapeError("scale: expected float32 with one value per row (" + std::to_string(rows) +
+                     "), got " + std::string(dtype_name(scales.dtype())) + " " +
+                     shape_text(scales.shape()));
+  if (zero_points && (zero_points->dtype() != DType::uint8 ||
+                      static_cast<int64_t>(zero_points->size()) != rows))
+    throw ShapeError("zero_point: expected uint8 with one value per row (" + std::to_string(rows) + ")");
+  const auto& device = q.device_ptr();
+  Tensor out = make(device, q.shape(), DType::float32);
+  if (rows == 0) return out;
+  Kernel kernel = Kernel::builtin(device, "dequantize_rows", {{0, symmetric}});
+  Sequence sequence(device, Timing::off);
+  for (const RowRange& range :
+       row_ranges(*device, rows, {static_cast<uint64_t>(cols), static_cast<uint64_t>(cols) * 4})) {
+    struct {
+      uint32_t rows, k, first_row;
+    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
+           static_cast<uint32_t>(range.first)};
+    BufferBinding bindings[] = {rows_of(q, range, cols), scales.binding(),
+                                (zero_points ? *zero_points : q).binding(),
+                                rows_of(out, range, cols * 4)};
+    sequence.dispatch(kernel, {workgroups(*device, range.count * cols), 1, 1}, bindings,
+                      push_bytes(push));
+  }
+  sequence.run();
+  return out;
+}
+
+QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint64_t seed) {
+  require_float(g, "g");
+  const int qmax = quantization_max(bits, true);
+  if (g.size() == 0)
+    throw ShapeError("g: the per-tensor scale reduces over all elements, and shape " +
+                     shape_text(g.shape()) + " has none");
+  const auto& device = g.device_ptr();
+  QuantizedTensor result{make(device, g.shape(), DType::int8), make(device, {1}, DType::float32)};
+  Tensor means = make(device, {1}, DType::float32);
+  Sequence sequence(device, Timing::off);
+  Tensor nonfinite = counter(sequence, device);
+  Tensor stats = record_stats(sequence, g, kTensorSegment, nonfinite);
+  record_scales(sequence, stats, static_cast<uint64_t>(stats.shape()[0]), 1, 1, float(qmax),
+                result.scale, means);
+  Kernel kernel = Kernel::builtin(device, variant("quantize_elements", g.dtype()),
+                                  {{0, stochastic}, {1, double(qmax)}});
+  const uint64_t element = dtype_size(g.dtype());
+  for (const RowRange& range : row_ranges(*device, g.size(), {element, 1})) {
+    struct {
+      uint32_t elements, first_element, seed_lo, seed_hi;
+    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(range.first),
+           static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+    BufferBinding bindings[] = {rows_of(g, range, element), result.scale.binding(),
+                                rows_of(result.q, range, 1)};
+    sequence.dispatch(kernel, {workgroups(*device, range.count), 1, 1}, bindings, push_bytes(push));
+  }
+  sequence.run();
+  raise_if_nonfinite(nonfinite, "g");
+  return result;
+}
+
+}  // namespace bitnet::ops

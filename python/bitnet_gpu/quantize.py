@@ -1,0 +1,194 @@
+"""The BitNet quantizers: NumPy in, NumPy out; Tensor in, Tensor out.
+
+Formulas: docs/NUMERICS.md. Every function runs on the GPU now; float inputs holding NaN or Inf
+raise ArgumentError (a ValueError) with the count, found in the same GPU pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from ._core import DTypeError, Tensor
+
+__all__ = [
+    "BinaryWeights",
+    "TernaryWeights",
+    "binarize_weights",
+    "dequantize_activations",
+    "dequantize_weights",
+    "pack_ternary",
+    "quantize_activations",
+    "quantize_gradients",
+    "quantize_weights",
+    "unpack_ternary",
+]
+
+_FLOATS = (np.float32, np.float16)
+
+
+def _tensor(x, name, device=None, dtypes=None):
+    """(Tensor, given_as_tensor): uploads NumPy input, checking its dtype first."""
+    if isinstance(x, Tensor):
+        return x, True
+    a = np.asarray(x)
+    if dtypes is not None and a.dtype not in [np.dtype(d) for d in dtypes]:
+        names = ", ".join(np.dtype(d).name for d in dtypes)
+        raise DTypeError(f"{name}: expected {names}, got {a.dtype}")
+    return Tensor.from_numpy(a, device), False
+
+
+def _out(t, as_tensor):
+    return t if as_tensor else t.numpy()
+
+
+class _PackedWeights:
+    """Weights kept on the device, packed, with their scales (one, or one per group along K)."""
+
+    def __init__(self, core, returns_tensors=False):
+        self._core = core
+        self._returns_tensors = returns_tensors
+
+    @property
+    def shape(self):
+        return (self._core.rows, self._core.cols)
+
+    @property
+    def group_size(self):
+        return self._core.group_size or None
+
+    @property
+    def device(self):
+        return self._core.packed.device
+
+    @property
+    def scale(self):
+        """float32: a scalar per tensor, or [N, K // group_size] per group."""
+        scales = self._core.scales.numpy()
+        if self.group_size is None:
+            return scales[0]
+        return scales.reshape(self.shape[0], self.shape[1] // self.group_size)
+
+    @property
+    def nbytes(self):
+        """Bytes on the device: the packed weights plus the float32 scales."""
+        return self._core.packed.nbytes + self._core.scales.nbytes
+
+    @property
+    def packed_tensor(self):
+        return self._core.packed
+
+    @property
+    def scale_tensor(self):
+        return self._core.scales
+
+    def packed(self):
+        """uint8 [N, row_bytes] in the public packed layout (docs/NUMERICS.md)."""
+        return self._core.packed.numpy()
+
+    def dequantize(self):
+        return _out(_core.dequantize_weights(self._core), self._returns_tensors)
+
+    def __repr__(self):
+        groups = "per tensor" if self.group_size is None else f"group_size={self.group_size}"
+        return f"<bitnet_gpu.{type(self).__name__} shape={self.shape} {groups} nbytes={self.nbytes}>"
+
+    @classmethod
+    def _from_packed(cls, packed, scale, shape, group_size, binary, device):
+        rows, cols = (int(d) for d in shape)
+        packed_t, _ = _tensor(packed, "packed", device, [np.uint8])
+        scale_t, _ = _tensor(np.asarray(scale, np.float32).reshape(-1) if not isinstance(
+            scale, Tensor) else scale, "scale", packed_t.device, [np.float32])
+        core = _core.weights_from_packed(packed_t, scale_t, rows, cols, group_size or 0, binary)
+        if not binary:
+            codes = packed_t.numpy()
+            if (((codes[..., None] >> np.array([0, 2, 4, 6], np.uint8)) & 3) == 3).any():
+                raise _core.ArgumentError("packed: code 3 is never a valid ternary weight")
+        return cls(core)
+
+
+class TernaryWeights(_PackedWeights):
+    """Absmean ternary weights (BitNet b1.58): W_q in {-1, 0, 1}, 2 bits each, scale gamma."""
+
+    def unpack(self):
+        """int8 [N, K] in {-1, 0, 1}."""
+        core = self._core
+        return _out(_core.unpack_ternary(core.packed, core.rows, core.cols), self._returns_tensors)
+
+    @classmethod
+    def from_packed(cls, packed, scale, shape, group_size=None, device=None):
+        return cls._from_packed(packed, scale, shape, group_size, False, device)
+
+
+class BinaryWeights(_PackedWeights):
+    """1-bit sign weights (BitNet): W_b in {-1, +1}, 1 bit each, scale beta."""
+
+    @classmethod
+    def from_packed(cls, packed, scale, shape, group_size=None, device=None):
+        return cls._from_packed(packed, scale, shape, group_size, True, device)
+
+
+def quantize_weights(w, *, group_size=None, device=None) -> TernaryWeights:
+    """Absmean ternary quantization of a float32/float16 matrix [N, K] (per tensor or group)."""
+    t, as_tensor = _tensor(w, "w", device, _FLOATS)
+    return TernaryWeights(_core.quantize_weights(t, group_size or 0, False), as_tensor)
+
+
+def binarize_weights(w, *, group_size=None, device=None) -> BinaryWeights:
+    """1-bit sign quantization around the mean, scale beta = mean|W| (per tensor or group)."""
+    t, as_tensor = _tensor(w, "w", device, _FLOATS)
+    return BinaryWeights(_core.quantize_weights(t, group_size or 0, True), as_tensor)
+
+
+def dequantize_weights(q):
+    """float32 [N, K]: W_q * gamma (ternary) or W_b * beta (binary)."""
+    if not isinstance(q, _PackedWeights):
+        raise DTypeError(f"q: expected TernaryWeights or BinaryWeights, got {type(q).__name__}")
+    return q.dequantize()
+
+
+def pack_ternary(q, device=None):
+    """int8 [N, K] in {-1, 0, 1} to uint8 [N, ceil(K / 16) * 4], packed on the GPU."""
+    t, as_tensor = _tensor(q, "q", device, [np.int8])
+    return _out(_core.pack_ternary(t), as_tensor)
+
+
+def unpack_ternary(packed, shape, device=None):
+    """uint8 packed ternary weights to int8 [N, K] in {-1, 0, 1}, on the GPU."""
+    t, as_tensor = _tensor(packed, "packed", device, [np.uint8])
+    rows, cols = (int(d) for d in shape)
+    return _out(_core.unpack_ternary(t, rows, cols), as_tensor)
+
+
+def quantize_activations(x, *, bits=8, symmetric=True, device=None):
+    """Per-row (per-token) quantization of x [..., K].
+
+    symmetric: (q int8, scale float32 [...]) with scale = qmax / max|x|;
+    otherwise (q uint8, scale float32 [...], zero_point uint8 [...]).
+    """
+    t, as_tensor = _tensor(x, "x", device, _FLOATS)
+    r = _core.quantize_rows(t, int(bits), bool(symmetric))
+    if symmetric:
+        return _out(r.q, as_tensor), _out(r.scales, as_tensor)
+    return _out(r.q, as_tensor), _out(r.scales, as_tensor), _out(r.zero_points, as_tensor)
+
+
+def dequantize_activations(q, scale, zero_point=None, device=None):
+    """x = q / scale (symmetric) or (q - zero_point) * scale (asymmetric), float32."""
+    tq, as_tensor = _tensor(q, "q", device, [np.int8, np.uint8])
+    ts, _ = _tensor(scale, "scale", tq.device, [np.float32])
+    tz = None if zero_point is None else _tensor(zero_point, "zero_point", tq.device, [np.uint8])[0]
+    return _out(_core.dequantize_rows(tq, ts, tz), as_tensor)
+
+
+def quantize_gradients(g, *, bits=8, stochastic=False, seed=0, device=None):
+    """Per-tensor absmax quantization: (q int8, scale float32) with scale = qmax / max|g|.
+
+    stochastic=True rounds down or up at random, from a counter-based hash of (seed, element
+    index): the same seed gives the same q on every device.
+    """
+    t, as_tensor = _tensor(g, "g", device, _FLOATS)
+    if not 0 <= int(seed) < 2**64:
+        raise _core.ArgumentError("seed: expected an integer in [0, 2**64)")
+    r = _core.quantize_tensor(t, int(bits), bool(stochastic), int(seed))
+    return _out(r.q, as_tensor), (r.scale if as_tensor else r.scale.numpy()[0])

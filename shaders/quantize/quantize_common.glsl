@@ -1,0 +1,38 @@
+// Shared by the quantization shaders: the per-segment statistics and the counter-based random
+// numbers. Layouts match cpp/ops/quantize.hpp.
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_8bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+
+#ifdef INPUT_F16
+#define ELEMENT float16_t
+#else
+#define ELEMENT float
+#endif
+
+struct Stats {
+  float sum_abs;
+  float sum;
+  float max_abs;
+  float min_value;
+  float max_value;
+  uint count;
+  uint nonfinite;
+  uint pad;
+};
+
+bool finite(float v) { return !isnan(v) && !isinf(v); }
+
+// PCG hash (O'Neill): a stateless 32-bit mix, so element i's random number depends on
+// (seed, i) alone and is the same on every device and in the NumPy reference.
+uint pcg_hash(uint v) {
+  uint state = v * 747796405u + 2891336453u;
+  uint word = ((state >> ((state >> 28u) + 4u)) ^ state) * 277803737u;
+  return (word >> 22u) ^ word;
+}
+
+float uniform01(uint seed_lo, uint seed_hi, uint index) {
+  uint h = pcg_hash(index ^ pcg_hash(seed_lo ^ pcg_hash(seed_hi)));
+  return float(h >> 8) * (1.0 / 16777216.0);
+}

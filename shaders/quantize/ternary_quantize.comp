@@ -1,0 +1,37 @@
+#version 450
+//! variant f32
+//! variant f16 INPUT_F16
+// W_q = clip(round(W / gamma), -1, 1), packed 2 bits per weight as code W_q + 1: word c of a row
+// holds weights 16c..16c+15, weight 16c+j in bits 2j..2j+1 (the public byte layout, read as
+// little-endian words). Padding weights get code 1 (zero).
+#extension GL_GOOGLE_include_directive : require
+#include "quantize_common.glsl"
+layout(local_size_x = 256) in;
+layout(std430, binding = 0) readonly buffer Weights { ELEMENT w[]; };
+layout(std430, binding = 1) readonly buffer Scales { float scales[]; };
+layout(std430, binding = 2) writeonly buffer Packed { uint packed[]; };
+layout(push_constant) uniform Push {
+  uint rows;  // in this dispatch
+  uint k;
+  uint words_per_row;
+  uint group_size;  // 0: one scale for the whole tensor
+  uint first_row;
+} p;
+
+void main() {
+  const uint words = p.rows * p.words_per_row;
+  for (uint index = gl_GlobalInvocationID.x; index < words;
+       index += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
+    const uint row = index / p.words_per_row;
+    const uint first_k = (index % p.words_per_row) * 16;
+    const uint groups_per_row = p.group_size == 0 ? 1 : p.k / p.group_size;
+    uint word = 0x55555555u;  // code 1 everywhere
+    for (uint j = 0; j < 16 && first_k + j < p.k; ++j) {
+      const uint k = first_k + j;
+      const uint group = p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + k / p.group_size;
+      const float q = clamp(roundEven(float(w[row * p.k + k]) / scales[group]), -1.0, 1.0);
+      word = (word & ~(3u << (2 * j))) | (uint(int(q) + 1) << (2 * j));
+    }
+    packed[index] = word;
+  }
+}
