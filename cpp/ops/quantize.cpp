@@ -1,5 +1,7 @@
 #include "ops/quantize.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <string>
 #include <vector>
 
@@ -100,6 +102,10 @@ struct PackPush {
 
 }  // namespace
 
+uint64_t tensor_segment(uint64_t elements) {
+  return std::clamp<uint64_t>(std::bit_ceil(std::max<uint64_t>(elements / 2048, 1)), 4096, 65536);
+}
+
 QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool binary) {
   require_float(w, "w");
   if (w.shape().size() != 2)
@@ -113,7 +119,8 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
     throw ShapeError("group_size " + std::to_string(group_size) + " does not divide K = " +
                      std::to_string(cols) + " (w has shape " + shape_text(w.shape()) + ")");
   const auto& device = w.device_ptr();
-  const uint64_t segment = group_size > 0 ? static_cast<uint64_t>(group_size) : kTensorSegment;
+  const uint64_t segment = group_size > 0 ? static_cast<uint64_t>(group_size)
+                                          : tensor_segment(static_cast<uint64_t>(rows * cols));
   const int64_t groups = group_size > 0 ? rows * (cols / group_size) : 1;
   const uint64_t row_bytes = binary ? binary_row_bytes(cols) : ternary_row_bytes(cols);
   QuantizedWeights result{make(device, {rows, static_cast<int64_t>(row_bytes)}, DType::uint8),
@@ -134,9 +141,11 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
     PackPush push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
                   static_cast<uint32_t>(row_bytes / 4), static_cast<uint32_t>(group_size),
                   static_cast<uint32_t>(range.first)};
-    BufferBinding bindings[] = {rows_of(w, range, cols * element),
-                                binary ? result.means->binding() : result.scales.binding(),
-                                rows_of(result.packed, range, row_bytes)};
+    const BufferBinding weights = rows_of(w, range, cols * element);
+    const BufferBinding packed = rows_of(result.packed, range, row_bytes);
+    std::vector<BufferBinding> bindings;
+    if (binary) bindings = {weights, result.means->binding(), packed};
+    else bindings = {weights, weights, result.scales.binding(), packed};  // scalar and vec4 views
     sequence.dispatch(pack, {workgroups(*device, range.count * (row_bytes / 4)), 1, 1}, bindings,
                       push_bytes(push));
   }
@@ -274,7 +283,9 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric) {
       uint32_t rows, k, first_row;
     } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
            static_cast<uint32_t>(range.first)};
-    BufferBinding bindings[] = {rows_of(x, range, cols * element), rows_of(result.q, range, cols),
+    const BufferBinding input = rows_of(x, range, cols * element);
+    const BufferBinding quantized = rows_of(result.q, range, cols);
+    BufferBinding bindings[] = {input, input, quantized, quantized,  // scalar and vector views
                                 result.scales.binding(),
                                 (symmetric ? unused : *result.zero_points).binding(),
                                 nonfinite.binding()};
@@ -336,7 +347,7 @@ QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint
   Tensor means = make(device, {1}, DType::float32);
   Sequence sequence(device, Timing::off);
   Tensor nonfinite = counter(sequence, device);
-  Tensor stats = record_stats(sequence, g, kTensorSegment, nonfinite);
+  Tensor stats = record_stats(sequence, g, tensor_segment(g.size()), nonfinite);
   record_scales(sequence, stats, static_cast<uint64_t>(stats.shape()[0]), 1, 1, float(qmax),
                 result.scale, means);
   Kernel kernel = Kernel::builtin(device, variant("quantize_elements", g.dtype()),

@@ -11,7 +11,9 @@
 namespace bitnet::ops {
 
 inline constexpr float kEps = 1e-5f;
-inline constexpr uint64_t kTensorSegment = 65536;  // elements a workgroup sums for a global mean
+// Elements one workgroup sums for a global mean: enough segments to fill a large GPU (about 2048),
+// each between 4096 and 65536 elements so the final combine stays short.
+uint64_t tensor_segment(uint64_t elements);
 
 constexpr uint64_t ternary_row_bytes(int64_t cols) { return (cols + 15) / 16 * 4; }
 constexpr uint64_t binary_row_bytes(int64_t cols) { return (cols + 31) / 32 * 4; }

@@ -7,8 +7,10 @@
 
 #ifdef INPUT_F16
 #define ELEMENT float16_t
+#define ELEMENT4 f16vec4
 #else
 #define ELEMENT float
+#define ELEMENT4 vec4
 #endif
 
 struct Stats {

@@ -8,44 +8,70 @@
 //               zp = clip(round(-lo / step), 0, levels), q = clip(round(x / step) + zp, 0, levels)
 //               (uint8; QMAX holds levels = 2^bits - 1)
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_basic : require
 #include "quantize_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool SYMMETRIC = true;
 layout(constant_id = 1) const float QMAX = 127.0;
 layout(constant_id = 2) const float EPS = 1e-5;
 layout(std430, binding = 0) readonly buffer Input { ELEMENT x[]; };
-layout(std430, binding = 1) writeonly buffer Quantized { uint8_t q[]; };
-layout(std430, binding = 2) writeonly buffer Scales { float scales[]; };
-layout(std430, binding = 3) writeonly buffer ZeroPoints { uint8_t zero_points[]; };
-layout(std430, binding = 4) buffer Counter { uint nonfinite_total; };
+layout(std430, binding = 1) readonly buffer Input4 { ELEMENT4 x4[]; };       // the same tensor
+layout(std430, binding = 2) writeonly buffer Quantized { uint8_t q[]; };
+layout(std430, binding = 3) writeonly buffer Quantized4 { uint q4[]; };      // the same tensor
+layout(std430, binding = 4) writeonly buffer Scales { float scales[]; };
+layout(std430, binding = 5) writeonly buffer ZeroPoints { uint8_t zero_points[]; };
+layout(std430, binding = 6) buffer Counter { uint nonfinite_total; };
 layout(push_constant) uniform Push { uint rows; uint k; uint first_row; } p;
 
 shared float s_a[256], s_b[256];
 shared uint s_bad[256];
 
+// Symmetric: max|x| in a; asymmetric: min x in a, max x in b. Non-finite values are counted.
+void accumulate(float v, inout float a, inout float b, inout uint bad) {
+  if (!finite(v)) { bad++; return; }
+  if (SYMMETRIC) a = max(a, abs(v));
+  else { a = min(a, v); b = max(b, v); }
+}
+
+uint quantize(float v, float scale, float zero_point) {
+  if (SYMMETRIC) {
+    precise float product = v * scale;
+    return uint(int(clamp(roundEven(product), -QMAX - 1.0, QMAX))) & 0xFFu;
+  }
+  return uint(clamp(roundEven(v / scale) + zero_point, 0.0, QMAX));
+}
+
 void main() {
   const uint lane = gl_LocalInvocationID.x;
+  const bool vectorized = p.k % 4 == 0;  // rows start on 16-byte (input) and 4-byte (q) bounds
   for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
     const uint base = row * p.k;
-    float a = SYMMETRIC ? 0.0 : 3.402823466e38;  // symmetric: max|x|; asymmetric: min x
-    float b = -3.402823466e38;                   // asymmetric: max x
+    float a = SYMMETRIC ? 0.0 : 3.402823466e38, b = -3.402823466e38;
     uint bad = 0;
-    for (uint i = lane; i < p.k; i += 256) {
-      const float v = float(x[base + i]);
-      if (!finite(v)) { bad++; continue; }
-      if (SYMMETRIC) a = max(a, abs(v));
-      else { a = min(a, v); b = max(b, v); }
-    }
-    s_a[lane] = a; s_b[lane] = b; s_bad[lane] = bad;
-    barrier();
-    for (uint width = 128; width > 0; width >>= 1) {
-      if (lane < width) {
-        s_a[lane] = SYMMETRIC ? max(s_a[lane], s_a[lane + width]) : min(s_a[lane], s_a[lane + width]);
-        s_b[lane] = max(s_b[lane], s_b[lane + width]);
-        s_bad[lane] += s_bad[lane + width];
+    if (vectorized) {
+      for (uint i = lane; i < p.k / 4; i += 256) {
+        const vec4 v = vec4(x4[base / 4 + i]);
+        accumulate(v.x, a, b, bad); accumulate(v.y, a, b, bad);
+        accumulate(v.z, a, b, bad); accumulate(v.w, a, b, bad);
       }
-      barrier();
+    } else {
+      for (uint i = lane; i < p.k; i += 256) accumulate(float(x[base + i]), a, b, bad);
     }
+    // max and min are exact in any order, so subgroup reductions keep results deterministic.
+    a = SYMMETRIC ? subgroupMax(a) : subgroupMin(a);
+    b = subgroupMax(b);
+    bad = subgroupAdd(bad);
+    if (subgroupElect()) { s_a[gl_SubgroupID] = a; s_b[gl_SubgroupID] = b; s_bad[gl_SubgroupID] = bad; }
+    barrier();
+    if (lane == 0) {
+      for (uint s = 1; s < gl_NumSubgroups; ++s) {
+        s_a[0] = SYMMETRIC ? max(s_a[0], s_a[s]) : min(s_a[0], s_a[s]);
+        s_b[0] = max(s_b[0], s_b[s]);
+        s_bad[0] += s_bad[s];
+      }
+    }
+    barrier();
     float scale, zero_point = 0.0;
     if (SYMMETRIC) {
       scale = QMAX / max(s_a[0], EPS);
@@ -54,16 +80,15 @@ void main() {
       scale = max(high - low, EPS) / QMAX;
       zero_point = clamp(roundEven(-low / scale), 0.0, QMAX);
     }
-    for (uint i = lane; i < p.k; i += 256) {
-      const float v = float(x[base + i]);
-      if (SYMMETRIC) {
-        precise float product = v * scale;
-        const int value = int(clamp(roundEven(product), -QMAX - 1.0, QMAX));
-        q[base + i] = uint8_t(uint(value) & 0xFFu);
-      } else {
-        const float value = clamp(roundEven(v / scale) + zero_point, 0.0, QMAX);
-        q[base + i] = uint8_t(uint(value));
+    if (vectorized) {
+      for (uint i = lane; i < p.k / 4; i += 256) {
+        const vec4 v = vec4(x4[base / 4 + i]);
+        q4[base / 4 + i] = quantize(v.x, scale, zero_point) | quantize(v.y, scale, zero_point) << 8 |
+                           quantize(v.z, scale, zero_point) << 16 | quantize(v.w, scale, zero_point) << 24;
       }
+    } else {
+      for (uint i = lane; i < p.k; i += 256)
+        q[base + i] = uint8_t(quantize(float(x[base + i]), scale, zero_point));
     }
     if (lane == 0) {
       scales[p.first_row + row] = scale;

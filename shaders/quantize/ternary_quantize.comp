@@ -8,8 +8,9 @@
 #include "quantize_common.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer Weights { ELEMENT w[]; };
-layout(std430, binding = 1) readonly buffer Scales { float scales[]; };
-layout(std430, binding = 2) writeonly buffer Packed { uint packed[]; };
+layout(std430, binding = 1) readonly buffer Weights4 { ELEMENT4 w4[]; };  // the same tensor
+layout(std430, binding = 2) readonly buffer Scales { float scales[]; };
+layout(std430, binding = 3) writeonly buffer Packed { uint packed[]; };
 layout(push_constant) uniform Push {
   uint rows;  // in this dispatch
   uint k;
@@ -18,6 +19,8 @@ layout(push_constant) uniform Push {
   uint first_row;
 } p;
 
+uint code(float v, float gamma) { return uint(int(clamp(roundEven(v / gamma), -1.0, 1.0)) + 1); }
+
 void main() {
   const uint words = p.rows * p.words_per_row;
   for (uint index = gl_GlobalInvocationID.x; index < words;
@@ -25,12 +28,26 @@ void main() {
     const uint row = index / p.words_per_row;
     const uint first_k = (index % p.words_per_row) * 16;
     const uint groups_per_row = p.group_size == 0 ? 1 : p.k / p.group_size;
+    const uint base = row * p.k + first_k;
     uint word = 0x55555555u;  // code 1 everywhere
-    for (uint j = 0; j < 16 && first_k + j < p.k; ++j) {
-      const uint k = first_k + j;
-      const uint group = p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + k / p.group_size;
-      const float q = clamp(roundEven(float(w[row * p.k + k]) / scales[group]), -1.0, 1.0);
-      word = (word & ~(3u << (2 * j))) | (uint(int(q) + 1) << (2 * j));
+    // Whole words inside one group (per tensor, or groups of a multiple of 16) read one scale
+    // and, where rows are 16-byte aligned (K % 4 == 0), 16-byte vectors.
+    if ((p.group_size == 0 || p.group_size % 16 == 0) && first_k + 16 <= p.k && p.k % 4 == 0) {
+      const float gamma =
+          scales[p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + first_k / p.group_size];
+      word = 0;
+      for (uint j = 0; j < 4; ++j) {
+        const vec4 v = vec4(w4[base / 4 + j]);
+        word |= (code(v.x, gamma) | code(v.y, gamma) << 2 | code(v.z, gamma) << 4 |
+                 code(v.w, gamma) << 6) << (8 * j);
+      }
+    } else {
+      for (uint j = 0; j < 16 && first_k + j < p.k; ++j) {
+        const uint k = first_k + j;
+        const uint group =
+            p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + k / p.group_size;
+        word = (word & ~(3u << (2 * j))) | (code(float(w[base + j]), scales[group]) << (2 * j));
+      }
     }
     packed[index] = word;
   }
