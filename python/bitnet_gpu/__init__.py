@@ -29,6 +29,7 @@ from ._core import (
     default_device,
     devices,
 )
+from .linear import bitlinear, bitlinear_backward_input, mixed_precision_matmul
 from .quantize import (
     BinaryWeights,
     TernaryWeights,
@@ -46,6 +47,10 @@ __all__ = [
     "BinaryWeights",
     "TernaryWeights",
     "binarize_weights",
+    "bitlinear",
+    "bitlinear_backward_input",
+    "mixed_precision_matmul",
+    "nn",
     "dequantize_activations",
     "dequantize_weights",
     "pack_ternary",
@@ -100,6 +105,9 @@ def builtin_kernel(name: str, device: Device | None = None, specialization=None)
     """A Kernel from one of the shaders compiled into bitnet_gpu (see ``_core.builtin_shaders()``)."""
     device = device or default_device()
     return Kernel(device, _core.builtin_spirv(name), specialization=specialization, name=name)
+
+
+from . import nn  # noqa: E402
 
 
 @atexit.register

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "ops/bitlinear.hpp"
 #include "ops/quantize.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
@@ -568,4 +569,31 @@ PYBIND11_MODULE(_core, m) {
         py::arg("zero_points"), release);
   m.def("quantize_tensor", &ops::quantize_tensor, py::arg("g"), py::arg("bits"),
         py::arg("stochastic"), py::arg("seed"), release);
+
+  py::class_<ops::BitLinearResult>(m, "BitLinearResult")
+      .def_readonly("y", &ops::BitLinearResult::y)
+      .def_readonly("accumulators", &ops::BitLinearResult::accumulators);
+  m.def(
+      "bitlinear",
+      [](const Tensor& x, const ops::QuantizedWeights& w, std::optional<Tensor> bias,
+         bool with_accumulators, const std::string& algorithm, std::optional<bool> hardware_dot) {
+        ops::BitLinearAlgorithm choice;
+        if (algorithm == "auto") choice = ops::BitLinearAlgorithm::automatic;
+        else if (algorithm == "matvec") choice = ops::BitLinearAlgorithm::matvec;
+        else if (algorithm == "tiled") choice = ops::BitLinearAlgorithm::tiled;
+        else if (algorithm == "coopmat")
+          throw UnsupportedError("algorithm='coopmat' (cooperative-matrix tensor cores) is not built yet");
+        else
+          throw ArgumentError("algorithm: expected None, 'matvec', 'tiled' or 'coopmat', got '" +
+                              algorithm + "'");
+        return ops::bitlinear(x, w, bias, with_accumulators, choice, hardware_dot);
+      },
+      py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("with_accumulators"),
+      py::arg("algorithm"), py::arg("hardware_dot"), release);
+  m.def("int8_matmul", &ops::int8_matmul, py::arg("a"), py::arg("b"), py::arg("hardware_dot"),
+        release);
+  m.def("ternary_matmul", &ops::ternary_matmul, py::arg("a"), py::arg("w"),
+        py::arg("hardware_dot"), release);
+  m.def("bitlinear_backward_input", &ops::bitlinear_backward_input, py::arg("grad_y"),
+        py::arg("w"), release);
 }

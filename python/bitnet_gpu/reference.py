@@ -168,3 +168,23 @@ def quantize_gradients(g: np.ndarray, bits=8, stochastic=False, seed=0, scale=No
     else:
         value = np.rint(product)
     return np.clip(value, -qmax - 1, qmax).astype(np.int8), s
+
+
+def bitlinear(x: np.ndarray, q: np.ndarray, gamma, bias=None, scale=None):
+    """(y float32, acc int32): x_q, s = quantize_activations(x); acc = x_q . W_q^T exactly;
+    y = acc * gamma / s (+ bias), in float32 in the kernel's order."""
+    x = np.asarray(x, np.float32)
+    k = x.shape[-1]
+    xq, s = quantize_activations(x.reshape(-1, k), 8, None if scale is None else np.asarray(
+        scale, np.float32).reshape(-1))
+    acc = xq.astype(np.int64) @ q.astype(np.int64).T
+    y = (acc.astype(np.float32) * np.float32(gamma)) / s[:, None]
+    if bias is not None:
+        y = y + np.asarray(bias, np.float32)
+    shape = x.shape[:-1] + (q.shape[0],)
+    return y.astype(np.float32).reshape(shape), acc.astype(np.int32).reshape(shape)
+
+
+def bitlinear_backward_input(grad_y: np.ndarray, q: np.ndarray, gamma) -> np.ndarray:
+    """grad_x = grad_y @ (W_q * gamma), in float64."""
+    return (np.asarray(grad_y, np.float64) @ (q.astype(np.float64) * float(gamma))).astype(np.float32)

@@ -1,0 +1,249 @@
+#include "ops/bitlinear.hpp"
+
+#include <string>
+#include <vector>
+
+#include "ops/dispatch.hpp"
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
+#include "runtime/kernel.hpp"
+#include "runtime/sequence.hpp"
+
+namespace bitnet::ops {
+namespace {
+
+constexpr uint32_t kMatvecRows = 4;  // output rows a matvec workgroup owns
+constexpr int64_t kTile = 64;
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
+
+int64_t padded(int64_t k) { return (k + 15) / 16 * 16; }
+
+bool use_hardware_dot(const Device& device, std::optional<bool> requested) {
+  const bool available = device.feature("integer_dot_product");
+  if (requested) {
+    if (*requested && !available)
+      throw UnsupportedError("device '" + device.info().name +
+                             "' has no integer dot product instructions");
+    return *requested;
+  }
+  return available && device.feature("integer_dot_product_accelerated");
+}
+
+std::string dot_variant(const char* base, bool hardware) {
+  return std::string(base) + (hardware ? "_dot" : "_int");
+}
+
+void require_ternary(const QuantizedWeights& w) {
+  if (w.binary) throw UnsupportedError("bitlinear takes ternary weights, not binary ones");
+  if (w.group_size != 0)
+    throw UnsupportedError("bitlinear takes weights with one scale per tensor; group_size=" +
+                           std::to_string(w.group_size) + " is not supported yet");
+}
+
+// Interleaved, zero-padded int8 rows and their sums (see shaders/bitlinear/bitlinear_common.glsl).
+struct PreparedRows {
+  Tensor values;    // uint8 [rows, padded K]
+  Tensor row_sums;  // int32 [rows]
+};
+
+PreparedRows interleave_int8(Sequence& sequence, const Tensor& values, int64_t rows, int64_t k,
+                             bool transposed) {
+  const auto& device = values.device_ptr();
+  PreparedRows out{Tensor::empty(device, std::vector<int64_t>{rows, padded(k)}, DType::uint8),
+                   Tensor::empty(device, std::vector<int64_t>{rows}, DType::int32)};
+  Kernel kernel = Kernel::builtin(device, "int8_interleave", {{0, transposed}});
+  struct {
+    uint32_t rows, k, padded_k;
+  } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(k), static_cast<uint32_t>(padded(k))};
+  BufferBinding bindings[] = {values.binding(), out.values.binding(), out.row_sums.binding()};
+  sequence.dispatch(kernel, {workgroups(*device, rows, 1), 1, 1}, bindings, push_bytes(push));
+  return out;
+}
+
+struct TiledOutputs {
+  std::optional<Tensor> y, accumulators;
+};
+
+void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m, int64_t n,
+                  int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
+                  const std::optional<Tensor>& bias, const TiledOutputs& out, bool hardware) {
+  const auto& device = b.device_ptr();
+  Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_tiled", hardware),
+                                  {{0, ternary}, {1, bias.has_value()}, {2, out.y.has_value()},
+                                   {3, out.accumulators.has_value()}});
+  const Tensor& any = out.y ? *out.y : *out.accumulators;
+  struct {
+    uint32_t m, n, blocks;
+  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(padded(k) / 16)};
+  BufferBinding bindings[] = {b.binding(), a.values.binding(), a.row_sums.binding(),
+                              scales.binding(), gamma.binding(), (bias ? *bias : gamma).binding(),
+                              (out.y ? *out.y : any).binding(),
+                              (out.accumulators ? *out.accumulators : any).binding()};
+  const uint64_t tiles_n = (n + kTile - 1) / kTile, tiles_m = (m + kTile - 1) / kTile;
+  const auto& limits = device->limits();
+  if (tiles_n > limits.maxComputeWorkGroupCount[0] || tiles_m > limits.maxComputeWorkGroupCount[1])
+    throw UnsupportedError("matrix of " + std::to_string(m) + " x " + std::to_string(n) +
+                           " is over this device's workgroup-count limits");
+  sequence.dispatch(kernel, {static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m), 1},
+                    bindings, push_bytes(push));
+}
+
+}  // namespace
+
+BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std::optional<Tensor>& bias,
+                          bool with_accumulators, BitLinearAlgorithm algorithm,
+                          std::optional<bool> hardware_dot) {
+  require_ternary(w);
+  if (x.dtype() != DType::float32 && x.dtype() != DType::float16)
+    throw DTypeError("x: expected float32 or float16, got " + std::string(dtype_name(x.dtype())));
+  if (x.shape().empty() || x.shape().back() != w.cols)
+    throw ShapeError("x of shape " + shape_text(x.shape()) + " does not match weights of shape (" +
+                     std::to_string(w.rows) + ", " + std::to_string(w.cols) + "): K = " +
+                     std::to_string(w.cols) + " must be x's last axis");
+  if (bias && (bias->dtype() != DType::float32 || bias->shape() != std::vector<int64_t>{w.rows}))
+    throw ShapeError("bias: expected float32 of shape (" + std::to_string(w.rows) + ",), got " +
+                     std::string(dtype_name(bias->dtype())) + " " + shape_text(bias->shape()));
+  const auto& device = x.device_ptr();
+  if (&w.packed.device() != device.get() || (bias && &bias->device() != device.get()))
+    throw ArgumentError("x, the weights and the bias must live on the same device");
+  const int64_t k = w.cols, n = w.rows, m = static_cast<int64_t>(x.size()) / k;
+  std::vector<int64_t> out_shape(x.shape().begin(), x.shape().end() - 1);
+  out_shape.push_back(n);
+  BitLinearResult result{Tensor::empty(device, out_shape, DType::float32), std::nullopt};
+  if (with_accumulators) result.accumulators = Tensor::empty(device, out_shape, DType::int32);
+  if (m == 0) return result;
+  if (algorithm == BitLinearAlgorithm::automatic)
+    algorithm = m <= kMatvecMaxRows ? BitLinearAlgorithm::matvec : BitLinearAlgorithm::tiled;
+  if (algorithm == BitLinearAlgorithm::matvec && m > kMatvecMaxRows)
+    throw UnsupportedError("algorithm='matvec' handles up to " + std::to_string(kMatvecMaxRows) +
+                           " rows; x has " + std::to_string(m));
+  const bool hardware = use_hardware_dot(*device, hardware_dot);
+
+  Sequence sequence(device, Timing::off);
+  Tensor nonfinite = Tensor::empty(device, std::vector<int64_t>{1}, DType::uint32, Placement::host);
+  sequence.fill(nonfinite.binding(), 0);
+  PreparedRows prepared{Tensor::empty(device, std::vector<int64_t>{m, padded(k)}, DType::uint8),
+                        Tensor::empty(device, std::vector<int64_t>{m}, DType::int32)};
+  Tensor scales = Tensor::empty(device, std::vector<int64_t>{m}, DType::float32);
+  {
+    Kernel prepare = Kernel::builtin(
+        device, std::string("bitlinear_prepare") + (x.dtype() == DType::float16 ? "_f16" : "_f32"),
+        {{0, double{kEps}}});
+    struct {
+      uint32_t rows, k, padded_k;
+    } push{static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(padded(k))};
+    BufferBinding bindings[] = {x.binding(), prepared.values.binding(), scales.binding(),
+                                prepared.row_sums.binding(), nonfinite.binding()};
+    sequence.dispatch(prepare, {workgroups(*device, m, 1), 1, 1}, bindings, push_bytes(push));
+  }
+  if (algorithm == BitLinearAlgorithm::matvec) {
+    const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
+    const bool vectors = words % 4 == 0;
+    Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware),
+                                    {{0, int64_t{m}}, {1, int64_t{kMatvecRows}},
+                                     {2, bias.has_value()}, {3, with_accumulators},
+                                     {4, vectors}});
+    struct {
+      uint32_t n, words_per_row;
+    } push{static_cast<uint32_t>(n), words};
+    const Tensor& acc = result.accumulators ? *result.accumulators : result.y;
+    BufferBinding bindings[] = {w.packed.binding(), w.packed.binding(), prepared.values.binding(),
+                                prepared.row_sums.binding(), scales.binding(), w.scales.binding(),
+                                (bias ? *bias : w.scales).binding(), result.y.binding(), acc.binding()};
+    const uint64_t groups = (n + kMatvecRows - 1) / kMatvecRows;
+    if (groups > device->limits().maxComputeWorkGroupCount[0])
+      throw UnsupportedError("N = " + std::to_string(n) + " is over this device's workgroup-count limit");
+    sequence.dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings, push_bytes(push));
+  } else {
+    record_tiled(sequence, w.packed, prepared, m, n, k, true, scales, w.scales, bias,
+                 {result.y, result.accumulators}, hardware);
+  }
+  sequence.run();
+  uint32_t found = 0;
+  nonfinite.download(&found, sizeof found);
+  if (found)
+    throw ArgumentError("x contains " + std::to_string(found) + " NaN or Inf value" +
+                        (found == 1 ? "" : "s"));
+  return result;
+}
+
+Tensor int8_matmul(const Tensor& a, const Tensor& b, std::optional<bool> hardware_dot) {
+  if (a.dtype() != DType::int8 || b.dtype() != DType::int8)
+    throw DTypeError("a and b: expected int8, got " + std::string(dtype_name(a.dtype())) + " and " +
+                     std::string(dtype_name(b.dtype())));
+  if (a.shape().size() != 2 || b.shape().size() != 2 || a.shape()[1] != b.shape()[0])
+    throw ShapeError("cannot multiply shapes " + shape_text(a.shape()) + " and " +
+                     shape_text(b.shape()) + ": expected [M, K] and [K, N]");
+  const auto& device = a.device_ptr();
+  const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  Tensor out = Tensor::empty(device, std::vector<int64_t>{m, n}, DType::int32);
+  if (m == 0 || n == 0) return out;
+  if (k == 0) {
+    Sequence zero(device, Timing::off);
+    zero.fill(out.binding(), 0);
+    zero.run();
+    return out;
+  }
+  const bool hardware = use_hardware_dot(*device, hardware_dot);
+  Sequence sequence(device, Timing::off);
+  PreparedRows pa = interleave_int8(sequence, a, m, k, false);
+  PreparedRows pb = interleave_int8(sequence, b, n, k, true);
+  record_tiled(sequence, pb.values, pa, m, n, k, false, pa.row_sums, pa.row_sums, std::nullopt,
+               {std::nullopt, out}, hardware);
+  sequence.run();
+  return out;
+}
+
+Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, std::optional<bool> hardware_dot) {
+  require_ternary(w);
+  if (a.dtype() != DType::int8)
+    throw DTypeError("a: expected int8, got " + std::string(dtype_name(a.dtype())));
+  if (a.shape().size() != 2 || a.shape()[1] != w.cols)
+    throw ShapeError("cannot multiply a of shape " + shape_text(a.shape()) + " by weights of shape (" +
+                     std::to_string(w.rows) + ", " + std::to_string(w.cols) + ")^T");
+  const auto& device = a.device_ptr();
+  const int64_t m = a.shape()[0], k = w.cols, n = w.rows;
+  Tensor out = Tensor::empty(device, std::vector<int64_t>{m, n}, DType::int32);
+  if (m == 0) return out;
+  const bool hardware = use_hardware_dot(*device, hardware_dot);
+  Sequence sequence(device, Timing::off);
+  PreparedRows pa = interleave_int8(sequence, a, m, k, false);
+  record_tiled(sequence, w.packed, pa, m, n, k, true, w.scales, w.scales, std::nullopt,
+               {std::nullopt, out}, hardware);
+  sequence.run();
+  return out;
+}
+
+Tensor bitlinear_backward_input(const Tensor& grad_y, const QuantizedWeights& w) {
+  require_ternary(w);
+  if (grad_y.dtype() != DType::float32)
+    throw DTypeError("grad_y: expected float32, got " + std::string(dtype_name(grad_y.dtype())));
+  if (grad_y.shape().empty() || grad_y.shape().back() != w.rows)
+    throw ShapeError("grad_y of shape " + shape_text(grad_y.shape()) + " does not match weights of "
+                     "shape (" + std::to_string(w.rows) + ", " + std::to_string(w.cols) +
+                     "): its last axis must be N = " + std::to_string(w.rows));
+  const auto& device = grad_y.device_ptr();
+  const int64_t n = w.rows, k = w.cols, m = static_cast<int64_t>(grad_y.size()) / n;
+  std::vector<int64_t> shape(grad_y.shape().begin(), grad_y.shape().end() - 1);
+  shape.push_back(k);
+  Tensor out = Tensor::empty(device, shape, DType::float32);
+  if (m == 0) return out;
+  Kernel kernel = Kernel::builtin(device, "bitlinear_backward");
+  struct {
+    uint32_t m, n, k, words_per_row;
+  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k),
+         static_cast<uint32_t>(padded(k) / 16)};
+  BufferBinding bindings[] = {w.packed.binding(), w.scales.binding(), grad_y.binding(), out.binding()};
+  Sequence sequence(device, Timing::off);
+  sequence.dispatch(kernel, {workgroups(*device, static_cast<uint64_t>(m * k)), 1, 1}, bindings,
+                    push_bytes(push));
+  sequence.run();
+  return out;
+}
+
+}  // namespace bitnet::ops

@@ -1,0 +1,56 @@
+"""BitLinear: the ternary x int8 linear layer of BitNet b1.58, and the integer matmuls under it.
+
+NumPy in, NumPy out; Tensor in, Tensor out. docs/NUMERICS.md gives the formulas.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from ._core import DTypeError, Tensor
+from .quantize import TernaryWeights, _out, _tensor, quantize_weights
+
+__all__ = ["bitlinear", "bitlinear_backward_input", "mixed_precision_matmul"]
+
+
+def _weights(w, device):
+    if isinstance(w, TernaryWeights):
+        return w
+    if isinstance(w, Tensor) or isinstance(w, np.ndarray):
+        return quantize_weights(w, device=device)
+    raise DTypeError(f"w: expected TernaryWeights or a float matrix, got {type(w).__name__}")
+
+
+def bitlinear(x, w, bias=None, *, return_accumulator=False, algorithm=None, _hardware_dot=None):
+    """y = (x_q . W_q^T) * gamma / s (+ bias), x float32/float16 [..., K] -> float32 [..., N].
+
+    The per-token int8 quantization of x runs on the GPU in the same submission; accumulation is
+    exact in int32. w: TernaryWeights [N, K] (or a float matrix, quantized on the fly).
+    algorithm: None (automatic: 'matvec' for up to 8 rows, else 'tiled'), 'matvec' or 'tiled'.
+    return_accumulator=True also returns the int32 accumulators.
+    """
+    tx, as_tensor = _tensor(x, "x", None, (np.float32, np.float16))
+    weights = _weights(w, tx.device)
+    tb = None if bias is None else _tensor(np.asarray(bias, np.float32) if not isinstance(
+        bias, Tensor) else bias, "bias", tx.device, [np.float32])[0]
+    r = _core.bitlinear(tx, weights._core, tb, bool(return_accumulator), algorithm or "auto",
+                        _hardware_dot)
+    y = _out(r.y, as_tensor)
+    return (y, _out(r.accumulators, as_tensor)) if return_accumulator else y
+
+
+def bitlinear_backward_input(grad_y, w):
+    """grad_x = grad_y @ (W_q * gamma), the straight-through estimator: float32 [..., N] -> [..., K]."""
+    tg, as_tensor = _tensor(grad_y, "grad_y", None, [np.float32])
+    return _out(_core.bitlinear_backward_input(tg, _weights(w, tg.device)._core), as_tensor)
+
+
+def mixed_precision_matmul(a, b, *, _hardware_dot=None):
+    """Exact int32 products: int8 [M, K] @ int8 [K, N], or int8 [M, K] @ W_q^T for TernaryWeights
+    b of shape [N, K]."""
+    ta, as_tensor = _tensor(a, "a", None, [np.int8])
+    if isinstance(b, TernaryWeights):
+        return _out(_core.ternary_matmul(ta, b._core, _hardware_dot), as_tensor)
+    tb, _ = _tensor(b, "b", ta.device, [np.int8])
+    return _out(_core.int8_matmul(ta, tb, _hardware_dot), as_tensor)

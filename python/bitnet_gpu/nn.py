@@ -1,0 +1,61 @@
+"""Layers: BitLinear keeps its packed ternary weights on the device."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .linear import bitlinear, bitlinear_backward_input
+from .quantize import TernaryWeights, quantize_weights
+
+__all__ = ["BitLinear"]
+
+
+class BitLinear:
+    """y = BitLinear(x): per-token int8 activations times ternary weights, plus an optional bias.
+
+    ``BitLinear(in_features, out_features, bias=True)`` draws weights like a float linear layer
+    (uniform in +-1/sqrt(in_features)) and quantizes them; ``BitLinear.from_float(w, bias)`` and
+    ``BitLinear.from_packed(packed, scale, shape, bias)`` wrap existing ones. Called on NumPy
+    arrays it returns NumPy; on Tensors, Tensors.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, seed=None,
+                 device=None, _weights: TernaryWeights | None = None, _bias=None):
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        if _weights is None:
+            rng = np.random.default_rng(seed)
+            bound = 1.0 / np.sqrt(self.in_features)
+            w = rng.uniform(-bound, bound, (self.out_features, self.in_features)).astype(np.float32)
+            _weights = quantize_weights(w, device=device)
+            if bias:
+                _bias = rng.uniform(-bound, bound, self.out_features).astype(np.float32)
+        self.weight = _weights
+        self.bias = None if _bias is None else np.asarray(_bias, np.float32)
+        if self.weight.shape != (self.out_features, self.in_features):
+            raise ValueError(f"weights of shape {self.weight.shape} do not match "
+                             f"({self.out_features}, {self.in_features})")
+
+    @classmethod
+    def from_float(cls, w, bias=None, device=None) -> "BitLinear":
+        q = quantize_weights(w, device=device)
+        return cls(q.shape[1], q.shape[0], _weights=q, _bias=bias)
+
+    @classmethod
+    def from_packed(cls, packed, scale, shape, bias=None, device=None) -> "BitLinear":
+        q = TernaryWeights.from_packed(packed, scale, shape, device=device)
+        return cls(q.shape[1], q.shape[0], _weights=q, _bias=bias)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the packed weights and their scale on the device."""
+        return self.weight.nbytes
+
+    def __call__(self, x, *, algorithm=None):
+        return bitlinear(x, self.weight, self.bias, algorithm=algorithm)
+
+    def backward_input(self, grad_y):
+        return bitlinear_backward_input(grad_y, self.weight)
+
+    def __repr__(self):
+        return (f"BitLinear(in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, nbytes={self.nbytes})")
