@@ -66,7 +66,8 @@ def main():
         x = bg.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
         y = bg.bitlinear(x, q)  # parity of this very shape, against the reference
         rows = min(m, 8)  # rows are independent; the int64 reference matmul is slow for M = 2048
-        ry, _ = bg.reference.bitlinear(x.numpy()[:rows], q.unpack(), q.scale)
+        xs = x.numpy()[:rows]  # the reference quantizes with the GPU's scale (docs/NUMERICS.md)
+        ry, _ = bg.reference.bitlinear(xs, q.unpack(), q.scale, scale=bg.quantize_activations(xs)[1])
         parity = float(np.linalg.norm(y.numpy()[:rows] - ry) / np.linalg.norm(ry))
         totals, kernels = [], {}
         for _ in range(args.repeats):
