@@ -17,14 +17,7 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-
-
-def torch_cuda():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
+from timing import torch_cuda, torch_time  # benchmarks/timing.py
 
 
 def gpu_time(device, fn, repeats):
@@ -35,20 +28,6 @@ def gpu_time(device, fn, repeats):
             fn()
         totals.append(p.total())
     return statistics.median(totals), p.timings
-
-
-def torch_time(torch, fn, repeats):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e-3)
-    return statistics.median(times)
 
 
 def main():

@@ -18,38 +18,7 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-
-
-def median_wall(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def torch_cuda():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
-def torch_event_time(torch, fn, repeats):
-    """Median seconds of fn() between CUDA events, after a warm-up."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e-3)
-    return statistics.median(times)
+from timing import median_wall, torch_cuda, torch_time  # benchmarks/timing.py
 
 
 def dispatch_overhead(device, results):
@@ -103,13 +72,13 @@ def transfers(device, nbytes, repeats, results, torch):
         pageable = torch.from_numpy(host)
         pinned = pageable.pin_memory()
         gpu = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-        rows["torch upload (pinned)"] = nbytes / torch_event_time(
+        rows["torch upload (pinned)"] = nbytes / torch_time(
             torch, lambda: gpu.copy_(pinned, non_blocking=True), repeats) / 1e9
-        rows["torch upload (pageable)"] = nbytes / torch_event_time(
+        rows["torch upload (pageable)"] = nbytes / torch_time(
             torch, lambda: gpu.copy_(pageable), repeats) / 1e9
-        rows["torch download (pinned)"] = nbytes / torch_event_time(
+        rows["torch download (pinned)"] = nbytes / torch_time(
             torch, lambda: pinned.copy_(gpu, non_blocking=True), repeats) / 1e9
-        rows["torch download (pageable)"] = nbytes / torch_event_time(
+        rows["torch download (pageable)"] = nbytes / torch_time(
             torch, lambda: pageable.copy_(gpu), repeats) / 1e9
     results["transfers_GBps"] = rows
 
@@ -136,7 +105,7 @@ def device_copy(device, nbytes, repeats, results, torch):
     if torch is not None:
         a = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
         b = torch.empty_like(a)
-        rows["torch device-to-device copy"] = 2 * nbytes / torch_event_time(
+        rows["torch device-to-device copy"] = 2 * nbytes / torch_time(
             torch, lambda: b.copy_(a), repeats) / 1e9
     results["device_copy_GBps"] = rows  # bytes read plus bytes written
 

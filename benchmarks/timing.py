@@ -1,0 +1,40 @@
+"""Timing helpers shared by the benchmark scripts: PyTorch's CUDA events and host wall time."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def torch_cuda():
+    """The torch module when it can run on a CUDA GPU here, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def torch_time(torch, fn, repeats):
+    """Median seconds of fn() between CUDA events, after one warm-up call."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3)
+    return statistics.median(times)
+
+
+def median_wall(fn, repeats):
+    """Median host seconds of fn()."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
