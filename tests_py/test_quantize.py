@@ -11,7 +11,7 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import reference as ref
 
-SHAPES = [(1, 1), (1, 4097), (33, 17), (7, 33), (64, 256)]
+SHAPES = [(1, 1), (1, 4097), (33, 17), (7, 33), (64, 256), (4096, 4096)]
 
 
 def assert_rounded(got, values, what):
