@@ -8,14 +8,13 @@ run (CUDA events). Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import numpy as np
 
 import bitnet_gpu as bg
-from timing import torch_cuda, torch_time  # benchmarks/timing.py
+from common import torch_cuda, torch_time, write_results  # benchmarks/common.py
 
 SHAPES = [(1, 2560, 6912), (1, 6912, 2560), (1, 4096, 4096), (1, 8192, 8192), (1, 16384, 16384),
           (8, 4096, 4096), (512, 4096, 4096), (2048, 4096, 4096), (2048, 2560, 6912)]
@@ -96,10 +95,7 @@ def main():
               f"{r.get('torch_int_mm_s', float('nan')) * 1e6:9.1f} {r['parity_rel']:8.1e}")
     print(f"NumPy-in NumPy-out BitLinear(2560 -> 6912), M = 1: "
           f"{results['numpy_call_wall_s_1x2560x6912'] * 1e6:.0f} us wall (median of 50)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.json}")
+    write_results(args.json, results)
 
 
 if __name__ == "__main__":

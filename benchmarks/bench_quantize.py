@@ -10,14 +10,13 @@ PyTorch's device copy as the bandwidth ceiling. Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import numpy as np
 
 import bitnet_gpu as bg
-from timing import torch_cuda, torch_time  # benchmarks/timing.py
+from common import torch_cuda, torch_time, write_results  # benchmarks/common.py
 
 
 def gpu_time(device, fn, repeats):
@@ -112,10 +111,7 @@ def main():
                       if "torch_s" in r else f"{'-':>10s} {'-':>8s}")
         print(f"{r['op']:22s} {str(tuple(r['shape'])):>14s} {r['gpu_s'] * 1e6:10.1f} "
               f"{r['GBps_over_minimum']:8.1f} {r['fraction_of_copy']:8.1%} {torch_cols}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.json}")
+    write_results(args.json, results)
 
 
 if __name__ == "__main__":

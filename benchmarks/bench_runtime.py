@@ -10,7 +10,6 @@ writes JSON. Not a test: nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -18,7 +17,7 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from timing import median_wall, torch_cuda, torch_time  # benchmarks/timing.py
+from common import median_wall, torch_cuda, torch_time, write_results  # benchmarks/common.py
 
 
 def dispatch_overhead(device, results):
@@ -153,10 +152,7 @@ def main():
     for name, value in rows.items():
         ratio = f"{value / peer:10.1%}" if peer else f"{'-':>10s}"
         print(f"  {name:38s} {value:10.1f} {ratio}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.json}")
+    write_results(args.json, results)
 
 
 if __name__ == "__main__":

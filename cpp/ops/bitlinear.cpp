@@ -15,12 +15,6 @@ namespace {
 constexpr uint32_t kMatvecRows = 4;  // output rows a matvec workgroup owns
 constexpr int64_t kTile = 64;
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + (shape.size() == 1 ? ",)" : ")");
-}
-
 int64_t padded(int64_t k) { return (k + 15) / 16 * 16; }
 
 bool use_hardware_dot(const Device& device, std::optional<bool> requested) {
@@ -99,8 +93,7 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
                           bool with_accumulators, BitLinearAlgorithm algorithm,
                           std::optional<bool> hardware_dot) {
   require_ternary(w);
-  if (x.dtype() != DType::float32 && x.dtype() != DType::float16)
-    throw DTypeError("x: expected float32 or float16, got " + std::string(dtype_name(x.dtype())));
+  require_float(x, "x");
   if (x.shape().empty() || x.shape().back() != w.cols)
     throw ShapeError("x of shape " + shape_text(x.shape()) + " does not match weights of shape (" +
                      std::to_string(w.rows) + ", " + std::to_string(w.cols) + "): K = " +
@@ -125,15 +118,13 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
   const bool hardware = use_hardware_dot(*device, hardware_dot);
 
   Sequence sequence(device, Timing::off);
-  Tensor nonfinite = Tensor::empty(device, std::vector<int64_t>{1}, DType::uint32, Placement::host);
-  sequence.fill(nonfinite.binding(), 0);
+  Tensor nonfinite = zeroed_counter(sequence, device);
   PreparedRows prepared{Tensor::empty(device, std::vector<int64_t>{m, padded(k)}, DType::uint8),
                         Tensor::empty(device, std::vector<int64_t>{m}, DType::int32)};
   Tensor scales = Tensor::empty(device, std::vector<int64_t>{m}, DType::float32);
   {
     Kernel prepare = Kernel::builtin(
-        device, std::string("bitlinear_prepare") + (x.dtype() == DType::float16 ? "_f16" : "_f32"),
-        {{0, double{kEps}}});
+        device, float_variant("bitlinear_prepare", x.dtype()), {{0, double{kEps}}});
     struct {
       uint32_t rows, k, padded_k;
     } push{static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(padded(k))};
@@ -164,11 +155,7 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
                  {result.y, result.accumulators}, hardware);
   }
   sequence.run();
-  uint32_t found = 0;
-  nonfinite.download(&found, sizeof found);
-  if (found)
-    throw ArgumentError("x contains " + std::to_string(found) + " NaN or Inf value" +
-                        (found == 1 ? "" : "s"));
+  raise_if_nonfinite(nonfinite, "x");
   return result;
 }
 

@@ -6,6 +6,7 @@
 
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
+#include "runtime/sequence.hpp"
 
 namespace bitnet::ops {
 
@@ -40,6 +41,40 @@ uint32_t workgroups(const Device& device, uint64_t invocations, uint32_t local_s
   const uint64_t needed = (invocations + local_size - 1) / local_size;
   return static_cast<uint32_t>(
       std::clamp<uint64_t>(needed, 1, device.limits().maxComputeWorkGroupCount[0]));
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
+
+void require_float(const Tensor& t, const char* name) {
+  if (t.dtype() != DType::float32 && t.dtype() != DType::float16)
+    throw DTypeError(std::string(name) + ": expected float32 or float16, got " +
+                     std::string(dtype_name(t.dtype())));
+}
+
+std::string float_variant(const char* base, DType dtype) {
+  return std::string(base) + (dtype == DType::float16 ? "_f16" : "_f32");
+}
+
+Tensor zeroed_counter(Sequence& sequence, const std::shared_ptr<Device>& device) {
+  Tensor tensor = Tensor::empty(device, std::vector<int64_t>{1}, DType::uint32, Placement::host);
+  sequence.fill(tensor.binding(), 0);
+  return tensor;
+}
+
+uint32_t read_counter(const Tensor& counter) {
+  uint32_t value = 0;
+  counter.download(&value, sizeof value);
+  return value;
+}
+
+void raise_if_nonfinite(const Tensor& counter, const char* name) {
+  if (uint32_t found = read_counter(counter))
+    throw ArgumentError(std::string(name) + " contains " + std::to_string(found) +
+                        " NaN or Inf value" + (found == 1 ? "" : "s"));
 }
 
 }  // namespace bitnet::ops

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "runtime/memory.hpp"
@@ -11,6 +12,7 @@
 
 namespace bitnet {
 class Device;
+class Sequence;
 }
 
 namespace bitnet::ops {
@@ -33,6 +35,22 @@ BufferBinding rows_of(const Tensor& tensor, const RowRange& range, uint64_t row_
 // Workgroups for `invocations` invocations of `local_size`, capped at the device's limit (the
 // kernels loop grid-stride over what is left).
 uint32_t workgroups(const Device& device, uint64_t invocations, uint32_t local_size = 256);
+
+// "(2, 3)", "(4,)": shapes in error messages, as NumPy prints them.
+std::string shape_text(const std::vector<int64_t>& shape);
+
+// DTypeError unless `t` is float32 or float16.
+void require_float(const Tensor& t, const char* name);
+
+// The built-in shader variant for a float input: base + "_f32" or "_f16".
+std::string float_variant(const char* base, DType dtype);
+
+// A uint32 counter zeroed at the start of `sequence`, for the integer atomics that count NaN/Inf
+// (or invalid) values; read it once the sequence has run.
+Tensor zeroed_counter(Sequence& sequence, const std::shared_ptr<Device>& device);
+uint32_t read_counter(const Tensor& counter);
+// ArgumentError "<name> contains N NaN or Inf value(s)" when the counter is not zero.
+void raise_if_nonfinite(const Tensor& counter, const char* name);
 
 template <typename T>
 std::vector<std::byte> push_bytes(const T& value) {

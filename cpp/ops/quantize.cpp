@@ -16,22 +16,6 @@ namespace {
 
 constexpr uint64_t kStatsWords = 8;  // struct Stats in shaders/quantize/quantize_common.glsl
 
-void require_float(const Tensor& t, const char* name) {
-  if (t.dtype() != DType::float32 && t.dtype() != DType::float16)
-    throw DTypeError(std::string(name) + ": expected float32 or float16, got " +
-                     std::string(dtype_name(t.dtype())));
-}
-
-std::string variant(const char* base, DType dtype) {
-  return std::string(base) + (dtype == DType::float16 ? "_f16" : "_f32");
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + (shape.size() == 1 ? ",)" : ")");
-}
-
 int quantization_max(int bits, bool symmetric) {
   if (bits < 2 || bits > 8) throw ArgumentError("bits: expected 2 to 8, got " + std::to_string(bits));
   return symmetric ? (1 << (bits - 1)) - 1 : (1 << bits) - 1;
@@ -42,25 +26,6 @@ Tensor make(const std::shared_ptr<Device>& device, std::vector<int64_t> shape, D
   return Tensor::empty(device, shape, dtype, placement);
 }
 
-// A zeroed uint32 counter for the integer atomics that count NaN/Inf or invalid values.
-Tensor counter(Sequence& sequence, const std::shared_ptr<Device>& device) {
-  Tensor tensor = make(device, {1}, DType::uint32, Placement::host);
-  sequence.fill(tensor.binding(), 0);
-  return tensor;
-}
-
-uint32_t read_counter(const Tensor& tensor) {
-  uint32_t value = 0;
-  tensor.download(&value, sizeof value);
-  return value;
-}
-
-void raise_if_nonfinite(const Tensor& count, const char* name) {
-  if (uint32_t found = read_counter(count))
-    throw ArgumentError(std::string(name) + " contains " + std::to_string(found) +
-                        " NaN or Inf value" + (found == 1 ? "" : "s"));
-}
-
 // Segment statistics of the flat input, segments of `length` elements.
 Tensor record_stats(Sequence& sequence, const Tensor& input, uint64_t length, const Tensor& count) {
   const auto& device = input.device_ptr();
@@ -68,7 +33,7 @@ Tensor record_stats(Sequence& sequence, const Tensor& input, uint64_t length, co
   const uint64_t segments = (n + length - 1) / length;
   const uint64_t element = dtype_size(input.dtype());
   Tensor stats = make(device, {static_cast<int64_t>(segments), kStatsWords}, DType::uint32);
-  Kernel kernel = Kernel::builtin(device, variant("reduce_stats", input.dtype()));
+  Kernel kernel = Kernel::builtin(device, float_variant("reduce_stats", input.dtype()));
   for (const RowRange& range : row_ranges(*device, segments, {length * element})) {
     struct {
       uint32_t segment_length, segments, elements, first_output;
@@ -129,12 +94,12 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
                           rows, cols, group_size, binary};
 
   Sequence sequence(device, Timing::off);
-  Tensor nonfinite = counter(sequence, device);
+  Tensor nonfinite = zeroed_counter(sequence, device);
   Tensor stats = record_stats(sequence, w, segment, nonfinite);
   const uint64_t segments = static_cast<uint64_t>(stats.shape()[0]);
   record_scales(sequence, stats, group_size > 0 ? 1 : segments, groups, 0, 0.0f, result.scales,
                 *result.means);
-  Kernel pack = Kernel::builtin(device, variant(binary ? "binary_quantize" : "ternary_quantize",
+  Kernel pack = Kernel::builtin(device, float_variant(binary ? "binary_quantize" : "ternary_quantize",
                                                 w.dtype()));
   const uint64_t element = dtype_size(w.dtype());
   for (const RowRange& range : row_ranges(*device, rows, {cols * element, row_bytes})) {
@@ -238,7 +203,7 @@ Tensor pack_ternary(const Tensor& values) {
   if (rows == 0 || cols == 0) return packed;
   Kernel kernel = Kernel::builtin(device, "ternary_pack");
   Sequence sequence(device, Timing::off);
-  Tensor invalid = counter(sequence, device);
+  Tensor invalid = zeroed_counter(sequence, device);
   for (const RowRange& range : row_ranges(*device, rows, {static_cast<uint64_t>(cols),
                                                           static_cast<uint64_t>(row_bytes)})) {
     struct {
@@ -272,10 +237,10 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric) {
                        make(device, leading, DType::float32), std::nullopt};
   if (!symmetric) result.zero_points = make(device, leading, DType::uint8);
   if (rows == 0) return result;
-  Kernel kernel = Kernel::builtin(device, variant("quantize_rows", x.dtype()),
+  Kernel kernel = Kernel::builtin(device, float_variant("quantize_rows", x.dtype()),
                                   {{0, symmetric}, {1, double(qmax)}, {2, double{kEps}}});
   Sequence sequence(device, Timing::off);
-  Tensor nonfinite = counter(sequence, device);
+  Tensor nonfinite = zeroed_counter(sequence, device);
   Tensor unused = make(device, {1}, DType::uint8);
   const uint64_t element = dtype_size(x.dtype());
   for (const RowRange& range : row_ranges(*device, rows, {cols * element, static_cast<uint64_t>(cols)})) {
@@ -346,11 +311,11 @@ QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint
   QuantizedTensor result{make(device, g.shape(), DType::int8), make(device, {1}, DType::float32)};
   Tensor means = make(device, {1}, DType::float32);
   Sequence sequence(device, Timing::off);
-  Tensor nonfinite = counter(sequence, device);
+  Tensor nonfinite = zeroed_counter(sequence, device);
   Tensor stats = record_stats(sequence, g, tensor_segment(g.size()), nonfinite);
   record_scales(sequence, stats, static_cast<uint64_t>(stats.shape()[0]), 1, 1, float(qmax),
                 result.scale, means);
-  Kernel kernel = Kernel::builtin(device, variant("quantize_elements", g.dtype()),
+  Kernel kernel = Kernel::builtin(device, float_variant("quantize_elements", g.dtype()),
                                   {{0, stochastic}, {1, double(qmax)}});
   const uint64_t element = dtype_size(g.dtype());
   for (const RowRange& range : row_ranges(*device, g.size(), {element, 1})) {

@@ -1,7 +1,8 @@
-"""Timing helpers shared by the benchmark scripts: PyTorch's CUDA events and host wall time."""
+"""Helpers shared by the benchmark scripts: PyTorch's CUDA events, host wall time, JSON output."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 
@@ -38,3 +39,11 @@ def median_wall(fn, repeats):
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def write_results(path, results):
+    """Writes the results as JSON to `path` (nothing when path is None) and says where."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=2)
+        print(f"wrote {path}")
