@@ -134,7 +134,12 @@ def test_binary_parity(device, rng, shape, group):
     np.testing.assert_allclose(deq, ref.dequantize(rb_gpu, b.scale, group), rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (1, 4097), (33, 17), (2, 3, 7), (128, 1000)])
+# Rows held in registers (K % 4 == 0, K <= 8192), rows read twice (K = 8196) and scalar rows.
+ROW_SHAPES = [(1, 1), (1, 4097), (33, 17), (2, 3, 7), (128, 1000), (2, 4), (5, 1028), (3, 8192),
+              (2, 8196)]
+
+
+@pytest.mark.parametrize("shape", ROW_SHAPES)
 @pytest.mark.parametrize("bits", [8, 4, 2])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_symmetric_activation_parity(device, rng, shape, bits, dtype):
@@ -149,7 +154,7 @@ def test_symmetric_activation_parity(device, rng, shape, bits, dtype):
                                rtol=1e-6, atol=1e-30)
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (1, 4097), (33, 17), (4, 5, 9)])
+@pytest.mark.parametrize("shape", ROW_SHAPES)
 def test_asymmetric_activation_parity(device, rng, shape):
     x = (rng.standard_normal(shape) * 3 + rng.uniform(-2, 2)).astype(np.float32)
     q, step, zp = bg.quantize_activations(x, symmetric=False)

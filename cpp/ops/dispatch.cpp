@@ -55,6 +55,25 @@ void require_float(const Tensor& t, const char* name) {
                      std::string(dtype_name(t.dtype())));
 }
 
+Tensor output(const std::shared_ptr<Device>& device, const std::optional<Tensor>& given,
+              const std::vector<int64_t>& shape, DType dtype, const char* name,
+              std::initializer_list<const Tensor*> inputs) {
+  if (!given) return Tensor::empty(device, shape, dtype);
+  const std::string label = std::string("out (") + name + ")";
+  if (given->device_ptr() != device)
+    throw ArgumentError(label + ": the tensor lives on another device");
+  if (given->dtype() != dtype)
+    throw DTypeError(label + ": expected " + std::string(dtype_name(dtype)) + ", got " +
+                     std::string(dtype_name(given->dtype())));
+  if (given->shape() != shape)
+    throw ShapeError(label + ": expected shape " + shape_text(shape) + ", got " +
+                     shape_text(given->shape()));
+  for (const Tensor* input : inputs)
+    if (input && input->allocation() == given->allocation())
+      throw ArgumentError(label + ": shares memory with an input; pass a separate tensor");
+  return *given;
+}
+
 std::string float_variant(const char* base, DType dtype) {
   return std::string(base) + (dtype == DType::float16 ? "_f16" : "_f32");
 }

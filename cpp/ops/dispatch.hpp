@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +43,12 @@ std::string shape_text(const std::vector<int64_t>& shape);
 
 // DTypeError unless `t` is float32 or float16.
 void require_float(const Tensor& t, const char* name);
+
+// The tensor an op writes: `given` (an `out=` argument) once checked against the device, dtype
+// and shape the op produces and for sharing memory with any of `inputs`; else a new tensor.
+Tensor output(const std::shared_ptr<Device>& device, const std::optional<Tensor>& given,
+              const std::vector<int64_t>& shape, DType dtype, const char* name,
+              std::initializer_list<const Tensor*> inputs = {});
 
 // The built-in shader variant for a float input: base + "_f32" or "_f16".
 std::string float_variant(const char* base, DType dtype);

@@ -26,6 +26,14 @@ Tensor make(const std::shared_ptr<Device>& device, std::vector<int64_t> shape, D
   return Tensor::empty(device, shape, dtype, placement);
 }
 
+// ArgumentError when two out= tensors of one call are the same tensor.
+void distinct_outputs(std::initializer_list<const Tensor*> outputs) {
+  for (auto a = outputs.begin(); a != outputs.end(); ++a)
+    for (auto b = a + 1; b != outputs.end(); ++b)
+      if (*a && *b && (*a)->allocation() == (*b)->allocation())
+        throw ArgumentError("out: the outputs of one call must be separate tensors");
+}
+
 // Segment statistics of the flat input, segments of `length` elements.
 Tensor record_stats(Sequence& sequence, const Tensor& input, uint64_t length, const Tensor& count) {
   const auto& device = input.device_ptr();
@@ -143,9 +151,10 @@ QuantizedWeights weights_from_packed(const Tensor& packed, const Tensor& scales,
   return QuantizedWeights{packed, scales, std::nullopt, rows, cols, group_size, binary};
 }
 
-Tensor dequantize_weights(const QuantizedWeights& weights) {
+Tensor dequantize_weights(const QuantizedWeights& weights, const std::optional<Tensor>& given) {
   const auto& device = weights.packed.device_ptr();
-  Tensor out = make(device, {weights.rows, weights.cols}, DType::float32);
+  Tensor out = output(device, given, {weights.rows, weights.cols}, DType::float32, "weights",
+                      {&weights.packed, &weights.scales});
   const uint64_t row_bytes = static_cast<uint64_t>(weights.packed.shape()[1]);
   Kernel kernel = Kernel::builtin(device, "dequantize_weights", {{0, weights.binary}});
   Sequence sequence(device, Timing::off);
@@ -163,7 +172,8 @@ Tensor dequantize_weights(const QuantizedWeights& weights) {
   return out;
 }
 
-Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols) {
+Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols,
+                      const std::optional<Tensor>& given) {
   const auto& device = packed.device_ptr();
   const int64_t row_bytes = static_cast<int64_t>(ternary_row_bytes(cols));
   if (packed.dtype() != DType::uint8)
@@ -172,7 +182,7 @@ Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols) {
     throw ShapeError("packed: expected shape (" + std::to_string(rows) + ", " +
                      std::to_string(row_bytes) + ") for shape (" + std::to_string(rows) + ", " +
                      std::to_string(cols) + "), got " + shape_text(packed.shape()));
-  Tensor out = make(device, {rows, cols}, DType::int8);
+  Tensor out = output(device, given, {rows, cols}, DType::int8, "values", {&packed});
   if (rows == 0 || cols == 0) return out;
   Kernel kernel = Kernel::builtin(device, "ternary_unpack");
   Sequence sequence(device, Timing::off);
@@ -190,7 +200,7 @@ Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols) {
   return out;
 }
 
-Tensor pack_ternary(const Tensor& values) {
+Tensor pack_ternary(const Tensor& values, const std::optional<Tensor>& given) {
   if (values.dtype() != DType::int8)
     throw DTypeError("q: expected int8 values in {-1, 0, 1}, got " +
                      std::string(dtype_name(values.dtype())));
@@ -199,7 +209,7 @@ Tensor pack_ternary(const Tensor& values) {
   const auto& device = values.device_ptr();
   const int64_t rows = values.shape()[0], cols = values.shape()[1];
   const int64_t row_bytes = static_cast<int64_t>(ternary_row_bytes(cols));
-  Tensor packed = make(device, {rows, row_bytes}, DType::uint8);
+  Tensor packed = output(device, given, {rows, row_bytes}, DType::uint8, "packed", {&values});
   if (rows == 0 || cols == 0) return packed;
   Kernel kernel = Kernel::builtin(device, "ternary_pack");
   Sequence sequence(device, Timing::off);
@@ -222,7 +232,7 @@ Tensor pack_ternary(const Tensor& values) {
   return packed;
 }
 
-QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric) {
+QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric, const RowOutputs& given) {
   require_float(x, "x");
   const int qmax = quantization_max(bits, symmetric);
   if (x.shape().empty()) throw ShapeError("x: expected at least one axis [..., K], got a 0-d tensor");
@@ -233,9 +243,14 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric) {
   const auto& device = x.device_ptr();
   const int64_t rows = static_cast<int64_t>(x.size()) / cols;
   std::vector<int64_t> leading(x.shape().begin(), x.shape().end() - 1);
-  QuantizedRows result{make(device, x.shape(), symmetric ? DType::int8 : DType::uint8),
-                       make(device, leading, DType::float32), std::nullopt};
-  if (!symmetric) result.zero_points = make(device, leading, DType::uint8);
+  if (symmetric && given.zero_points)
+    throw ArgumentError("out: symmetric quantization has no zero point to write");
+  QuantizedRows result{
+      output(device, given.q, x.shape(), symmetric ? DType::int8 : DType::uint8, "q", {&x}),
+      output(device, given.scales, leading, DType::float32, "scale", {&x}), std::nullopt};
+  if (!symmetric)
+    result.zero_points = output(device, given.zero_points, leading, DType::uint8, "zero_point", {&x});
+  distinct_outputs({&result.q, &result.scales, result.zero_points ? &*result.zero_points : nullptr});
   if (rows == 0) return result;
   Kernel kernel = Kernel::builtin(device, float_variant("quantize_rows", x.dtype()),
                                   {{0, symmetric}, {1, double(qmax)}, {2, double{kEps}}});
@@ -263,7 +278,7 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric) {
 }
 
 Tensor dequantize_rows(const Tensor& q, const Tensor& scales,
-                       const std::optional<Tensor>& zero_points) {
+                       const std::optional<Tensor>& zero_points, const std::optional<Tensor>& given) {
   const bool symmetric = !zero_points.has_value();
   const DType expected = symmetric ? DType::int8 : DType::uint8;
   if (q.dtype() != expected)
@@ -281,7 +296,8 @@ Tensor dequantize_rows(const Tensor& q, const Tensor& scales,
                       static_cast<int64_t>(zero_points->size()) != rows))
     throw ShapeError("zero_point: expected uint8 with one value per row (" + std::to_string(rows) + ")");
   const auto& device = q.device_ptr();
-  Tensor out = make(device, q.shape(), DType::float32);
+  Tensor out = output(device, given, q.shape(), DType::float32, "x", {&q, &scales,
+                      zero_points ? &*zero_points : nullptr});
   if (rows == 0) return out;
   Kernel kernel = Kernel::builtin(device, "dequantize_rows", {{0, symmetric}});
   Sequence sequence(device, Timing::off);
@@ -301,14 +317,18 @@ Tensor dequantize_rows(const Tensor& q, const Tensor& scales,
   return out;
 }
 
-QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint64_t seed) {
+QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint64_t seed,
+                                const std::optional<Tensor>& given_q,
+                                const std::optional<Tensor>& given_scale) {
   require_float(g, "g");
   const int qmax = quantization_max(bits, true);
   if (g.size() == 0)
     throw ShapeError("g: the per-tensor scale reduces over all elements, and shape " +
                      shape_text(g.shape()) + " has none");
   const auto& device = g.device_ptr();
-  QuantizedTensor result{make(device, g.shape(), DType::int8), make(device, {1}, DType::float32)};
+  QuantizedTensor result{output(device, given_q, g.shape(), DType::int8, "q", {&g}),
+                         output(device, given_scale, {1}, DType::float32, "scale", {&g})};
+  distinct_outputs({&result.q, &result.scale});
   Tensor means = make(device, {1}, DType::float32);
   Sequence sequence(device, Timing::off);
   Tensor nonfinite = zeroed_counter(sequence, device);

@@ -36,23 +36,32 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
 // Wraps packed weights and their scales (validated: shapes, dtypes, no code 3).
 QuantizedWeights weights_from_packed(const Tensor& packed, const Tensor& scales, int64_t rows,
                                      int64_t cols, int64_t group_size, bool binary);
-Tensor dequantize_weights(const QuantizedWeights& weights);
-Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols);
-Tensor pack_ternary(const Tensor& values);
+// `out` arguments: a tensor to write the result into (checked by ops::output), or a new one.
+// When the op raises after its kernel ran (NaN or Inf found), `out` holds unspecified values.
+Tensor dequantize_weights(const QuantizedWeights& weights, const std::optional<Tensor>& out = {});
+Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols,
+                      const std::optional<Tensor>& out = {});
+Tensor pack_ternary(const Tensor& values, const std::optional<Tensor>& out = {});
 
 struct QuantizedRows {
   Tensor q;                           // int8 (symmetric) or uint8, the input's shape
   Tensor scales;                      // float32, the input's shape without its last axis
   std::optional<Tensor> zero_points;  // uint8, asymmetric only
 };
-QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric);
+struct RowOutputs {
+  std::optional<Tensor> q, scales, zero_points;
+};
+QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric, const RowOutputs& out = {});
 Tensor dequantize_rows(const Tensor& q, const Tensor& scales,
-                       const std::optional<Tensor>& zero_points);
+                       const std::optional<Tensor>& zero_points,
+                       const std::optional<Tensor>& out = {});
 
 struct QuantizedTensor {
   Tensor q;      // int8, the input's shape
   Tensor scale;  // float32 [1]: s = qmax / max(max|g|, eps)
 };
-QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint64_t seed);
+QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint64_t seed,
+                                const std::optional<Tensor>& out_q = {},
+                                const std::optional<Tensor>& out_scale = {});
 
 }  // namespace bitnet::ops

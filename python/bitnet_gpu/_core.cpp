@@ -559,16 +559,25 @@ PYBIND11_MODULE(_core, m) {
         py::arg("binary"), release);
   m.def("weights_from_packed", &ops::weights_from_packed, py::arg("packed"), py::arg("scales"),
         py::arg("rows"), py::arg("cols"), py::arg("group_size"), py::arg("binary"), release);
-  m.def("dequantize_weights", &ops::dequantize_weights, py::arg("weights"), release);
+  m.def("dequantize_weights", &ops::dequantize_weights, py::arg("weights"),
+        py::arg("out") = py::none(), release);
   m.def("unpack_ternary", &ops::unpack_ternary, py::arg("packed"), py::arg("rows"),
-        py::arg("cols"), release);
-  m.def("pack_ternary", &ops::pack_ternary, py::arg("values"), release);
-  m.def("quantize_rows", &ops::quantize_rows, py::arg("x"), py::arg("bits"), py::arg("symmetric"),
+        py::arg("cols"), py::arg("out") = py::none(), release);
+  m.def("pack_ternary", &ops::pack_ternary, py::arg("values"), py::arg("out") = py::none(),
         release);
+  m.def(
+      "quantize_rows",
+      [](const Tensor& x, int bits, bool symmetric, std::optional<Tensor> q,
+         std::optional<Tensor> scales, std::optional<Tensor> zero_points) {
+        return ops::quantize_rows(x, bits, symmetric, {q, scales, zero_points});
+      },
+      py::arg("x"), py::arg("bits"), py::arg("symmetric"), py::arg("out_q") = py::none(),
+      py::arg("out_scales") = py::none(), py::arg("out_zero_points") = py::none(), release);
   m.def("dequantize_rows", &ops::dequantize_rows, py::arg("q"), py::arg("scales"),
-        py::arg("zero_points"), release);
+        py::arg("zero_points"), py::arg("out") = py::none(), release);
   m.def("quantize_tensor", &ops::quantize_tensor, py::arg("g"), py::arg("bits"),
-        py::arg("stochastic"), py::arg("seed"), release);
+        py::arg("stochastic"), py::arg("seed"), py::arg("out_q") = py::none(),
+        py::arg("out_scale") = py::none(), release);
 
   py::class_<ops::BitLinearResult>(m, "BitLinearResult")
       .def_readonly("y", &ops::BitLinearResult::y)

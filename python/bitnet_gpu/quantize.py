@@ -42,6 +42,59 @@ def _out(t, as_tensor):
     return t if as_tensor else t.numpy()
 
 
+class _Outputs:
+    """`out=` as NumPy's ufuncs take it: one target per result (a tuple when there are several).
+
+    A Tensor target is written by the kernel itself (checked in the core); a NumPy target is
+    checked here before anything runs and filled once the call has succeeded, so a call that
+    raises leaves it untouched.
+    """
+
+    def __init__(self, out, specs):
+        self.specs = specs
+        if out is None:
+            self.targets = [None] * len(specs)
+            return
+        targets = list(out) if isinstance(out, tuple) else [out]
+        if len(targets) != len(specs):
+            names = ", ".join(name for name, _, _ in specs)
+            raise _core.ArgumentError(f"out: expected {len(specs)} target(s) ({names}), got {len(targets)}")
+        arrays = []
+        for target, (name, shape, dtype) in zip(targets, specs):
+            if target is None or isinstance(target, Tensor):
+                continue
+            if not isinstance(target, np.ndarray):
+                raise DTypeError(f"out ({name}): expected a NumPy array or a Tensor, "
+                                 f"got {type(target).__name__}")
+            if target.dtype != np.dtype(dtype):
+                raise DTypeError(f"out ({name}): expected {np.dtype(dtype).name}, got {target.dtype}")
+            if target.shape != tuple(shape):
+                raise _core.ShapeError(f"out ({name}): expected shape {tuple(shape)}, got {target.shape}")
+            if not (target.flags.c_contiguous and target.flags.writeable):
+                raise _core.ArgumentError(f"out ({name}): expected a writeable C-contiguous array")
+            if any(np.shares_memory(target, other) for other in arrays):
+                raise _core.ArgumentError("out: the outputs of one call must not overlap")
+            arrays.append(target)
+        self.targets = targets
+
+    def tensor(self, i):
+        """The Tensor target the core should write into, or None."""
+        target = self.targets[i]
+        return target if isinstance(target, Tensor) else None
+
+    def results(self, tensors, as_tensor):
+        """What the call returns: each target filled, or each result as the input came."""
+        values = []
+        for target, t in zip(self.targets, tensors):
+            if isinstance(target, np.ndarray):
+                values.append(t.numpy(out=target))
+            elif target is not None:
+                values.append(target)
+            else:
+                values.append(_out(t, as_tensor))
+        return values
+
+
 class _PackedWeights:
     """Weights kept on the device, packed, with their scales (one, or one per group along K)."""
 
@@ -86,8 +139,10 @@ class _PackedWeights:
         """uint8 [N, row_bytes] in the public packed layout (docs/NUMERICS.md)."""
         return self._core.packed.numpy()
 
-    def dequantize(self):
-        return _out(_core.dequantize_weights(self._core), self._returns_tensors)
+    def dequantize(self, out=None):
+        outputs = _Outputs(out, [("weights", self.shape, np.float32)])
+        t = _core.dequantize_weights(self._core, outputs.tensor(0))
+        return outputs.results([t], self._returns_tensors)[0]
 
     def __repr__(self):
         groups = "per tensor" if self.group_size is None else f"group_size={self.group_size}"
@@ -110,10 +165,12 @@ class _PackedWeights:
 class TernaryWeights(_PackedWeights):
     """Absmean ternary weights (BitNet b1.58): W_q in {-1, 0, 1}, 2 bits each, scale gamma."""
 
-    def unpack(self):
+    def unpack(self, out=None):
         """int8 [N, K] in {-1, 0, 1}."""
         core = self._core
-        return _out(_core.unpack_ternary(core.packed, core.rows, core.cols), self._returns_tensors)
+        outputs = _Outputs(out, [("values", self.shape, np.int8)])
+        t = _core.unpack_ternary(core.packed, core.rows, core.cols, outputs.tensor(0))
+        return outputs.results([t], self._returns_tensors)[0]
 
     @classmethod
     def from_packed(cls, packed, scale, shape, group_size=None, device=None):
@@ -140,55 +197,73 @@ def binarize_weights(w, *, group_size=None, device=None) -> BinaryWeights:
     return BinaryWeights(_core.quantize_weights(t, group_size or 0, True), as_tensor)
 
 
-def dequantize_weights(q):
+def dequantize_weights(q, *, out=None):
     """float32 [N, K]: W_q * gamma (ternary) or W_b * beta (binary)."""
     if not isinstance(q, _PackedWeights):
         raise DTypeError(f"q: expected TernaryWeights or BinaryWeights, got {type(q).__name__}")
-    return q.dequantize()
+    return q.dequantize(out=out)
 
 
-def pack_ternary(q, device=None):
+def pack_ternary(q, *, out=None, device=None):
     """int8 [N, K] in {-1, 0, 1} to uint8 [N, ceil(K / 16) * 4], packed on the GPU."""
     t, as_tensor = _tensor(q, "q", device, [np.int8])
-    return _out(_core.pack_ternary(t), as_tensor)
+    if t.ndim != 2:
+        _core.pack_ternary(t)  # raises ShapeError naming the shape
+    rows, cols = t.shape
+    outputs = _Outputs(out, [("packed", (rows, -(-cols // 16) * 4), np.uint8)])
+    return outputs.results([_core.pack_ternary(t, outputs.tensor(0))], as_tensor)[0]
 
 
-def unpack_ternary(packed, shape, device=None):
+def unpack_ternary(packed, shape, *, out=None, device=None):
     """uint8 packed ternary weights to int8 [N, K] in {-1, 0, 1}, on the GPU."""
     t, as_tensor = _tensor(packed, "packed", device, [np.uint8])
     rows, cols = (int(d) for d in shape)
-    return _out(_core.unpack_ternary(t, rows, cols), as_tensor)
+    outputs = _Outputs(out, [("values", (rows, cols), np.int8)])
+    return outputs.results([_core.unpack_ternary(t, rows, cols, outputs.tensor(0))], as_tensor)[0]
 
 
-def quantize_activations(x, *, bits=8, symmetric=True, device=None):
+def quantize_activations(x, *, bits=8, symmetric=True, out=None, device=None):
     """Per-row (per-token) quantization of x [..., K].
 
     symmetric: (q int8, scale float32 [...]) with scale = qmax / max|x|;
     otherwise (q uint8, scale float32 [...], zero_point uint8 [...]).
+    out: a tuple of targets for those results (NumPy arrays or Tensors; None for any one of
+    them allocates it), filled and returned.
     """
     t, as_tensor = _tensor(x, "x", device, _FLOATS)
-    r = _core.quantize_rows(t, int(bits), bool(symmetric))
-    if symmetric:
-        return _out(r.q, as_tensor), _out(r.scales, as_tensor)
-    return _out(r.q, as_tensor), _out(r.scales, as_tensor), _out(r.zero_points, as_tensor)
+    shape = tuple(t.shape)
+    specs = [("q", shape, np.int8 if symmetric else np.uint8), ("scale", shape[:-1], np.float32)]
+    if not symmetric:
+        specs.append(("zero_point", shape[:-1], np.uint8))
+    outputs = _Outputs(out, specs)
+    r = _core.quantize_rows(t, int(bits), bool(symmetric), *(outputs.tensor(i) for i in range(len(specs))))
+    results = [r.q, r.scales] if symmetric else [r.q, r.scales, r.zero_points]
+    return tuple(outputs.results(results, as_tensor))
 
 
-def dequantize_activations(q, scale, zero_point=None, device=None):
+def dequantize_activations(q, scale, zero_point=None, *, out=None, device=None):
     """x = q / scale (symmetric) or (q - zero_point) * scale (asymmetric), float32."""
     tq, as_tensor = _tensor(q, "q", device, [np.int8, np.uint8])
     ts, _ = _tensor(scale, "scale", tq.device, [np.float32])
     tz = None if zero_point is None else _tensor(zero_point, "zero_point", tq.device, [np.uint8])[0]
-    return _out(_core.dequantize_rows(tq, ts, tz), as_tensor)
+    outputs = _Outputs(out, [("x", tuple(tq.shape), np.float32)])
+    return outputs.results([_core.dequantize_rows(tq, ts, tz, outputs.tensor(0))], as_tensor)[0]
 
 
-def quantize_gradients(g, *, bits=8, stochastic=False, seed=0, device=None):
+def quantize_gradients(g, *, bits=8, stochastic=False, seed=0, out=None, device=None):
     """Per-tensor absmax quantization: (q int8, scale float32) with scale = qmax / max|g|.
 
     stochastic=True rounds down or up at random, from a counter-based hash of (seed, element
-    index): the same seed gives the same q on every device.
+    index): the same seed gives the same q on every device. out: (q, scale) targets, scale a
+    float32 array of shape (1,).
     """
     t, as_tensor = _tensor(g, "g", device, _FLOATS)
     if not 0 <= int(seed) < 2**64:
         raise _core.ArgumentError("seed: expected an integer in [0, 2**64)")
-    r = _core.quantize_tensor(t, int(bits), bool(stochastic), int(seed))
-    return _out(r.q, as_tensor), (r.scale if as_tensor else r.scale.numpy()[0])
+    outputs = _Outputs(out, [("q", tuple(t.shape), np.int8), ("scale", (1,), np.float32)])
+    r = _core.quantize_tensor(t, int(bits), bool(stochastic), int(seed), outputs.tensor(0),
+                              outputs.tensor(1))
+    q, scale = outputs.results([r.q, r.scale], as_tensor)
+    if out is None and not as_tensor:
+        scale = scale[0]
+    return q, scale

@@ -8,6 +8,7 @@
 //               zp = clip(round(-lo / step), 0, levels), q = clip(round(x / step) + zp, 0, levels)
 //               (uint8; QMAX holds levels = 2^bits - 1)
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
 #include "quantize_common.glsl"
@@ -42,15 +43,67 @@ uint quantize(float v, float scale, float zero_point) {
   return uint(clamp(roundEven(v / scale) + zero_point, 0.0, QMAX));
 }
 
+// Rows of up to CACHED_VECTORS * 256 vec4 stay in registers between the two passes: the row is
+// read from memory once, with every load issued before the reduction waits on any of them.
+const uint CACHED_VECTORS = 8;
+
+void reduce_row(inout float a, inout float b, inout uint bad) {
+  const uint lane = gl_LocalInvocationID.x;
+  // max and min are exact in any order, so subgroup reductions keep results deterministic.
+  a = SYMMETRIC ? subgroupMax(a) : subgroupMin(a);
+  b = subgroupMax(b);
+  bad = subgroupAdd(bad);
+  if (subgroupElect()) { s_a[gl_SubgroupID] = a; s_b[gl_SubgroupID] = b; s_bad[gl_SubgroupID] = bad; }
+  barrier();
+  if (lane == 0) {
+    for (uint s = 1; s < gl_NumSubgroups; ++s) {
+      s_a[0] = SYMMETRIC ? max(s_a[0], s_a[s]) : min(s_a[0], s_a[s]);
+      s_b[0] = max(s_b[0], s_b[s]);
+      s_bad[0] += s_bad[s];
+    }
+  }
+  barrier();
+}
+
+void row_scale(out float scale, out float zero_point) {
+  zero_point = 0.0;
+  if (SYMMETRIC) {
+    scale = QMAX / max(s_a[0], EPS);
+  } else {
+    const float low = min(s_a[0], 0.0), high = max(s_b[0], 0.0);
+    scale = max(high - low, EPS) / QMAX;
+    zero_point = clamp(roundEven(-low / scale), 0.0, QMAX);
+  }
+}
+
+uint quantize4(vec4 v, float scale, float zero_point) {
+  return quantize(v.x, scale, zero_point) | quantize(v.y, scale, zero_point) << 8 |
+         quantize(v.z, scale, zero_point) << 16 | quantize(v.w, scale, zero_point) << 24;
+}
+
 void main() {
   const uint lane = gl_LocalInvocationID.x;
   const bool vectorized = p.k % 4 == 0;  // rows start on 16-byte (input) and 4-byte (q) bounds
+  const uint vectors = p.k / 4;
+  const bool cached = vectorized && vectors <= CACHED_VECTORS * 256;
   for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
     const uint base = row * p.k;
     float a = SYMMETRIC ? 0.0 : 3.402823466e38, b = -3.402823466e38;
     uint bad = 0;
-    if (vectorized) {
-      for (uint i = lane; i < p.k / 4; i += 256) {
+    vec4 cache[CACHED_VECTORS];
+    if (cached) {
+      [[unroll]] for (uint c = 0; c < CACHED_VECTORS; ++c) {
+        const uint i = lane + c * 256;
+        cache[c] = i < vectors ? vec4(x4[base / 4 + i]) : vec4(0.0);
+      }
+      [[unroll]] for (uint c = 0; c < CACHED_VECTORS; ++c) {
+        if (lane + c * 256 < vectors) {
+          accumulate(cache[c].x, a, b, bad); accumulate(cache[c].y, a, b, bad);
+          accumulate(cache[c].z, a, b, bad); accumulate(cache[c].w, a, b, bad);
+        }
+      }
+    } else if (vectorized) {
+      for (uint i = lane; i < vectors; i += 256) {
         const vec4 v = vec4(x4[base / 4 + i]);
         accumulate(v.x, a, b, bad); accumulate(v.y, a, b, bad);
         accumulate(v.z, a, b, bad); accumulate(v.w, a, b, bad);
@@ -58,34 +111,17 @@ void main() {
     } else {
       for (uint i = lane; i < p.k; i += 256) accumulate(float(x[base + i]), a, b, bad);
     }
-    // max and min are exact in any order, so subgroup reductions keep results deterministic.
-    a = SYMMETRIC ? subgroupMax(a) : subgroupMin(a);
-    b = subgroupMax(b);
-    bad = subgroupAdd(bad);
-    if (subgroupElect()) { s_a[gl_SubgroupID] = a; s_b[gl_SubgroupID] = b; s_bad[gl_SubgroupID] = bad; }
-    barrier();
-    if (lane == 0) {
-      for (uint s = 1; s < gl_NumSubgroups; ++s) {
-        s_a[0] = SYMMETRIC ? max(s_a[0], s_a[s]) : min(s_a[0], s_a[s]);
-        s_b[0] = max(s_b[0], s_b[s]);
-        s_bad[0] += s_bad[s];
+    reduce_row(a, b, bad);
+    float scale, zero_point;
+    row_scale(scale, zero_point);
+    if (cached) {
+      [[unroll]] for (uint c = 0; c < CACHED_VECTORS; ++c) {
+        const uint i = lane + c * 256;
+        if (i < vectors) q4[base / 4 + i] = quantize4(cache[c], scale, zero_point);
       }
-    }
-    barrier();
-    float scale, zero_point = 0.0;
-    if (SYMMETRIC) {
-      scale = QMAX / max(s_a[0], EPS);
-    } else {
-      const float low = min(s_a[0], 0.0), high = max(s_b[0], 0.0);
-      scale = max(high - low, EPS) / QMAX;
-      zero_point = clamp(roundEven(-low / scale), 0.0, QMAX);
-    }
-    if (vectorized) {
-      for (uint i = lane; i < p.k / 4; i += 256) {
-        const vec4 v = vec4(x4[base / 4 + i]);
-        q4[base / 4 + i] = quantize(v.x, scale, zero_point) | quantize(v.y, scale, zero_point) << 8 |
-                           quantize(v.z, scale, zero_point) << 16 | quantize(v.w, scale, zero_point) << 24;
-      }
+    } else if (vectorized) {
+      for (uint i = lane; i < vectors; i += 256)
+        q4[base / 4 + i] = quantize4(vec4(x4[base / 4 + i]), scale, zero_point);
     } else {
       for (uint i = lane; i < p.k; i += 256)
         q[base + i] = uint8_t(quantize(float(x[base + i]), scale, zero_point));
