@@ -1,24 +1,63 @@
 """BitLinear benchmark: GPU time of bitnet_gpu.bitlinear (Vulkan timestamps, all its kernels) beside
 torch.nn.functional.linear in float16 (cuBLAS) and torch._int_mm (int8) on the same GPU in the same
-run (CUDA events). Prints a table and writes JSON.
+run (CUDA events). Also sweeps the tuning knobs (matvec rows per subgroup, cooperative-matrix tile)
+and breaks down the wall time of a NumPy-in NumPy-out call. Prints tables and writes JSON.
 
-    python3 benchmarks/bench_bitlinear.py [--json FILE]
+    python3 benchmarks/bench_bitlinear.py [--json FILE] [--repeats N]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 import numpy as np
 
 import bitnet_gpu as bg
-from common import torch_cuda, torch_time, write_results  # benchmarks/common.py
+from common import median_wall, torch_cuda, torch_time, write_results  # benchmarks/common.py
 
 SHAPES = [(1, 2560, 6912), (1, 6912, 2560), (1, 4096, 4096), (1, 8192, 8192), (1, 16384, 16384),
           (8, 4096, 4096), (512, 4096, 4096), (2048, 4096, 4096), (2048, 2560, 6912)]
 SMALL = [(1, 2560, 6912), (8, 1024, 1024), (64, 512, 512)]
+MATVEC_SETTINGS = [("1", "1"), ("2", "1"), ("4", "1"), ("1", "2"), ("2", "2"), ("4", "2")]
+COOPMAT_TILES = ["64x128", "128x128", "128x256", "256x128", "64x128x128", "128x128x128",
+                 "64x256x128"]
+
+
+def gpu_time(device, fn, repeats):
+    """Median GPU seconds of fn()'s kernels (Vulkan timestamps), and the last run's per-kernel times."""
+    fn()
+    totals, kernels = [], {}
+    for _ in range(repeats):
+        with bg.profile(device) as p:
+            fn()
+        totals.append(p.total() - p.total("fill"))
+        kernels = {label: s for label, s in p.timings if label != "fill"}
+    return statistics.median(totals), kernels
+
+
+def with_env(name, value, fn):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        return fn()
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def parity(x, q, algorithm=None):
+    """(relative error of y, accumulators bit-identical) over the first rows, against the reference."""
+    rows = min(x.shape[0], 8)  # rows are independent; the int64 reference is slow for M = 2048
+    y, acc = bg.bitlinear(x, q, return_accumulator=True, algorithm=algorithm)
+    xs = x.numpy()[:rows]  # the reference quantizes with the GPU's scale (docs/NUMERICS.md)
+    ry, racc = bg.reference.bitlinear(xs, q.unpack(), q.scale, scale=bg.quantize_activations(xs)[1])
+    return (float(np.linalg.norm(y.numpy()[:rows] - ry) / np.linalg.norm(ry)),
+            bool(np.array_equal(acc.numpy()[:rows], racc)))
 
 
 def main():
@@ -29,6 +68,7 @@ def main():
     device = bg.default_device()
     torch = torch_cuda()
     shapes = SMALL if device.info.type == "cpu" else SHAPES
+    tensor_cores = device.info.features.get("cooperative_matrix_int8", False)
     rng = np.random.default_rng(0)
     results = {"device": device.name, "driver": device.info.driver_info,
                "torch": None if torch is None else torch.__version__,
@@ -39,24 +79,32 @@ def main():
         results["copy_GBps"] = 2 * a.numel() / torch_time(torch, lambda: b.copy_(a), args.repeats) / 1e9
         del a, b
     for m, k, n in shapes:
-        w = rng.standard_normal((n, k), dtype=np.float32)
-        q = bg.quantize_weights(w)
+        q = bg.quantize_weights(rng.standard_normal((n, k), dtype=np.float32))
         x = bg.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
-        y = bg.bitlinear(x, q)  # parity of this very shape, against the reference
-        rows = min(m, 8)  # rows are independent; the int64 reference matmul is slow for M = 2048
-        xs = x.numpy()[:rows]  # the reference quantizes with the GPU's scale (docs/NUMERICS.md)
-        ry, _ = bg.reference.bitlinear(xs, q.unpack(), q.scale, scale=bg.quantize_activations(xs)[1])
-        parity = float(np.linalg.norm(y.numpy()[:rows] - ry) / np.linalg.norm(ry))
-        totals, kernels = [], {}
-        for _ in range(args.repeats):
-            with bg.profile(device) as p:
-                bg.bitlinear(x, q)
-            totals.append(p.total() - p.total("fill"))
-            kernels = {label: s for label, s in p.timings if label != "fill"}
-        t = statistics.median(totals)
+        t, kernels = gpu_time(device, lambda: bg.bitlinear(x, q), args.repeats)
+        rel, exact = parity(x, q)
         packed = q.packed_tensor.nbytes
-        row = {"shape": [m, k, n], "gpu_s": t, "kernels": kernels, "parity_rel": parity,
-               "weight_GBps": packed / t / 1e9}
+        row = {"shape": [m, k, n], "gpu_s": t, "kernels": kernels, "parity_rel": rel,
+               "accumulators_exact": exact, "weight_GBps": packed / t / 1e9, "variants": {}}
+        if m <= 8:
+            for rows, unroll in MATVEC_SETTINGS:
+                row["variants"][f"matvec rows={rows} unroll={unroll}"] = with_env(
+                    "BITNET_GPU_MATVEC_ROWS", rows, lambda: with_env(
+                        "BITNET_GPU_MATVEC_UNROLL", unroll,
+                        lambda: gpu_time(device, lambda: bg.bitlinear(x, q, algorithm="matvec"),
+                                         args.repeats)[0]))
+        else:
+            if m <= 512 or device.info.type == "cpu":
+                row["variants"]["tiled"] = gpu_time(
+                    device, lambda: bg.bitlinear(x, q, algorithm="tiled"), args.repeats)[0]
+            if tensor_cores:
+                for tile in COOPMAT_TILES:
+                    def run():
+                        rel_t, exact_t = parity(x, q, "coopmat")
+                        row.setdefault("coopmat_parity", {})[tile] = [rel_t, exact_t]
+                        return gpu_time(device, lambda: bg.bitlinear(x, q, algorithm="coopmat"),
+                                        args.repeats)[0]
+                    row["variants"][f"coopmat {tile}"] = with_env("BITNET_GPU_COOPMAT_TILE", tile, run)
         if "copy_GBps" in results:
             row["fraction_of_copy"] = row["weight_GBps"] / results["copy_GBps"]
         if torch is not None:
@@ -71,30 +119,44 @@ def main():
                 row["torch_int_mm_s"] = torch_time(torch, lambda: torch._int_mm(xi, wi), args.repeats)
             del xh, wh
         results["rows"].append(row)
-        print(f"  {(m, k, n)}: {t * 1e6:.1f} us", flush=True)
+        print(f"  {(m, k, n)}: {t * 1e6:.1f} us  " + "  ".join(
+            f"{name}: {v * 1e6:.1f}" for name, v in row["variants"].items()), flush=True)
 
-    wall_layer = bg.nn.BitLinear(2560, 6912, bias=False, seed=0)
+    # A NumPy-in NumPy-out layer call, and what it is made of.
+    layer = bg.nn.BitLinear(2560, 6912, bias=True, seed=0)
     xv = rng.standard_normal((1, 2560)).astype(np.float32)
-    wall_layer(xv)
-    wall = []
-    for _ in range(50):
-        start = time.perf_counter()
-        wall_layer(xv)
-        wall.append(time.perf_counter() - start)
-    results["numpy_call_wall_s_1x2560x6912"] = statistics.median(wall)
+    layer(xv)
+    xt = bg.Tensor.from_numpy(xv)
+    yt = layer(xt)
+    parts = {
+        "whole call": median_wall(lambda: layer(xv), 200),
+        "upload x (Tensor.from_numpy)": median_wall(lambda: bg.Tensor.from_numpy(xv), 200),
+        "bitlinear on Tensors (record, submit, wait)": median_wall(lambda: layer(xt), 200),
+        "download y (Tensor.numpy)": median_wall(lambda: yt.numpy(), 200),
+        "GPU time of its kernels": gpu_time(device, lambda: layer(xt), 50)[0],
+    }
+    results["numpy_call_wall_s_1x2560x6912"] = parts["whole call"]
+    results["numpy_call_parts_s"] = parts
 
     print(f"\n{device.name}: bitlinear GPU time (Vulkan timestamps, pre-pass + matmul)"
           + (f" vs torch {results['torch']} (CUDA events)" if torch else ""))
-    print(f"{'(M, K, N)':>20s} {'GPU us':>9s} {'W GB/s':>8s} {'of copy':>8s} {'fp16 us':>9s} "
-          f"{'speedup':>8s} {'int_mm us':>9s} {'parity':>8s}")
+    print(f"{'(M, K, N)':>20s} {'kernel':>18s} {'GPU us':>9s} {'W GB/s':>8s} {'of copy':>8s} "
+          f"{'fp16 us':>9s} {'speedup':>8s} {'int_mm us':>9s} {'parity':>8s} {'acc':>5s}")
     for r in results["rows"]:
-        print(f"{str(tuple(r['shape'])):>20s} {r['gpu_s'] * 1e6:9.1f} {r['weight_GBps']:8.0f} "
-              f"{r.get('fraction_of_copy', float('nan')):8.1%} "
+        main_kernel = max(r["kernels"], key=r["kernels"].get) if r["kernels"] else "?"
+        print(f"{str(tuple(r['shape'])):>20s} {main_kernel[:18]:>18s} {r['gpu_s'] * 1e6:9.1f} "
+              f"{r['weight_GBps']:8.0f} {r.get('fraction_of_copy', float('nan')):8.1%} "
               f"{r.get('cublas_fp16_s', float('nan')) * 1e6:9.1f} "
               f"{r.get('speedup_vs_fp16', float('nan')):7.2f}x "
-              f"{r.get('torch_int_mm_s', float('nan')) * 1e6:9.1f} {r['parity_rel']:8.1e}")
-    print(f"NumPy-in NumPy-out BitLinear(2560 -> 6912), M = 1: "
-          f"{results['numpy_call_wall_s_1x2560x6912'] * 1e6:.0f} us wall (median of 50)")
+              f"{r.get('torch_int_mm_s', float('nan')) * 1e6:9.1f} {r['parity_rel']:8.1e} "
+              f"{'exact' if r['accumulators_exact'] else 'DIFF':>5s}")
+    for r in results["rows"]:
+        for tile, (rel, exact) in r.get("coopmat_parity", {}).items():
+            print(f"  coopmat parity {tuple(r['shape'])} tile {tile}: y rel {rel:.1e}, "
+                  f"accumulators {'bit-identical' if exact else 'DIFFER'}")
+    print("NumPy-in NumPy-out BitLinear(2560 -> 6912, bias), M = 1, median wall:")
+    for name, s in parts.items():
+        print(f"  {name:>45s}: {s * 1e6:7.1f} us")
     write_results(args.json, results)
 
 

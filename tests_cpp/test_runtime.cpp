@@ -181,6 +181,15 @@ TEST(Kernel, DispatchesAxpy) {
   }
 }
 
+TEST(Kernel, BuiltinPipelinesAreCachedByNameAndExactSpecialization) {
+  auto same = [](const Kernel& a, const Kernel& b) { return &a.interface() == &b.interface(); };
+  Kernel a = Kernel::builtin(device(), "quantize_rows_f32", {{2, 1e-7}});
+  EXPECT_TRUE(same(a, Kernel::builtin(device(), "quantize_rows_f32", {{2, 1e-7}})));
+  EXPECT_FALSE(same(a, Kernel::builtin(device(), "quantize_rows_f32", {{2, 2e-7}})));
+  EXPECT_FALSE(same(a, Kernel::builtin(device(), "quantize_rows_f32", {{0, false}, {2, 1e-7}})));
+  EXPECT_FALSE(same(a, Kernel::builtin(device(), "quantize_rows_f16", {{2, 1e-7}})));
+}
+
 TEST(Sequence, HundredDependentKernelsGiveTheRightAnswer) {
   const uint32_t n = 10007;
   auto x = random_floats(n, 3), y = random_floats(n, 4);

@@ -20,10 +20,16 @@ def case(rng, m, k, n, dtype=np.float32):
     return x, bg.quantize_weights(w), rng.standard_normal(n).astype(np.float32)
 
 
+def tensor_cores(device):
+    return device.info.features.get("cooperative_matrix_int8", False)
+
+
 def paths(device, m):
+    """Every (algorithm, hardware dot) this device runs for m rows; coopmat ignores the dot flag."""
     dots = [False] + ([True] if device.info.features["integer_dot_product"] else [])
     algorithms = (["matvec"] if m <= 8 else []) + ["tiled"]
-    return [(a, d) for a in algorithms for d in dots]
+    return [(a, d) for a in algorithms for d in dots] + (
+        [("coopmat", None)] if tensor_cores(device) else [])
 
 
 def check(x, q, bias, y, acc):
@@ -35,13 +41,37 @@ def check(x, q, bias, y, acc):
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 17, 33), (3, 4097, 7), (1, 2560, 257),
-                                   (8, 1000, 64), (17, 33, 65), (64, 64, 64), (130, 300, 70)])
+                                   (8, 1000, 64), (17, 33, 65), (64, 64, 64), (130, 300, 70),
+                                   (1, 16384, 5), (2, 16400, 3), (5, 16399, 9)])
 def test_bitlinear_parity_on_every_path(device, rng, m, k, n):
     x, q, bias = case(rng, m, k, n)
     for algorithm, hardware in paths(device, m):
         y, acc = bg.bitlinear(x, q, bias, return_accumulator=True, algorithm=algorithm,
                               _hardware_dot=hardware)
         check(x, q, bias, y, acc)
+
+
+@pytest.mark.parametrize("rows,unroll", [("1", "1"), ("3", "2"), ("16", "1"), ("2", "4")])
+@pytest.mark.parametrize("m,k,n", [(1, 300, 37), (8, 4096, 70), (2, 16384, 9)])
+def test_matvec_rows_setting(device, rng, monkeypatch, rows, unroll, m, k, n):
+    """Every rows-per-subgroup and unroll setting the matvec kernel takes (the tuning knobs) stays
+    exact, with rows of W longer and shorter than a subgroup's sweep."""
+    monkeypatch.setenv("BITNET_GPU_MATVEC_ROWS", rows)
+    monkeypatch.setenv("BITNET_GPU_MATVEC_UNROLL", unroll)
+    x, q, bias = case(rng, m, k, n)
+    check(x, q, bias, *bg.bitlinear(x, q, bias, return_accumulator=True, algorithm="matvec"))
+
+
+def test_matvec_rows_setting_is_checked(device, rng, monkeypatch):
+    monkeypatch.setenv("BITNET_GPU_MATVEC_ROWS", "0")
+    x, q, _ = case(rng, 1, 32, 8)
+    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_MATVEC_ROWS=0"):
+        bg.bitlinear(x, q)
+    monkeypatch.setenv("BITNET_GPU_MATVEC_ROWS", "2")
+    monkeypatch.setenv("BITNET_GPU_MATVEC_UNROLL", "3x")
+    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_MATVEC_UNROLL=3x"):
+        bg.bitlinear(x, q)
+    assert bg.bitlinear(x, q, algorithm="tiled").shape == (1, 8)  # the device is still usable
 
 
 def test_bitlinear_m_1000_and_leading_axes(device, rng):
@@ -77,8 +107,9 @@ def test_bitlinear_errors(device, rng):
         bg.bitlinear(x.astype(np.float64), q)
     with pytest.raises(bg.UnsupportedError, match="8 rows"):
         bg.bitlinear(np.ones((9, 32), np.float32), q, algorithm="matvec")
-    with pytest.raises(bg.UnsupportedError, match="coopmat"):
-        bg.bitlinear(x, q, algorithm="coopmat")
+    if not tensor_cores(device):
+        with pytest.raises(bg.UnsupportedError, match="coopmat.*cooperative matri"):
+            bg.bitlinear(x, q, algorithm="coopmat")
     with pytest.raises(bg.ArgumentError):
         bg.bitlinear(x, q, algorithm="fast")
     with pytest.raises(bg.UnsupportedError, match="group_size"):
@@ -97,8 +128,8 @@ def test_int8_matmul_is_exact(device, rng, m, k, n):
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
     expected = a.astype(np.int32) @ b.astype(np.int32)
-    for _, hardware in paths(device, 100):
-        out = bg.mixed_precision_matmul(a, b, _hardware_dot=hardware)
+    for algorithm, hardware in paths(device, 100):
+        out = bg.mixed_precision_matmul(a, b, algorithm=algorithm, _hardware_dot=hardware)
         assert out.dtype == np.int32 and np.array_equal(out, expected)
     with pytest.raises(bg.ShapeError):
         bg.mixed_precision_matmul(a, b[:-1] if k > 1 else np.ones((2, n), np.int8))
@@ -107,8 +138,40 @@ def test_int8_matmul_is_exact(device, rng, m, k, n):
 def test_int8_times_ternary_is_exact(device, rng):
     a = rng.integers(-128, 128, (19, 50), dtype=np.int8)
     q = bg.quantize_weights(rng.standard_normal((23, 50)).astype(np.float32))
-    out = bg.mixed_precision_matmul(a, q)
-    assert np.array_equal(out, a.astype(np.int32) @ q.unpack().astype(np.int32).T)
+    for algorithm, hardware in paths(device, 19):
+        if algorithm != "matvec":
+            out = bg.mixed_precision_matmul(a, q, algorithm=algorithm, _hardware_dot=hardware)
+            assert np.array_equal(out, a.astype(np.int32) @ q.unpack().astype(np.int32).T)
+    with pytest.raises(bg.ArgumentError, match="'tiled' or 'coopmat'"):
+        bg.mixed_precision_matmul(a, q, algorithm="matvec")
+
+
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
+@pytest.mark.parametrize("tile", ["128x128", "64x64", "64x128", "128x256", "256x128",
+                                  "64x128x128", "128x128x128", "64x256x128"])
+@pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700),
+                                   (2048, 2560, 6912)])
+def test_tensor_core_path_every_tile(device, rng, monkeypatch, tile, m, k, n):
+    """The cooperative-matrix kernel (GPU only): edges of every tile size, exact accumulators."""
+    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", tile)
+    x, q, bias = case(rng, m, k, n)
+    y, acc = bg.bitlinear(x, q, bias, return_accumulator=True, algorithm="coopmat")
+    check(x, q, bias, y, acc)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    exact = bg.mixed_precision_matmul(a, b, algorithm="coopmat")
+    assert np.array_equal(exact, ref.exact_int_matmul(a, b))
+
+
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
+def test_coopmat_tile_setting_is_checked(device, rng, monkeypatch):
+    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", "100x7")
+    x, q, _ = case(rng, 20, 32, 8)
+    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_COOPMAT_TILE=100x7"):
+        bg.bitlinear(x, q, algorithm="coopmat")
+    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", "256x256x128")  # over 48 KiB of shared memory
+    with pytest.raises(bg.UnsupportedError, match="shared memory"):
+        bg.bitlinear(x, q, algorithm="coopmat")
 
 
 def test_backward_input_matches_the_straight_through_estimator(device, rng):
@@ -137,3 +200,49 @@ def test_bitlinear_layer(device, rng):
     assert layer.backward_input(np.ones((3, 48), np.float32)).shape == (3, 64)
     with pytest.raises(ValueError):
         bg.nn.BitLinear(65, 48, _weights=layer.weight)
+
+
+def test_bitlinear_layer_bias_stays_in_step_with_its_device_copy(device, rng):
+    layer = bg.nn.BitLinear(32, 6, seed=1)
+    x = rng.standard_normal((2, 32)).astype(np.float32)
+    with pytest.raises(ValueError, match="read-only"):
+        layer.bias[0] = 5.0
+    new_bias = rng.standard_normal(6).astype(np.float32)
+    layer.bias = new_bias
+    new_bias[:] = 0  # the layer holds its own copy
+    expected = bg.bitlinear(x, layer.weight, layer.bias)
+    assert np.array_equal(layer(x), expected) and not np.array_equal(layer.bias, new_bias)
+    layer.bias = None
+    assert np.array_equal(layer(x), bg.bitlinear(x, layer.weight))
+    with pytest.raises(ValueError, match=r"\(6,\)"):
+        layer.bias = np.ones(5, np.float32)
+
+
+def test_reference_integer_matmul_is_exact_on_both_routes(rng):
+    a = rng.integers(-128, 128, (5, 300), dtype=np.int8)
+    b = rng.integers(-1, 2, (300, 4), dtype=np.int8)
+    expected = [[sum(int(a[i, t]) * int(b[t, j]) for t in range(300)) for j in range(4)]
+                for i in range(5)]
+    assert ref.exact_int_matmul(a, b).tolist() == expected  # float64 BLAS route
+    big = np.array([[2**40, 3]], np.int64), np.array([[2**20 + 1], [5]], np.int64)
+    assert ref.exact_int_matmul(*big).tolist() == [[2**60 + 2**40 + 15]]  # int64 route
+
+
+def test_bitlinear_out_targets(device, rng):
+    x, q, bias = case(rng, 3, 70, 9)
+    expected_y, expected_acc = bg.bitlinear(x, q, bias, return_accumulator=True)
+    y_out = np.full((3, 9), np.nan, np.float32)
+    assert bg.bitlinear(x, q, bias, out=y_out) is y_out and np.array_equal(y_out, expected_y)
+    ty, tacc = bg.Tensor.from_numpy(y_out * 0 + 7), bg.Tensor.from_numpy(np.full((3, 9), -5, np.int32))
+    got = bg.bitlinear(bg.Tensor.from_numpy(x), q, bias, return_accumulator=True, out=(ty, tacc))
+    assert got[0] is ty and got[1] is tacc
+    assert np.array_equal(ty.numpy(), expected_y) and np.array_equal(tacc.numpy(), expected_acc)
+    with pytest.raises(bg.ShapeError, match=r"\(3, 9\)"):
+        bg.bitlinear(x, q, out=np.empty((3, 8), np.float32))
+    with pytest.raises(bg.DTypeError, match="float32"):
+        bg.bitlinear(x, q, out=bg.Tensor.from_numpy(np.empty((3, 9), np.int32)))
+    with pytest.raises(ValueError, match="expected 1 target"):
+        bg.bitlinear(x, q, out=(y_out, np.empty((3, 9), np.int32)))
+    with pytest.raises(bg.ShapeError, match="accumulators"):
+        bg.bitlinear(x, q, return_accumulator=True, out=(None, np.empty((9, 3), np.int32)))
+    assert np.array_equal(y_out, expected_y)  # the failed calls left the earlier result alone

@@ -1,5 +1,8 @@
 #include "ops/bitlinear.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -12,7 +15,6 @@
 namespace bitnet::ops {
 namespace {
 
-constexpr uint32_t kMatvecRows = 4;  // output rows a matvec workgroup owns
 constexpr int64_t kTile = 64;
 
 int64_t padded(int64_t k) { return (k + 15) / 16 * 16; }
@@ -59,6 +61,20 @@ PreparedRows interleave_int8(Sequence& sequence, const Tensor& values, int64_t r
   return out;
 }
 
+bool has_tensor_cores(const Device& device) { return device.feature("cooperative_matrix_int8"); }
+
+// The matmul path for more than a few rows: automatic picks tensor cores where the device has
+// int8 cooperative matrices, else the tiled integer-dot-product kernel.
+BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requested) {
+  if (requested == BitLinearAlgorithm::coopmat && !has_tensor_cores(device))
+    throw UnsupportedError("algorithm='coopmat' needs int8 cooperative matrices "
+                           "(VK_NV_cooperative_matrix, 16x16x32 int8, subgroups of 32), which "
+                           "device '" + device.info().name + "' does not have");
+  if (requested == BitLinearAlgorithm::automatic || requested == BitLinearAlgorithm::matvec)
+    return has_tensor_cores(device) ? BitLinearAlgorithm::coopmat : BitLinearAlgorithm::tiled;
+  return requested;
+}
+
 struct TiledOutputs {
   std::optional<Tensor> y, accumulators;
 };
@@ -87,11 +103,92 @@ void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, in
                     bindings, push_bytes(push));
 }
 
+// Output rows a matvec subgroup computes together (its accumulators are M x rows registers) and
+// the vectors of each row a lane loads at once: 2 and 1, or BITNET_GPU_MATVEC_ROWS (1 to 16) and
+// BITNET_GPU_MATVEC_UNROLL (1 to 4) for tuning.
+uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  unsigned value = 0;
+  char extra = 0;
+  if (std::sscanf(text, "%u%c", &value, &extra) != 1 || value < 1 || value > most)
+    throw ArgumentError(std::string(name) + "=" + text + ": expected 1 to " + std::to_string(most));
+  return value;
+}
+
+uint32_t matvec_rows() { return tuning_value("BITNET_GPU_MATVEC_ROWS", 2, 16); }
+uint32_t matvec_unroll() { return tuning_value("BITNET_GPU_MATVEC_UNROLL", 1, 4); }
+
+// The cooperative-matrix tile TILE_M x TILE_N and K step: 256 x 128 for large M, 64 x 128 below
+// (more workgroups to fill the GPU), K in steps of 64; or BITNET_GPU_COOPMAT_TILE=MxN[xK] (M and N
+// multiples of 64 up to 256, K 64 or 128) for tuning.
+struct CoopmatTile {
+  uint32_t m = 128, n = 128, k = 64;
+};
+
+CoopmatTile coopmat_tile(int64_t rows) {
+  CoopmatTile tile{rows >= 1024 ? 256u : 64u, 128, 64};
+  if (const char* text = std::getenv("BITNET_GPU_COOPMAT_TILE"); text && *text) {
+    unsigned m = 0, n = 0, k = 64;
+    const int fields = std::sscanf(text, "%ux%ux%u", &m, &n, &k);
+    if (fields < 2 || m == 0 || m % 64 || m > 256 || n == 0 || n % 64 || n > 256 ||
+        (k != 64 && k != 128))
+      throw ArgumentError("BITNET_GPU_COOPMAT_TILE=" + std::string(text) +
+                          ": expected MxN or MxNxK, M and N multiples of 64 up to 256, K 64 or 128");
+    tile = {m, n, k};
+  }
+  return tile;
+}
+
+void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m, int64_t n,
+                    int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
+                    const std::optional<Tensor>& bias, const TiledOutputs& out) {
+  const auto& device = b.device_ptr();
+  const CoopmatTile tile = coopmat_tile(m);
+  const uint32_t tile_m = tile.m, tile_n = tile.n, blocks = tile.k / 16;
+  const uint64_t shared_bytes = uint64_t{tile_m + tile_n} * (blocks + 1) * 16;
+  if (shared_bytes > device->limits().maxComputeSharedMemorySize)
+    throw UnsupportedError("cooperative-matrix tile " + std::to_string(tile_m) + "x" +
+                           std::to_string(tile_n) + "x" + std::to_string(tile.k) + " needs " +
+                           std::to_string(shared_bytes) + " bytes of shared memory; this device has " +
+                           std::to_string(device->limits().maxComputeSharedMemorySize));
+  Kernel kernel = Kernel::builtin(device, "bitlinear_coopmat",
+                                  {{0, ternary}, {1, bias.has_value()}, {2, out.y.has_value()},
+                                   {3, out.accumulators.has_value()}, {4, int64_t{tile_m}},
+                                   {5, int64_t{tile_n}}, {6, int64_t{blocks}}});
+  const Tensor& any = out.y ? *out.y : *out.accumulators;
+  struct {
+    uint32_t m, n, blocks;
+  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(padded(k) / 16)};
+  BufferBinding bindings[] = {b.binding(), b.binding(), a.values.binding(), scales.binding(),
+                              gamma.binding(), (bias ? *bias : gamma).binding(),
+                              (out.y ? *out.y : any).binding(),
+                              (out.accumulators ? *out.accumulators : any).binding()};
+  const uint64_t tiles_n = (n + tile_n - 1) / tile_n, tiles_m = (m + tile_m - 1) / tile_m;
+  const auto& limits = device->limits();
+  if (tiles_n > limits.maxComputeWorkGroupCount[0] || tiles_m > limits.maxComputeWorkGroupCount[1])
+    throw UnsupportedError("matrix of " + std::to_string(m) + " x " + std::to_string(n) +
+                           " is over this device's workgroup-count limits");
+  sequence.dispatch(kernel, {static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m), 1},
+                    bindings, push_bytes(push));
+}
+
+void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
+                   const PreparedRows& a, int64_t m, int64_t n, int64_t k, bool ternary,
+                   const Tensor& scales, const Tensor& gamma, const std::optional<Tensor>& bias,
+                   const TiledOutputs& out, bool hardware) {
+  if (path == BitLinearAlgorithm::coopmat)
+    record_coopmat(sequence, b, a, m, n, k, ternary, scales, gamma, bias, out);
+  else
+    record_tiled(sequence, b, a, m, n, k, ternary, scales, gamma, bias, out, hardware);
+}
+
 }  // namespace
 
 BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std::optional<Tensor>& bias,
                           bool with_accumulators, BitLinearAlgorithm algorithm,
-                          std::optional<bool> hardware_dot) {
+                          std::optional<bool> hardware_dot, const std::optional<Tensor>& out_y,
+                          const std::optional<Tensor>& out_accumulators) {
   require_ternary(w);
   require_float(x, "x");
   if (x.shape().empty() || x.shape().back() != w.cols)
@@ -107,18 +204,29 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
   const int64_t k = w.cols, n = w.rows, m = static_cast<int64_t>(x.size()) / k;
   std::vector<int64_t> out_shape(x.shape().begin(), x.shape().end() - 1);
   out_shape.push_back(n);
-  BitLinearResult result{Tensor::empty(device, out_shape, DType::float32), std::nullopt};
-  if (with_accumulators) result.accumulators = Tensor::empty(device, out_shape, DType::int32);
+  if (out_accumulators && !with_accumulators)
+    throw ArgumentError("out: an accumulator target needs return_accumulator=True");
+  const Tensor* inputs[] = {&x, &w.packed, &w.scales, bias ? &*bias : nullptr};
+  BitLinearResult result{
+      output(device, out_y, out_shape, DType::float32, "y", {inputs[0], inputs[1], inputs[2], inputs[3]}),
+      std::nullopt};
+  if (with_accumulators) {
+    result.accumulators = output(device, out_accumulators, out_shape, DType::int32, "accumulators",
+                                 {inputs[0], inputs[1], inputs[2], inputs[3]});
+    if (result.accumulators->allocation() == result.y.allocation())
+      throw ArgumentError("out: y and the accumulators must be separate tensors");
+  }
   if (m == 0) return result;
-  if (algorithm == BitLinearAlgorithm::automatic)
-    algorithm = m <= kMatvecMaxRows ? BitLinearAlgorithm::matvec : BitLinearAlgorithm::tiled;
+  if (algorithm == BitLinearAlgorithm::automatic && m <= kMatvecMaxRows)
+    algorithm = BitLinearAlgorithm::matvec;
+  if (algorithm != BitLinearAlgorithm::matvec) algorithm = matmul_path(*device, algorithm);
   if (algorithm == BitLinearAlgorithm::matvec && m > kMatvecMaxRows)
     throw UnsupportedError("algorithm='matvec' handles up to " + std::to_string(kMatvecMaxRows) +
                            " rows; x has " + std::to_string(m));
   const bool hardware = use_hardware_dot(*device, hardware_dot);
 
   Sequence sequence(device, Timing::off);
-  Tensor nonfinite = zeroed_counter(sequence, device);
+  Tensor nonfinite = zeroed_counter(device);
   PreparedRows prepared{Tensor::empty(device, std::vector<int64_t>{m, padded(k)}, DType::uint8),
                         Tensor::empty(device, std::vector<int64_t>{m}, DType::int32)};
   Tensor scales = Tensor::empty(device, std::vector<int64_t>{m}, DType::float32);
@@ -128,38 +236,42 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
     struct {
       uint32_t rows, k, padded_k;
     } push{static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(padded(k))};
-    BufferBinding bindings[] = {x.binding(), prepared.values.binding(), scales.binding(),
-                                prepared.row_sums.binding(), nonfinite.binding()};
+    BufferBinding bindings[] = {x.binding(), x.binding(), prepared.values.binding(),
+                                scales.binding(), prepared.row_sums.binding(), nonfinite.binding()};
     sequence.dispatch(prepare, {workgroups(*device, m, 1), 1, 1}, bindings, push_bytes(push));
   }
   if (algorithm == BitLinearAlgorithm::matvec) {
     const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
     const bool vectors = words % 4 == 0;
+    const uint32_t rows = matvec_rows(), unroll = matvec_unroll();
     Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware),
-                                    {{0, int64_t{m}}, {1, int64_t{kMatvecRows}},
-                                     {2, bias.has_value()}, {3, with_accumulators},
-                                     {4, vectors}});
+                                    {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
+                                     {3, with_accumulators}, {4, vectors}, {5, int64_t{unroll}}});
+    // Each subgroup takes `rows` rows at a time; a workgroup one round of its subgroups.
+    const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
+    const uint32_t rows_per_group = rows * subgroups;
     struct {
-      uint32_t n, words_per_row;
-    } push{static_cast<uint32_t>(n), words};
+      uint32_t n, words_per_row, rows_per_group;
+    } push{static_cast<uint32_t>(n), words, rows_per_group};
     const Tensor& acc = result.accumulators ? *result.accumulators : result.y;
     BufferBinding bindings[] = {w.packed.binding(), w.packed.binding(), prepared.values.binding(),
                                 prepared.row_sums.binding(), scales.binding(), w.scales.binding(),
                                 (bias ? *bias : w.scales).binding(), result.y.binding(), acc.binding()};
-    const uint64_t groups = (n + kMatvecRows - 1) / kMatvecRows;
+    const uint64_t groups = (n + rows_per_group - 1) / rows_per_group;
     if (groups > device->limits().maxComputeWorkGroupCount[0])
       throw UnsupportedError("N = " + std::to_string(n) + " is over this device's workgroup-count limit");
     sequence.dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings, push_bytes(push));
   } else {
-    record_tiled(sequence, w.packed, prepared, m, n, k, true, scales, w.scales, bias,
-                 {result.y, result.accumulators}, hardware);
+    record_matmul(algorithm, sequence, w.packed, prepared, m, n, k, true, scales, w.scales, bias,
+                  {result.y, result.accumulators}, hardware);
   }
   sequence.run();
   raise_if_nonfinite(nonfinite, "x");
   return result;
 }
 
-Tensor int8_matmul(const Tensor& a, const Tensor& b, std::optional<bool> hardware_dot) {
+Tensor int8_matmul(const Tensor& a, const Tensor& b, BitLinearAlgorithm algorithm,
+                   std::optional<bool> hardware_dot) {
   if (a.dtype() != DType::int8 || b.dtype() != DType::int8)
     throw DTypeError("a and b: expected int8, got " + std::string(dtype_name(a.dtype())) + " and " +
                      std::string(dtype_name(b.dtype())));
@@ -176,17 +288,19 @@ Tensor int8_matmul(const Tensor& a, const Tensor& b, std::optional<bool> hardwar
     zero.run();
     return out;
   }
+  const BitLinearAlgorithm path = matmul_path(*device, algorithm);
   const bool hardware = use_hardware_dot(*device, hardware_dot);
   Sequence sequence(device, Timing::off);
   PreparedRows pa = interleave_int8(sequence, a, m, k, false);
   PreparedRows pb = interleave_int8(sequence, b, n, k, true);
-  record_tiled(sequence, pb.values, pa, m, n, k, false, pa.row_sums, pa.row_sums, std::nullopt,
-               {std::nullopt, out}, hardware);
+  record_matmul(path, sequence, pb.values, pa, m, n, k, false, pa.row_sums, pa.row_sums,
+                std::nullopt, {std::nullopt, out}, hardware);
   sequence.run();
   return out;
 }
 
-Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, std::optional<bool> hardware_dot) {
+Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, BitLinearAlgorithm algorithm,
+                      std::optional<bool> hardware_dot) {
   require_ternary(w);
   if (a.dtype() != DType::int8)
     throw DTypeError("a: expected int8, got " + std::string(dtype_name(a.dtype())));
@@ -197,11 +311,12 @@ Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, std::optional<
   const int64_t m = a.shape()[0], k = w.cols, n = w.rows;
   Tensor out = Tensor::empty(device, std::vector<int64_t>{m, n}, DType::int32);
   if (m == 0) return out;
+  const BitLinearAlgorithm path = matmul_path(*device, algorithm);
   const bool hardware = use_hardware_dot(*device, hardware_dot);
   Sequence sequence(device, Timing::off);
   PreparedRows pa = interleave_int8(sequence, a, m, k, false);
-  record_tiled(sequence, w.packed, pa, m, n, k, true, w.scales, w.scales, std::nullopt,
-               {std::nullopt, out}, hardware);
+  record_matmul(path, sequence, w.packed, pa, m, n, k, true, w.scales, w.scales, std::nullopt,
+                {std::nullopt, out}, hardware);
   sequence.run();
   return out;
 }

@@ -7,7 +7,9 @@
 // BitLinear (docs/NUMERICS.md): y = (x_q . W_q) * gamma / s + bias with exact int32 accumulators.
 namespace bitnet::ops {
 
-enum class BitLinearAlgorithm { automatic, matvec, tiled };
+// automatic: matvec for up to kMatvecMaxRows rows; above, coopmat (int8 tensor cores) where the
+// device has the "cooperative_matrix_int8" feature, else tiled (integer dot products).
+enum class BitLinearAlgorithm { automatic, matvec, tiled, coopmat };
 
 // Rows up to this many use the matvec kernel when the algorithm is automatic.
 inline constexpr int64_t kMatvecMaxRows = 8;
@@ -19,14 +21,21 @@ struct BitLinearResult {
 
 // x: float32/float16 [..., K]; w: ternary weights [N, K] with one scale; bias: float32 [N].
 // hardware_dot chooses the packed int8 dot-product instruction (default: where accelerated).
+// out_y / out_accumulators: tensors to write into (ops::output checks them), else new ones.
 BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std::optional<Tensor>& bias,
                           bool with_accumulators, BitLinearAlgorithm algorithm,
-                          std::optional<bool> hardware_dot = std::nullopt);
+                          std::optional<bool> hardware_dot = std::nullopt,
+                          const std::optional<Tensor>& out_y = {},
+                          const std::optional<Tensor>& out_accumulators = {});
 
 // int8 [M, K] x int8 [K, N] -> int32 [M, N], exactly.
-Tensor int8_matmul(const Tensor& a, const Tensor& b, std::optional<bool> hardware_dot = std::nullopt);
+// algorithm: automatic, tiled or coopmat (matvec is taken as automatic).
+Tensor int8_matmul(const Tensor& a, const Tensor& b,
+                   BitLinearAlgorithm algorithm = BitLinearAlgorithm::automatic,
+                   std::optional<bool> hardware_dot = std::nullopt);
 // int8 [M, K] x ternary [N, K]^T -> int32 [M, N], exactly.
 Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w,
+                      BitLinearAlgorithm algorithm = BitLinearAlgorithm::automatic,
                       std::optional<bool> hardware_dot = std::nullopt);
 // grad_x = grad_y @ (W_q * gamma): float32 [..., N] -> float32 [..., K].
 Tensor bitlinear_backward_input(const Tensor& grad_y, const QuantizedWeights& w);

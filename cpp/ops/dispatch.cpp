@@ -78,15 +78,18 @@ std::string float_variant(const char* base, DType dtype) {
   return std::string(base) + (dtype == DType::float16 ? "_f16" : "_f32");
 }
 
-Tensor zeroed_counter(Sequence& sequence, const std::shared_ptr<Device>& device) {
+Tensor zeroed_counter(const std::shared_ptr<Device>& device) {
   Tensor tensor = Tensor::empty(device, std::vector<int64_t>{1}, DType::uint32, Placement::host);
-  sequence.fill(tensor.binding(), 0);
+  std::memset(tensor.mapped_data(), 0, sizeof(uint32_t));  // host-coherent memory: no flush
   return tensor;
 }
 
 uint32_t read_counter(const Tensor& counter) {
   uint32_t value = 0;
-  counter.download(&value, sizeof value);
+  if (counter.host_visible())
+    std::memcpy(&value, counter.mapped_data(), sizeof value);  // 4 bytes: no staging copy
+  else
+    counter.download(&value, sizeof value);
   return value;
 }
 

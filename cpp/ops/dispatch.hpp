@@ -53,9 +53,10 @@ Tensor output(const std::shared_ptr<Device>& device, const std::optional<Tensor>
 // The built-in shader variant for a float input: base + "_f32" or "_f16".
 std::string float_variant(const char* base, DType dtype);
 
-// A uint32 counter zeroed at the start of `sequence`, for the integer atomics that count NaN/Inf
-// (or invalid) values; read it once the sequence has run.
-Tensor zeroed_counter(Sequence& sequence, const std::shared_ptr<Device>& device);
+// A uint32 counter in host memory, zeroed by the CPU (a host write before the submission is
+// visible to it, so no GPU fill and no barrier), for the integer atomics that count NaN/Inf (or
+// invalid) values; read it once the sequence has run.
+Tensor zeroed_counter(const std::shared_ptr<Device>& device);
 uint32_t read_counter(const Tensor& counter);
 // ArgumentError "<name> contains N NaN or Inf value(s)" when the counter is not zero.
 void raise_if_nonfinite(const Tensor& counter, const char* name);

@@ -102,7 +102,7 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
                           rows, cols, group_size, binary};
 
   Sequence sequence(device, Timing::off);
-  Tensor nonfinite = zeroed_counter(sequence, device);
+  Tensor nonfinite = zeroed_counter(device);
   Tensor stats = record_stats(sequence, w, segment, nonfinite);
   const uint64_t segments = static_cast<uint64_t>(stats.shape()[0]);
   record_scales(sequence, stats, group_size > 0 ? 1 : segments, groups, 0, 0.0f, result.scales,
@@ -213,7 +213,7 @@ Tensor pack_ternary(const Tensor& values, const std::optional<Tensor>& given) {
   if (rows == 0 || cols == 0) return packed;
   Kernel kernel = Kernel::builtin(device, "ternary_pack");
   Sequence sequence(device, Timing::off);
-  Tensor invalid = zeroed_counter(sequence, device);
+  Tensor invalid = zeroed_counter(device);
   for (const RowRange& range : row_ranges(*device, rows, {static_cast<uint64_t>(cols),
                                                           static_cast<uint64_t>(row_bytes)})) {
     struct {
@@ -255,7 +255,7 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric, const Row
   Kernel kernel = Kernel::builtin(device, float_variant("quantize_rows", x.dtype()),
                                   {{0, symmetric}, {1, double(qmax)}, {2, double{kEps}}});
   Sequence sequence(device, Timing::off);
-  Tensor nonfinite = zeroed_counter(sequence, device);
+  Tensor nonfinite = zeroed_counter(device);
   Tensor unused = make(device, {1}, DType::uint8);
   const uint64_t element = dtype_size(x.dtype());
   for (const RowRange& range : row_ranges(*device, rows, {cols * element, static_cast<uint64_t>(cols)})) {
@@ -331,7 +331,7 @@ QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint
   distinct_outputs({&result.q, &result.scale});
   Tensor means = make(device, {1}, DType::float32);
   Sequence sequence(device, Timing::off);
-  Tensor nonfinite = zeroed_counter(sequence, device);
+  Tensor nonfinite = zeroed_counter(device);
   Tensor stats = record_stats(sequence, g, tensor_segment(g.size()), nonfinite);
   record_scales(sequence, stats, static_cast<uint64_t>(stats.shape()[0]), 1, 1, float(qmax),
                 result.scale, means);

@@ -1,7 +1,10 @@
 #include "runtime/device.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "runtime/command_context.hpp"
@@ -132,6 +135,13 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     get_host_pointer_properties = reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(
         vkGetDeviceProcAddr(device_, "vkGetMemoryHostPointerPropertiesEXT"));
 
+  spin_wait_us_ = info_.type == "cpu" ? 0 : 200;
+  if (const char* text = std::getenv("BITNET_GPU_SPIN_WAIT_US"); text && *text) {
+    char* end = nullptr;
+    const unsigned long value = std::strtoul(text, &end, 10);
+    if (*end == '\0' && value <= 1000000) spin_wait_us_ = static_cast<uint32_t>(value);
+  }
+
   try {
     pool_ = std::make_unique<MemoryPool>(*this);
     pipelines_ = std::make_unique<PipelineCache>(*this);
@@ -150,6 +160,17 @@ Device::~Device() {
   pipelines_.reset();
   pool_.reset();
   vkDestroyDevice(device_, nullptr);
+}
+
+VkResult Device::wait_for_fence(VkFence fence) {
+  if (spin_wait_us_ > 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_wait_us_);
+    do {
+      const VkResult status = vkGetFenceStatus(device_, fence);
+      if (status != VK_NOT_READY) return status;
+    } while (std::chrono::steady_clock::now() < deadline);
+  }
+  return vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX);
 }
 
 bool Device::feature(const std::string& name) const {
@@ -234,7 +255,7 @@ void Device::recycle_context(std::unique_ptr<CommandContext> context) {
   if (!context) return;
   if (context->submitted && !lost_) {
     VkFence fence = context->fence.get();
-    VkResult waited = vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX);
+    VkResult waited = wait_for_fence(fence);
     if (waited == VK_ERROR_DEVICE_LOST) lost_ = true;
   }
   context->keep_alive.clear();

@@ -48,6 +48,13 @@ class Device : public std::enable_shared_from_this<Device> {
   void ensure_usable() const;
   bool lost() const { return lost_.load(); }
   VkResult allocate_memory(const VkMemoryAllocateInfo& info, VkDeviceMemory* memory);
+  // Waits for a submitted fence: polls it for up to spin_wait_us() first (a GPU's completion
+  // interrupt and the thread's wake-up cost tens of microseconds, as long as a small kernel
+  // runs), then blocks. Returns vkGetFenceStatus / vkWaitForFences's result, unchecked.
+  VkResult wait_for_fence(VkFence fence);
+  // 200 us on a GPU, 0 on a CPU implementation (its worker threads need the cores);
+  // BITNET_GPU_SPIN_WAIT_US overrides.
+  uint32_t spin_wait_us() const { return spin_wait_us_; }
 
   std::shared_ptr<Allocation> allocate(uint64_t size, Placement placement);
   // Wraps caller-owned host memory; `owner` is released only after the Vulkan memory is freed.
@@ -92,6 +99,7 @@ class Device : public std::enable_shared_from_this<Device> {
   VkPhysicalDeviceMemoryProperties memory_properties_{};
   VkPhysicalDeviceLimits limits_{};
   std::atomic<bool> lost_{false};
+  uint32_t spin_wait_us_ = 0;
   std::atomic<bool> profiling_{false};
   std::mutex profile_mutex_;
   std::vector<std::pair<std::string, double>> profile_;

@@ -74,6 +74,26 @@ bool has_extension(VkPhysicalDevice physical, const char* name) {
   });
 }
 
+// Whether the NV cooperative-matrix extension offers the int8 x int8 -> int32, 16 x 16 x 32,
+// subgroup-scope multiply that shaders/bitlinear/bitlinear_coopmat.comp is written for.
+bool has_int8_cooperative_matrix(VkPhysicalDevice physical) {
+  auto properties_of = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+      vkGetInstanceProcAddr(Instance::get()->handle(),
+                            "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+  if (!properties_of) return false;
+  uint32_t count = 0;
+  check(properties_of(physical, &count, nullptr), "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+  std::vector<VkCooperativeMatrixPropertiesNV> shapes(
+      count, VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+  check(properties_of(physical, &count, shapes.data()),
+        "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+  return std::any_of(shapes.begin(), shapes.end(), [](const VkCooperativeMatrixPropertiesNV& s) {
+    return s.MSize == 16 && s.NSize == 16 && s.KSize == 32 && s.AType == VK_COMPONENT_TYPE_SINT8_NV &&
+           s.BType == VK_COMPONENT_TYPE_SINT8_NV && s.CType == VK_COMPONENT_TYPE_SINT32_NV &&
+           s.DType == VK_COMPONENT_TYPE_SINT32_NV && s.scope == VK_SCOPE_SUBGROUP_NV;
+  });
+}
+
 }  // namespace
 
 std::shared_ptr<Instance> Instance::get() {
@@ -256,6 +276,11 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
        vulkan13 && dot.integerDotProduct4x8BitPackedSignedAccelerated == VK_TRUE},
       {"cooperative_matrix", nv_coopmat || khr_coopmat},
       {"cooperative_matrix_nv", nv_coopmat},
+      // The int8 tensor-core BitLinear path: NV 16 x 16 x 32 int8, subgroups of 32, Int8 and the
+      // Vulkan memory model (the shader's scopes need it).
+      {"cooperative_matrix_int8",
+       nv_coopmat && subgroup.subgroupSize == 32 && f12.shaderInt8 == VK_TRUE &&
+           f12.vulkanMemoryModel == VK_TRUE && has_int8_cooperative_matrix(physical)},
       {"external_memory_host", external_host},
       {"timestamps", timestamps},
       {"subgroup_arithmetic",

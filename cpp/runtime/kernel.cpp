@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/device.hpp"
@@ -160,6 +161,33 @@ std::shared_ptr<const Pipeline> PipelineCache::get(std::span<const uint32_t> spi
   return pipelines_.emplace(key, std::move(pipeline)).first->second;
 }
 
+std::shared_ptr<const Pipeline> PipelineCache::get_builtin(std::string_view name,
+                                                           std::span<const uint32_t> spirv,
+                                                           const Specialization& specialization) {
+  std::string key(name);
+  for (const auto& [id, value] : specialization) {
+    key += '|' + std::to_string(id) + '=' + std::to_string(value.index()) + ':';
+    std::visit(
+        [&](const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) {
+            uint64_t bits;  // exact: to_string would round small values together
+            std::memcpy(&bits, &v, sizeof bits);
+            key += std::to_string(bits);
+          } else {
+            key += std::to_string(v);
+          }
+        },
+        value);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (auto found = builtins_.find(key); found != builtins_.end()) return found->second;
+  }
+  auto pipeline = get(spirv, "main", specialization);
+  std::lock_guard lock(mutex_);
+  return builtins_.emplace(std::move(key), std::move(pipeline)).first->second;
+}
+
 std::shared_ptr<const Pipeline> PipelineCache::build(std::span<const uint32_t> spirv,
                                                      const std::string& entry,
                                                      const Specialization& specialization) {
@@ -252,6 +280,10 @@ std::shared_ptr<const Pipeline> PipelineCache::build(std::span<const uint32_t> s
   return pipeline;
 }
 
+Kernel::Kernel(std::shared_ptr<Device> device, std::shared_ptr<const Pipeline> pipeline,
+               std::string name)
+    : device_(std::move(device)), pipeline_(std::move(pipeline)), name_(std::move(name)) {}
+
 Kernel::Kernel(std::shared_ptr<Device> device, std::span<const uint32_t> spirv, std::string entry,
                const Specialization& specialization, std::string name)
     : device_(std::move(device)),
@@ -264,7 +296,8 @@ Kernel Kernel::builtin(std::shared_ptr<Device> device, std::string_view shader,
   auto found = registry.find(shader);
   if (found == registry.end())
     throw ArgumentError("no built-in shader named '" + std::string(shader) + "'");
-  return Kernel(std::move(device), found->second, "main", specialization, std::string(shader));
+  auto pipeline = device->pipeline_cache().get_builtin(shader, found->second, specialization);
+  return Kernel(std::move(device), std::move(pipeline), std::string(shader));
 }
 
 void Kernel::dispatch(std::array<uint32_t, 3> groups, std::span<const BufferBinding> bindings,

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <variant>
 
@@ -37,6 +38,10 @@ class PipelineCache {
   explicit PipelineCache(Device& device);
   std::shared_ptr<const Pipeline> get(std::span<const uint32_t> spirv, const std::string& entry,
                                       const Specialization& specialization);
+  // A built-in shader's pipeline, looked up by its name and specialization alone: the hot path of
+  // every op, which must not hash the SPIR-V on each call.
+  std::shared_ptr<const Pipeline> get_builtin(std::string_view name, std::span<const uint32_t> spirv,
+                                              const Specialization& specialization);
   void save();
   const std::string& path() const { return path_; }
   uint64_t loaded_bytes() const { return loaded_bytes_; }
@@ -51,6 +56,7 @@ class PipelineCache {
   bool dirty_ = false;
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const Pipeline>> pipelines_;
+  std::unordered_map<std::string, std::shared_ptr<const Pipeline>> builtins_;
 };
 
 // A user's (or a built-in) compute shader, ready to dispatch over tensors.
@@ -58,6 +64,7 @@ class Kernel {
  public:
   Kernel(std::shared_ptr<Device> device, std::span<const uint32_t> spirv, std::string entry = "main",
          const Specialization& specialization = {}, std::string name = {});
+  Kernel(std::shared_ptr<Device> device, std::shared_ptr<const Pipeline> pipeline, std::string name);
   static Kernel builtin(std::shared_ptr<Device> device, std::string_view shader,
                         const Specialization& specialization = {});
 

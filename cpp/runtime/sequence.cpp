@@ -50,8 +50,7 @@ void Submission::finish_locked() {
   if (finished_) return;
   device_->ensure_usable();
   VkFence fence = context_->fence.get();
-  device_->check(vkWaitForFences(device_->handle(), 1, &fence, VK_TRUE, UINT64_MAX),
-                 "vkWaitForFences");
+  device_->check(device_->wait_for_fence(fence), "vkWaitForFences");
   if (timing_ != Timing::off && !labels_.empty()) {
     std::vector<uint64_t> stamps;
     const uint32_t count = context_->queries_used;

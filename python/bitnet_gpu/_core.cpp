@@ -217,6 +217,16 @@ py::dict stats_dict(const MemoryStats& stats) {
   return result;
 }
 
+// "auto" | "matvec" | "tiled" | "coopmat" (matvec only where the op has a matvec path).
+ops::BitLinearAlgorithm parse_algorithm(const std::string& name, bool matvec = true) {
+  if (name == "auto") return ops::BitLinearAlgorithm::automatic;
+  if (name == "matvec" && matvec) return ops::BitLinearAlgorithm::matvec;
+  if (name == "tiled") return ops::BitLinearAlgorithm::tiled;
+  if (name == "coopmat") return ops::BitLinearAlgorithm::coopmat;
+  throw ArgumentError(std::string("algorithm: expected None, ") + (matvec ? "'matvec', " : "") +
+                      "'tiled' or 'coopmat', got '" + name + "'");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -585,24 +595,28 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "bitlinear",
       [](const Tensor& x, const ops::QuantizedWeights& w, std::optional<Tensor> bias,
-         bool with_accumulators, const std::string& algorithm, std::optional<bool> hardware_dot) {
-        ops::BitLinearAlgorithm choice;
-        if (algorithm == "auto") choice = ops::BitLinearAlgorithm::automatic;
-        else if (algorithm == "matvec") choice = ops::BitLinearAlgorithm::matvec;
-        else if (algorithm == "tiled") choice = ops::BitLinearAlgorithm::tiled;
-        else if (algorithm == "coopmat")
-          throw UnsupportedError("algorithm='coopmat' (cooperative-matrix tensor cores) is not built yet");
-        else
-          throw ArgumentError("algorithm: expected None, 'matvec', 'tiled' or 'coopmat', got '" +
-                              algorithm + "'");
-        return ops::bitlinear(x, w, bias, with_accumulators, choice, hardware_dot);
+         bool with_accumulators, const std::string& algorithm, std::optional<bool> hardware_dot,
+         std::optional<Tensor> out_y, std::optional<Tensor> out_accumulators) {
+        return ops::bitlinear(x, w, bias, with_accumulators, parse_algorithm(algorithm),
+                              hardware_dot, out_y, out_accumulators);
       },
       py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("with_accumulators"),
-      py::arg("algorithm"), py::arg("hardware_dot"), release);
-  m.def("int8_matmul", &ops::int8_matmul, py::arg("a"), py::arg("b"), py::arg("hardware_dot"),
-        release);
-  m.def("ternary_matmul", &ops::ternary_matmul, py::arg("a"), py::arg("w"),
-        py::arg("hardware_dot"), release);
+      py::arg("algorithm"), py::arg("hardware_dot"), py::arg("out_y") = py::none(),
+      py::arg("out_accumulators") = py::none(), release);
+  m.def(
+      "int8_matmul",
+      [](const Tensor& a, const Tensor& b, const std::string& algorithm,
+         std::optional<bool> hardware_dot) {
+        return ops::int8_matmul(a, b, parse_algorithm(algorithm, false), hardware_dot);
+      },
+      py::arg("a"), py::arg("b"), py::arg("algorithm"), py::arg("hardware_dot"), release);
+  m.def(
+      "ternary_matmul",
+      [](const Tensor& a, const ops::QuantizedWeights& w, const std::string& algorithm,
+         std::optional<bool> hardware_dot) {
+        return ops::ternary_matmul(a, w, parse_algorithm(algorithm, false), hardware_dot);
+      },
+      py::arg("a"), py::arg("w"), py::arg("algorithm"), py::arg("hardware_dot"), release);
   m.def("bitlinear_backward_input", &ops::bitlinear_backward_input, py::arg("grad_y"),
         py::arg("w"), release);
 }

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _core
 from ._core import DTypeError, Tensor
-from .quantize import TernaryWeights, _out, _tensor, quantize_weights
+from .quantize import TernaryWeights, _out, _Outputs, _tensor, quantize_weights
 
 __all__ = ["bitlinear", "bitlinear_backward_input", "mixed_precision_matmul"]
 
@@ -22,22 +22,39 @@ def _weights(w, device):
     raise DTypeError(f"w: expected TernaryWeights or a float matrix, got {type(w).__name__}")
 
 
-def bitlinear(x, w, bias=None, *, return_accumulator=False, algorithm=None, _hardware_dot=None):
+# Results up to this size that go back to NumPy are written by the GPU straight into host memory:
+# the download is then a memcpy instead of a second submission (tens of microseconds for decode).
+_HOST_RESULT_BYTES = 4 << 20
+
+
+def bitlinear(x, w, bias=None, *, return_accumulator=False, algorithm=None, out=None,
+              _hardware_dot=None):
     """y = (x_q . W_q^T) * gamma / s (+ bias), x float32/float16 [..., K] -> float32 [..., N].
 
     The per-token int8 quantization of x runs on the GPU in the same submission; accumulation is
     exact in int32. w: TernaryWeights [N, K] (or a float matrix, quantized on the fly).
-    algorithm: None (automatic: 'matvec' for up to 8 rows, else 'tiled'), 'matvec' or 'tiled'.
+    algorithm: None (automatic: 'matvec' for up to 8 rows; above, 'coopmat' where the device has
+    int8 tensor cores (bitnet_gpu.devices()[i]['features']['cooperative_matrix_int8']), else
+    'tiled'), or one of 'matvec', 'tiled', 'coopmat' (UnsupportedError where not available).
     return_accumulator=True also returns the int32 accumulators.
+    out: the target for y (a NumPy array or a Tensor), or (y, accumulators) with
+    return_accumulator=True; filled and returned.
     """
     tx, as_tensor = _tensor(x, "x", None, (np.float32, np.float16))
     weights = _weights(w, tx.device)
     tb = None if bias is None else _tensor(np.asarray(bias, np.float32) if not isinstance(
         bias, Tensor) else bias, "bias", tx.device, [np.float32])[0]
+    shape = tuple(tx.shape[:-1]) + (weights.shape[0],)
+    specs = [("y", shape, np.float32)] + ([("accumulators", shape, np.int32)] if return_accumulator else [])
+    outputs = _Outputs(out, specs)
+    targets = [outputs.tensor(i) for i in range(len(specs))] + [None]
+    if not as_tensor and targets[0] is None and 4 * int(np.prod(shape)) <= _HOST_RESULT_BYTES \
+            and tx.ndim >= 1 and weights.shape[1] == tx.shape[-1]:
+        targets[0] = tx.device.empty(shape, np.float32, memory="host")
     r = _core.bitlinear(tx, weights._core, tb, bool(return_accumulator), algorithm or "auto",
-                        _hardware_dot)
-    y = _out(r.y, as_tensor)
-    return (y, _out(r.accumulators, as_tensor)) if return_accumulator else y
+                        _hardware_dot, targets[0], targets[1])
+    results = outputs.results([r.y, r.accumulators] if return_accumulator else [r.y], as_tensor)
+    return tuple(results) if return_accumulator else results[0]
 
 
 def bitlinear_backward_input(grad_y, w):
@@ -46,11 +63,11 @@ def bitlinear_backward_input(grad_y, w):
     return _out(_core.bitlinear_backward_input(tg, _weights(w, tg.device)._core), as_tensor)
 
 
-def mixed_precision_matmul(a, b, *, _hardware_dot=None):
+def mixed_precision_matmul(a, b, *, algorithm=None, _hardware_dot=None):
     """Exact int32 products: int8 [M, K] @ int8 [K, N], or int8 [M, K] @ W_q^T for TernaryWeights
-    b of shape [N, K]."""
+    b of shape [N, K]. algorithm: None (tensor cores where available), 'tiled' or 'coopmat'."""
     ta, as_tensor = _tensor(a, "a", None, [np.int8])
     if isinstance(b, TernaryWeights):
-        return _out(_core.ternary_matmul(ta, b._core, _hardware_dot), as_tensor)
+        return _out(_core.ternary_matmul(ta, b._core, algorithm or "auto", _hardware_dot), as_tensor)
     tb, _ = _tensor(b, "b", ta.device, [np.int8])
-    return _out(_core.int8_matmul(ta, tb, _hardware_dot), as_tensor)
+    return _out(_core.int8_matmul(ta, tb, algorithm or "auto", _hardware_dot), as_tensor)

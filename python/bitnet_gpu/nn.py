@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._core import Tensor
 from .linear import bitlinear, bitlinear_backward_input
 from .quantize import TernaryWeights, quantize_weights
 
@@ -30,7 +31,7 @@ class BitLinear:
             if bias:
                 _bias = rng.uniform(-bound, bound, self.out_features).astype(np.float32)
         self.weight = _weights
-        self.bias = None if _bias is None else np.asarray(_bias, np.float32)
+        self.bias = _bias
         if self.weight.shape != (self.out_features, self.in_features):
             raise ValueError(f"weights of shape {self.weight.shape} do not match "
                              f"({self.out_features}, {self.in_features})")
@@ -50,8 +51,25 @@ class BitLinear:
         """Bytes of the packed weights and their scale on the device."""
         return self.weight.nbytes
 
+    @property
+    def bias(self):
+        """float32 [out_features] (read-only: assign a new array to change it), or None."""
+        return self._bias
+
+    @bias.setter
+    def bias(self, value):
+        if value is None:
+            self._bias = self._bias_tensor = None
+            return
+        bias = np.array(value, np.float32)  # our own copy, so the device copy cannot go stale
+        if bias.shape != (self.out_features,):
+            raise ValueError(f"bias: expected shape ({self.out_features},), got {bias.shape}")
+        bias.flags.writeable = False
+        self._bias = bias
+        self._bias_tensor = Tensor.from_numpy(bias, self.weight.device)  # uploaded once
+
     def __call__(self, x, *, algorithm=None):
-        return bitlinear(x, self.weight, self.bias, algorithm=algorithm)
+        return bitlinear(x, self.weight, self._bias_tensor, algorithm=algorithm)
 
     def backward_input(self, grad_y):
         return bitlinear_backward_input(grad_y, self.weight)

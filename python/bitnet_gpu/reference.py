@@ -170,6 +170,16 @@ def quantize_gradients(g: np.ndarray, bits=8, stochastic=False, seed=0, scale=No
     return np.clip(value, -qmax - 1, qmax).astype(np.int8), s
 
 
+def exact_int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for integer matrices, exactly, as int64: through float64 BLAS where every partial sum
+    is an integer below 2**53 (so exact in any order), else in int64."""
+    a, b = np.asarray(a), np.asarray(b)
+    bound = float(np.abs(a).max(initial=0)) * float(np.abs(b).max(initial=0)) * a.shape[-1]
+    if bound < 2.0**53:
+        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+    return a.astype(np.int64) @ b.astype(np.int64)
+
+
 def bitlinear(x: np.ndarray, q: np.ndarray, gamma, bias=None, scale=None):
     """(y float32, acc int32): x_q, s = quantize_activations(x); acc = x_q . W_q^T exactly;
     y = acc * gamma / s (+ bias), in float32 in the kernel's order."""
@@ -177,7 +187,7 @@ def bitlinear(x: np.ndarray, q: np.ndarray, gamma, bias=None, scale=None):
     k = x.shape[-1]
     xq, s = quantize_activations(x.reshape(-1, k), 8, None if scale is None else np.asarray(
         scale, np.float32).reshape(-1))
-    acc = xq.astype(np.int64) @ q.astype(np.int64).T
+    acc = exact_int_matmul(xq, q.T)
     y = (acc.astype(np.float32) * np.float32(gamma)) / s[:, None]
     if bias is not None:
         y = y + np.asarray(bias, np.float32)
