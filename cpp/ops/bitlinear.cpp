@@ -104,7 +104,7 @@ void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, in
 }
 
 // Output rows a matvec subgroup computes together (its accumulators are M x rows registers) and
-// the vectors of each row a lane loads at once: 2 and 1, or BITNET_GPU_MATVEC_ROWS (1 to 16) and
+// the vectors of each row a lane loads at once, or BITNET_GPU_MATVEC_ROWS (1 to 16) and
 // BITNET_GPU_MATVEC_UNROLL (1 to 4) for tuning.
 uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most) {
   const char* text = std::getenv(name);
@@ -116,7 +116,11 @@ uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most) {
   return value;
 }
 
-uint32_t matvec_rows() { return tuning_value("BITNET_GPU_MATVEC_ROWS", 2, 16); }
+// Four rows for long rows and few activation rows (measured best on the H100 from K = 8192), two
+// otherwise.
+uint32_t matvec_rows(int64_t m, int64_t k) {
+  return tuning_value("BITNET_GPU_MATVEC_ROWS", k >= 8192 && m <= 4 ? 4 : 2, 16);
+}
 uint32_t matvec_unroll() { return tuning_value("BITNET_GPU_MATVEC_UNROLL", 1, 4); }
 
 // The cooperative-matrix tile TILE_M x TILE_N and K step: 256 x 128 for large M, 64 x 128 below
@@ -243,7 +247,7 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
   if (algorithm == BitLinearAlgorithm::matvec) {
     const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
     const bool vectors = words % 4 == 0;
-    const uint32_t rows = matvec_rows(), unroll = matvec_unroll();
+    const uint32_t rows = matvec_rows(m, k), unroll = matvec_unroll();
     Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware),
                                     {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
                                      {3, with_accumulators}, {4, vectors}, {5, int64_t{unroll}}});

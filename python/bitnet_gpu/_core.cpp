@@ -113,8 +113,9 @@ py::array view_array(py::object self) {
 Tensor from_numpy(py::object source, std::shared_ptr<Device> device, const std::string& memory,
                   bool zero_copy) {
   if (!device) device = Device::default_device();
-  py::module_ numpy = py::module_::import("numpy");
-  py::array array = numpy.attr("asarray")(source);
+  py::array array = py::isinstance<py::array>(source)
+                        ? py::reinterpret_borrow<py::array>(source)
+                        : py::array(py::module_::import("numpy").attr("asarray")(source));
   const DType dtype = to_dtype(array.dtype(), "array dtype");
   std::vector<int64_t> shape(array.shape(), array.shape() + array.ndim());
   if (zero_copy) {
@@ -142,11 +143,16 @@ Tensor from_numpy(py::object source, std::shared_ptr<Device> device, const std::
     });
     return Tensor::import_host(device, array.mutable_data(), shape, dtype, std::move(keep));
   }
-  py::array contiguous = numpy.attr("ascontiguousarray")(array);
+  const int flags = py::detail::array_proxy(array.ptr())->flags;
+  py::array contiguous = (flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_)
+                             ? array
+                             : py::array(py::module_::import("numpy").attr("ascontiguousarray")(array));
   Tensor tensor = Tensor::empty(device, shape, dtype, to_placement(memory));
   const void* data = contiguous.data();
   const uint64_t bytes = tensor.nbytes();
-  {
+  if (bytes < (1u << 20)) {  // a small copy costs less than handing the GIL over and back
+    tensor.upload(data, bytes);
+  } else {
     py::gil_scoped_release release;
     tensor.upload(data, bytes);
   }
