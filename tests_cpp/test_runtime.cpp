@@ -7,6 +7,7 @@
 
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
+#include "runtime/fault.hpp"
 #include "runtime/instance.hpp"
 #include "runtime/kernel.hpp"
 #include "runtime/sequence.hpp"
@@ -244,6 +245,30 @@ TEST(Sequence, CopiesAndFills) {
   EXPECT_EQ(sequence.barrier_count(), 2u);
   sequence.run();
   EXPECT_EQ(read(result), values);
+}
+
+// The fault switch's error paths, here so that the sanitizer build checks them for leaks too.
+TEST(Faults, InjectedFailuresThrowAndTheNextCallWorks) {
+  auto local = Device::create(device()->info().index);
+  local->trim();
+  fault::arm("allocation:1:2");
+  EXPECT_THROW(Tensor::empty(local, std::vector<int64_t>{123457}, DType::uint8), OutOfMemory);
+  EXPECT_EQ(local->memory_stats().in_use_bytes, 0u);
+  fault::arm("");
+  Tensor x = Tensor::empty(local, std::vector<int64_t>{16}, DType::float32);
+  Tensor y = Tensor::empty(local, std::vector<int64_t>{16}, DType::float32);
+  Kernel axpy = Kernel::builtin(local, "axpy");
+  BufferBinding two[] = {x.binding(), y.binding()};
+  fault::arm("submission:1:1:out_of_host_memory");
+  EXPECT_THROW(axpy.dispatch({1, 1, 1}, two, push(16, 1.0f)), OutOfMemory);
+  EXPECT_FALSE(local->lost());
+  axpy.dispatch({1, 1, 1}, two, push(16, 1.0f));
+  fault::arm("wait:1");
+  EXPECT_THROW(axpy.dispatch({1, 1, 1}, two, push(16, 1.0f)), DeviceError);
+  fault::arm("");
+  EXPECT_TRUE(local->lost());
+  EXPECT_THROW(Tensor::empty(local, std::vector<int64_t>{4}, DType::float32), DeviceError);
+  EXPECT_THROW(fault::arm("wait:0"), ArgumentError);
 }
 
 TEST(Errors, BadDispatchesThrowAndLeaveTheDeviceUsable) {

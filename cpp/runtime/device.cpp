@@ -9,6 +9,7 @@
 
 #include "runtime/command_context.hpp"
 #include "runtime/error.hpp"
+#include "runtime/fault.hpp"
 #include "runtime/kernel.hpp"
 
 namespace bitnet {
@@ -163,6 +164,11 @@ Device::~Device() {
 }
 
 VkResult Device::wait_for_fence(VkFence fence) {
+  if (VkResult failure = fault::injected(fault::Site::wait); failure != VK_SUCCESS) {
+    // The work really runs to its end first, so nothing the caller then frees is still in use.
+    vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX);
+    return failure;
+  }
   if (spin_wait_us_ > 0) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_wait_us_);
     do {
@@ -190,6 +196,8 @@ void Device::ensure_usable() const {
 }
 
 VkResult Device::allocate_memory(const VkMemoryAllocateInfo& info, VkDeviceMemory* memory) {
+  if (VkResult failure = fault::injected(fault::Site::allocation); failure != VK_SUCCESS)
+    return failure;
   return vkAllocateMemory(device_, &info, nullptr, memory);
 }
 
@@ -247,6 +255,8 @@ void Device::submit(CommandContext& context) {
   submit.commandBufferCount = 1;
   submit.pCommandBuffers = &context.commands;
   std::lock_guard lock(queue_mutex_);  // VkQueue access must be externally synchronized
+  if (VkResult failure = fault::injected(fault::Site::submission); failure != VK_SUCCESS)
+    check(failure, "vkQueueSubmit (BITNET_GPU_FAULT)");
   check(vkQueueSubmit(queue_, 1, &submit, context.fence.get()), "vkQueueSubmit");
   context.submitted = true;
 }

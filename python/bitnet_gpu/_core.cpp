@@ -9,6 +9,7 @@
 #include "ops/quantize.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
+#include "runtime/fault.hpp"
 #include "runtime/instance.hpp"
 #include "runtime/kernel.hpp"
 #include "runtime/sequence.hpp"
@@ -571,6 +572,9 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("q", &ops::QuantizedTensor::q)
       .def_readonly("scale", &ops::QuantizedTensor::scale);
   auto release = py::call_guard<py::gil_scoped_release>();
+  m.def("_arm_fault", &fault::arm, py::arg("spec"),
+        "Debug: arm BITNET_GPU_FAULT's switch ('' disarms it); see cpp/runtime/fault.hpp.");
+  m.def("_faults_injected", &fault::injected_count);
   m.def("quantize_weights", &ops::quantize_weights, py::arg("w"), py::arg("group_size"),
         py::arg("binary"), release);
   m.def("weights_from_packed", &ops::weights_from_packed, py::arg("packed"), py::arg("scales"),

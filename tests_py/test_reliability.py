@@ -1,0 +1,280 @@
+"""Reliability (see README "Guarantees"): inputs are never written, memory stays flat over many
+calls, threads sharing a device get correct results, and property-based tests over random shapes,
+dtypes, strides, placements and values (signed zeros, subnormals, huge values, NaN/Inf) compare
+every public function with its NumPy reference or its documented exception."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import bitnet_gpu as bg
+from bitnet_gpu import reference as ref
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+import bench_soak  # noqa: E402
+
+PROPERTY = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def public_calls(rng):
+    """(name, function, inputs): every public function on NumPy inputs, some of them failing."""
+    w = rng.standard_normal((24, 80)).astype(np.float32)
+    x = rng.standard_normal((3, 80)).astype(np.float32)
+    x16 = x.astype(np.float16)
+    bad = x.copy()
+    bad[1, 1] = np.inf
+    values = rng.integers(-1, 2, (5, 37), dtype=np.int8)
+    q = bg.quantize_weights(w)
+    packed, scale = q.packed(), np.array([q.scale], np.float32)
+    xq, s = bg.quantize_activations(x)
+    aq, astep, azp = bg.quantize_activations(x, symmetric=False)
+    a8 = rng.integers(-128, 128, (6, 80), dtype=np.int8)
+    b8 = rng.integers(-128, 128, (80, 7), dtype=np.int8)
+    bias = rng.standard_normal(24).astype(np.float32)
+    gy = rng.standard_normal((3, 24)).astype(np.float32)
+    layer = bg.nn.BitLinear(80, 24, seed=1)
+    return [
+        ("quantize_weights", lambda a: bg.quantize_weights(a), [w]),
+        ("quantize_weights group", lambda a: bg.quantize_weights(a, group_size=16), [w]),
+        ("binarize_weights", lambda a: bg.binarize_weights(a), [w]),
+        ("from_packed", lambda p, c: bg.TernaryWeights.from_packed(p, c, (24, 80)), [packed, scale]),
+        ("pack_ternary", bg.pack_ternary, [values]),
+        ("unpack_ternary", lambda p: bg.unpack_ternary(p, (24, 80)), [packed]),
+        ("quantize_activations", bg.quantize_activations, [x16]),
+        ("quantize_activations NaN", bg.quantize_activations, [bad]),
+        ("quantize_activations asym", lambda a: bg.quantize_activations(a, symmetric=False), [x]),
+        ("dequantize_activations", bg.dequantize_activations, [xq, s]),
+        ("dequantize_activations asym", bg.dequantize_activations, [aq, astep, azp]),
+        ("quantize_gradients", lambda g: bg.quantize_gradients(g, stochastic=True, seed=5), [x]),
+        ("bitlinear", lambda a, b: bg.bitlinear(a, q, b), [x, bias]),
+        ("bitlinear float weights", bg.bitlinear, [x, w]),
+        ("bitlinear NaN", lambda a: bg.bitlinear(a, q), [bad]),
+        ("bitlinear_backward_input", lambda g: bg.bitlinear_backward_input(g, q), [gy]),
+        ("mixed_precision_matmul", bg.mixed_precision_matmul, [a8, b8]),
+        ("mixed_precision_matmul ternary", lambda a: bg.mixed_precision_matmul(a, q), [a8[:, :80]]),
+        ("nn.BitLinear", layer, [x]),
+        ("Tensor.from_numpy", bg.Tensor.from_numpy, [x]),
+    ]
+
+
+def test_public_functions_never_write_their_inputs(device, rng):
+    for name, fn, inputs in public_calls(rng):
+        before = [a.copy() for a in inputs]
+        try:
+            fn(*inputs)
+        except ValueError:
+            pass  # the NaN/Inf cases raise; their inputs must still be untouched
+        for a, b in zip(inputs, before):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"{name} wrote its input"
+
+
+def test_zero_copy_inputs_are_never_written(device, rng):
+    if not device.info.features["external_memory_host"]:
+        pytest.skip("no VK_EXT_external_memory_host")
+    x = bg.aligned_empty((5, 128), np.float32)
+    x[:] = rng.standard_normal((5, 128))
+    before = x.copy()
+    t = bg.Tensor.from_numpy(x, zero_copy=True)
+    bg.quantize_activations(t)
+    bg.bitlinear(t, bg.quantize_weights(rng.standard_normal((9, 128)).astype(np.float32)))
+    assert np.array_equal(x, before)
+
+
+def test_soak_keeps_memory_flat(device):
+    s = bench_soak.soak(calls=2000, cycles=1000, device=device)
+    before, after = s["memory_stats_before"], s["memory_stats_after"]
+    for key in ("in_use_bytes", "allocated_bytes", "live_blocks", "pool_misses"):
+        assert after[key] == before[key], key
+    assert s["rss_after"] - s["rss_before"] < 16 * 2**20
+
+
+def test_threads_share_a_device_correctly(device):
+    t = bench_soak.threads(count=8, seconds=3, device=device)
+    assert t["errors"] == [] and t["calls"] > 8
+
+
+# Values that stress the kernels: signed zeros, subnormals, huge and tiny magnitudes.
+SPECIAL = st.sampled_from([0.0, -0.0, 1e-45, -1e-40, 1e-38, 3e38, -3e38, 1.0, -1.0, 0.5, 127.5])
+FLOATS = st.one_of(st.floats(-1e6, 1e6, width=32), SPECIAL)
+
+
+def arrays(dtype, shape, elements=FLOATS):
+    return hnp.arrays(dtype, shape, elements=elements)
+
+
+def placed(a, how):
+    """The same values as NumPy, a non-contiguous view, or a Tensor in device or host memory."""
+    if how == "strided":
+        wide = np.repeat(a, 2, axis=-1)
+        return wide[..., ::2]
+    if how in ("device", "host"):
+        return bg.Tensor.from_numpy(a, memory=how)
+    return a
+
+
+def as_numpy(v):
+    return v.numpy() if isinstance(v, bg.Tensor) else np.asarray(v)
+
+
+HOW = st.sampled_from(["numpy", "strided", "device", "host"])
+
+
+@PROPERTY
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=40), data=st.data(), how=HOW,
+       dtype=st.sampled_from([np.float32, np.float16]))
+def test_property_quantize_activations(device, shape, data, how, dtype):
+    elements = FLOATS if dtype == np.float32 else st.floats(-6e4, 6e4, width=16)
+    x = data.draw(arrays(np.float32, shape, elements)).astype(dtype)
+    q, s = bg.quantize_activations(placed(x, how))
+    q, s = as_numpy(q), as_numpy(s)
+    x32 = x.astype(np.float32)
+    np.testing.assert_allclose(s, ref.activation_scale(x32.reshape(-1, shape[-1])).reshape(shape[:-1]),
+                               rtol=3e-7)
+    expected, _ = ref.quantize_activations(x32.reshape(-1, shape[-1]), scale=s.reshape(-1))
+    assert np.array_equal(q.reshape(-1, shape[-1]), expected)
+
+
+@PROPERTY
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=30), data=st.data(),
+       poison=st.sampled_from([np.nan, np.inf, -np.inf]))
+def test_property_nonfinite_inputs_raise_with_their_count(device, shape, data, poison):
+    x = data.draw(arrays(np.float32, shape))
+    flat = x.reshape(-1)
+    where = data.draw(st.lists(st.integers(0, flat.size - 1), min_size=1, max_size=4, unique=True))
+    flat[where] = poison
+    word = "value" if len(where) == 1 else "values"
+    for fn in (bg.quantize_activations, bg.quantize_gradients,
+               lambda a: bg.quantize_weights(a.reshape(1, -1))):
+        with pytest.raises(ValueError, match=f"{len(where)} NaN or Inf {word}"):
+            fn(x)
+
+
+@PROPERTY
+@given(n=st.integers(1, 20), k=st.integers(1, 70), data=st.data(), group=st.sampled_from([None, 4, 7]))
+def test_property_quantize_weights(device, n, k, data, group):
+    w = data.draw(arrays(np.float32, (n, k), st.floats(-1e3, 1e3, width=32)))
+    if group is not None and k % group:
+        with pytest.raises(bg.ShapeError):
+            bg.quantize_weights(w, group_size=group)
+        return
+    q = bg.quantize_weights(w, group_size=group)
+    rq, rscale = ref.quantize_ternary(w, group)
+    np.testing.assert_allclose(np.ravel(q.scale), np.ravel(rscale), rtol=1e-5)
+    v = q.unpack()
+    values = ref.ternary_values(w, q.scale, group)  # W / gamma with the GPU's own gamma
+    differ = v != np.clip(np.rint(values), -1, 1)
+    near_tie = np.abs(np.abs(values - np.floor(values)) - 0.5) <= 1e-6 * np.maximum(np.abs(values), 1)
+    assert (near_tie | ~differ).all()  # only values within 1e-6 of a rounding tie may differ
+    assert np.array_equal(bg.TernaryWeights.from_packed(q.packed(), q.scale, (n, k), group).unpack(), v)
+
+
+@PROPERTY
+@given(m=st.integers(1, 12), k=st.integers(1, 90), n=st.integers(1, 40), data=st.data(),
+       how=HOW, algorithm=st.sampled_from([None, "matvec", "tiled"]))
+def test_property_bitlinear_accumulators_are_exact(device, m, k, n, data, how, algorithm):
+    if algorithm == "matvec" and m > 8:
+        algorithm = None
+    x = data.draw(arrays(np.float32, (m, k), st.floats(-100, 100, width=32)))
+    w = data.draw(arrays(np.float32, (n, k), st.floats(-1, 1, width=32)))
+    q = bg.quantize_weights(w)
+    y, acc = bg.bitlinear(placed(x, how), q, return_accumulator=True, algorithm=algorithm)
+    s = bg.quantize_activations(x)[1]
+    ry, racc = ref.bitlinear(x, q.unpack(), q.scale, scale=s)
+    assert np.array_equal(as_numpy(acc), racc)
+    np.testing.assert_allclose(as_numpy(y), ry, rtol=1e-6, atol=1e-30)
+
+
+@PROPERTY
+@given(n=st.integers(1, 10), k=st.integers(1, 60), data=st.data())
+def test_property_pack_round_trip_and_invalid_values(device, n, k, data):
+    v = data.draw(hnp.arrays(np.int8, (n, k), elements=st.integers(-1, 1)))
+    packed = bg.pack_ternary(v)
+    assert np.array_equal(packed, ref.pack_ternary(v))
+    assert np.array_equal(bg.unpack_ternary(packed, (n, k)), v)
+    bad = v.copy()
+    bad.flat[data.draw(st.integers(0, v.size - 1))] = data.draw(st.sampled_from([2, -2, 127, -128]))
+    with pytest.raises(ValueError, match="1 value is not"):
+        bg.pack_ternary(bad)
+
+
+@PROPERTY
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=30), data=st.data(),
+       seed=st.integers(0, 2**64 - 1), stochastic=st.booleans())
+def test_property_quantize_gradients(device, shape, data, seed, stochastic):
+    g = data.draw(arrays(np.float32, shape, st.floats(-1e4, 1e4, width=32)))
+    q, s = bg.quantize_gradients(g, stochastic=stochastic, seed=seed)
+    rq, rs = ref.quantize_gradients(g, 8, stochastic=stochastic, seed=seed, scale=s)
+    np.testing.assert_allclose(s, rs, rtol=3e-7)
+    if stochastic:
+        assert np.array_equal(q, rq)  # the same (seed, index) hash as the reference
+    else:
+        product = g.astype(np.float64) * np.float64(s)
+        near_tie = np.abs(np.abs(product - np.floor(product)) - 0.5) <= 1e-6 * np.maximum(np.abs(product), 1)
+        assert (near_tie | (q == rq)).all()
+
+
+@PROPERTY
+@given(n=st.integers(1, 12), k=st.integers(1, 70), data=st.data(), group=st.sampled_from([None, 2, 5]))
+def test_property_binarize_weights(device, n, k, data, group):
+    w = data.draw(arrays(np.float32, (n, k), st.floats(-1e3, 1e3, width=32)))
+    if group is not None and k % group:
+        with pytest.raises(bg.ShapeError):
+            bg.binarize_weights(w, group_size=group)
+        return
+    b = bg.binarize_weights(w, group_size=group)
+    _, _, beta = ref.quantize_binary(w, group)
+    np.testing.assert_allclose(np.ravel(b.scale), np.ravel(beta), rtol=1e-5, atol=1e-12)
+    deq = bg.dequantize_weights(b)
+    assert deq.shape == (n, k) and np.isin(np.sign(deq), [-1, 1]).all()
+
+
+@PROPERTY
+@given(m=st.integers(1, 40), k=st.integers(1, 70), n=st.integers(1, 30), data=st.data(),
+       algorithm=st.sampled_from([None, "tiled"]))
+def test_property_int8_matmul_is_exact(device, m, k, n, data, algorithm):
+    a = data.draw(hnp.arrays(np.int8, (m, k)))
+    b = data.draw(hnp.arrays(np.int8, (k, n)))
+    assert np.array_equal(bg.mixed_precision_matmul(a, b, algorithm=algorithm), ref.exact_int_matmul(a, b))
+
+
+@PROPERTY
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=30), data=st.data(),
+       symmetric=st.booleans())
+def test_property_dequantize_activations(device, shape, data, symmetric):
+    x = data.draw(arrays(np.float32, shape, st.floats(-1e3, 1e3, width=32)))
+    if symmetric:
+        q, s = bg.quantize_activations(x)
+        got, expected = bg.dequantize_activations(q, s), ref.dequantize_activations(q, s)
+    else:
+        q, step, zp = bg.quantize_activations(x, symmetric=False)
+        got, expected = (bg.dequantize_activations(q, step, zp),
+                         ref.dequantize_activations(q, step, zp))
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-30)
+
+
+@PROPERTY
+@given(m=st.integers(1, 6), n=st.integers(1, 40), k=st.integers(1, 50), data=st.data())
+def test_property_backward_input(device, m, n, k, data):
+    g = data.draw(arrays(np.float32, (m, n), st.floats(-10, 10, width=32)))
+    q = bg.quantize_weights(data.draw(arrays(np.float32, (n, k), st.floats(-1, 1, width=32))))
+    expected = ref.bitlinear_backward_input(g, q.unpack(), q.scale)
+    got = bg.bitlinear_backward_input(g, q)
+    assert np.linalg.norm(got - expected) <= 1e-5 * max(np.linalg.norm(expected), 1e-30)
+
+
+@PROPERTY
+@given(dtype=st.sampled_from([np.float32, np.float16, np.int8, np.uint8, np.int32, np.uint32]),
+       shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=9), data=st.data(),
+       memory=st.sampled_from(["device", "host"]), strided=st.booleans())
+def test_property_tensor_round_trip(device, dtype, shape, data, memory, strided):
+    a = data.draw(hnp.arrays(dtype, shape))
+    source = np.repeat(a, 2, axis=-1)[..., ::2] if strided and a.ndim else a
+    t = bg.Tensor.from_numpy(source, memory=memory)
+    back = t.numpy()
+    assert back.dtype == a.dtype and back.shape == a.shape and back.tobytes() == a.tobytes()
