@@ -261,3 +261,26 @@ def test_bad_arguments_raise(device):
         bg.dequantize_activations(np.ones((3, 4), np.int8), np.ones(2, np.float32))
     with pytest.raises(bg.DTypeError):
         bg.dequantize_weights(w)
+
+
+def test_scales_of_huge_values_do_not_flush_to_zero(device):
+    """127 / 3e38 is a normal float; drivers may compute a / b as a * (1 / b) with 1 / b flushed to
+    zero when |b| > 2^126 (the H100 did), so the kernels rescale such divisions first."""
+    x = np.array([[3e38, -1.0], [-3.4e38, 2e38]], np.float32)
+    q, s = bg.quantize_activations(x)
+    np.testing.assert_allclose(s, ref.activation_scale(x), rtol=3e-7)
+    assert q.tolist() == [[127, 0], [-127, 75]]
+    q, step, zp = bg.quantize_activations(x, bits=2, symmetric=False)
+    rq, rstep, rzp = ref.quantize_activations_asymmetric(x, 2)
+    np.testing.assert_allclose(step, rstep, rtol=3e-7)
+    assert np.array_equal(zp, rzp) and np.array_equal(q, rq)
+    gq, gs = bg.quantize_gradients(x)
+    np.testing.assert_allclose(gs, 127 / np.float64(3.4e38), rtol=3e-7)
+    assert gq.tolist() == [[112, 0], [-127, 75]]
+    w = bg.quantize_weights(np.array([[3e38]], np.float32))
+    np.testing.assert_allclose(w.scale, 3e38, rtol=1e-6)
+    assert w.unpack().tolist() == [[1]]
+    y, acc = bg.bitlinear(x, bg.quantize_weights(np.array([[1.0, 0.0]], np.float32)),
+                          return_accumulator=True)
+    assert acc.ravel().tolist() == [127, -127]
+    np.testing.assert_allclose(y.ravel(), [1.5e38, -1.7e38], rtol=1e-6)  # gamma = 0.5

@@ -104,7 +104,7 @@ void main() {
       [[unroll]] for (uint c = 0; c < CACHED; ++c)
         if (lane + c * 256 < vectors)
           [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(cache[c][e], absmax, bad);
-      const float scale = 127.0 / max(reduce_row(absmax, bad), EPS);
+      const float scale = divide(127.0, max(reduce_row(absmax, bad), EPS));
       [[unroll]] for (uint c = 0; c < CACHED; ++c) {
         const uint v = lane + c * 256;
         if (c * 256 < padded_vectors) {  // uniform: whole quads stay together
@@ -118,7 +118,7 @@ void main() {
         const vec4 value = vec4(x4[row * vectors + v]);
         [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(value[e], absmax, bad);
       }
-      const float scale = 127.0 / max(reduce_row(absmax, bad), EPS);
+      const float scale = divide(127.0, max(reduce_row(absmax, bad), EPS));
       for (uint base = 0; base < padded_vectors; base += 256) {  // uniform trip count
         const uint v = base + lane;
         const vec4 value = v < vectors ? vec4(x4[row * vectors + v]) : vec4(0.0);
@@ -128,7 +128,7 @@ void main() {
       finish_row(row, scale, sum);
     } else {
       for (uint k = lane; k < p.k; k += 256) accumulate(float(x[row * p.k + k]), absmax, bad);
-      const float scale = 127.0 / max(reduce_row(absmax, bad), EPS);
+      const float scale = divide(127.0, max(reduce_row(absmax, bad), EPS));
       // Four values to a word: invocation t builds word t of the row's interleaved layout.
       for (uint w = lane; w < padded_vectors; w += 256) {
         const uint block = w / 4, i = w % 4;

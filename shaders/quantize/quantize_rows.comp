@@ -40,7 +40,7 @@ uint quantize(float v, float scale, float zero_point) {
     precise float product = v * scale;
     return uint(int(clamp(roundEven(product), -QMAX - 1.0, QMAX))) & 0xFFu;
   }
-  return uint(clamp(roundEven(v / scale) + zero_point, 0.0, QMAX));
+  return uint(clamp(roundEven(divide(v, scale)) + zero_point, 0.0, QMAX));
 }
 
 // Rows of up to CACHED_VECTORS * 256 vec4 stay in registers between the two passes: the row is
@@ -68,11 +68,12 @@ void reduce_row(inout float a, inout float b, inout uint bad) {
 void row_scale(out float scale, out float zero_point) {
   zero_point = 0.0;
   if (SYMMETRIC) {
-    scale = QMAX / max(s_a[0], EPS);
+    scale = divide(QMAX, max(s_a[0], EPS));
   } else {
     const float low = min(s_a[0], 0.0), high = max(s_b[0], 0.0);
-    scale = max(high - low, EPS) / QMAX;
-    zero_point = clamp(roundEven(-low / scale), 0.0, QMAX);
+    const float range = high - low;  // may overflow float32 (e.g. -3e38 .. 3e38)
+    scale = isinf(range) ? high / QMAX - low / QMAX : max(range, EPS) / QMAX;
+    zero_point = clamp(roundEven(divide(-low, scale)), 0.0, QMAX);
   }
 }
 

@@ -40,7 +40,7 @@ void main() {
     }
     if (lane == 0) {
       const float n = float(max(s_count[0], 1u));
-      scales[o] = MODE == 0 ? max(s_sum_abs[0] / n, EPS) : QMAX / max(s_max_abs[0], EPS);
+      scales[o] = MODE == 0 ? max(s_sum_abs[0] / n, EPS) : divide(QMAX, max(s_max_abs[0], EPS));
       means[o] = s_sum[0] / n;
     }
     barrier();

@@ -19,7 +19,7 @@ layout(push_constant) uniform Push {
   uint first_row;
 } p;
 
-uint code(float v, float gamma) { return uint(int(clamp(roundEven(v / gamma), -1.0, 1.0)) + 1); }
+uint code(float v, float gamma) { return uint(int(clamp(roundEven(divide(v, gamma)), -1.0, 1.0)) + 1); }
 
 void main() {
   const uint words = p.rows * p.words_per_row;
