@@ -27,13 +27,15 @@ struct Stats {
 bool finite(float v) { return !isnan(v) && !isinf(v); }
 
 // a / b for any finite b. Vulkan bounds a division's error only for |b| in [2^-126, 2^126]; past
-// that, drivers may compute a * (1 / b) with 1 / b flushed to zero (the H100 does). Halving the
-// exponent range first keeps the result as precise as any in-range division: scaling by 2^-32
-// and back is exact while the values stay normal, and a / 2^-32b is 2^32 times the normal result.
+// that, drivers may compute a * (1 / b) with 1 / b flushed to zero (the H100 does). Scaling b by
+// 2^-32 first, and the quotient back, keeps the result as precise as any in-range division (both
+// scalings are exact while the values stay normal). `precise` and ldexp keep the compiler from
+// folding the scalings away again (it did, with plain multiplications).
 float divide(float a, float b) {
-  const float two_to_125 = 4.2535296e37, two_to_minus_32 = 2.3283064e-10;
+  const float two_to_125 = 4.2535296e37;
   if (abs(b) < two_to_125) return a / b;
-  return (a / (b * two_to_minus_32)) * two_to_minus_32;
+  precise float quotient = a / ldexp(b, -32);
+  return ldexp(quotient, -32);
 }
 
 // PCG hash (O'Neill): a stateless 32-bit mix, so element i's random number depends on
