@@ -71,8 +71,12 @@ void row_scale(out float scale, out float zero_point) {
     scale = divide(QMAX, max(s_a[0], EPS));
   } else {
     const float low = min(s_a[0], 0.0), high = max(s_b[0], 0.0);
-    const float range = high - low;  // may overflow float32 (e.g. -3e38 .. 3e38)
-    scale = isinf(range) ? high / QMAX - low / QMAX : max(range, EPS) / QMAX;
+    // high - low overflows float32 past FLT_MAX (e.g. -3e38 .. 3e38). Tested without infinities,
+    // which drivers may assume away.
+    // `precise`: the driver must not refactor the split form back into (high - low) / QMAX.
+    precise float headroom = 3.4028235e38 + low;
+    precise float split = high / QMAX - low / QMAX;
+    scale = high > headroom ? split : max(high - low, EPS) / QMAX;
     zero_point = clamp(roundEven(divide(-low, scale)), 0.0, QMAX);
   }
 }
