@@ -278,3 +278,27 @@ def test_property_tensor_round_trip(device, dtype, shape, data, memory, strided)
     t = bg.Tensor.from_numpy(source, memory=memory)
     back = t.numpy()
     assert back.dtype == a.dtype and back.shape == a.shape and back.tobytes() == a.tobytes()
+
+
+@PROPERTY
+@given(m=st.integers(1, 20), n=st.integers(1, 30), k=st.integers(1, 60), data=st.data(),
+       group=st.sampled_from([None, 3]), bias=st.booleans())
+def test_property_weights_layer_and_ternary_matmul(device, m, n, k, data, group, bias):
+    w = data.draw(arrays(np.float32, (n, k), st.floats(-2, 2, width=32)))
+    if group is not None and k % group:
+        group = None
+    q = bg.quantize_weights(w, group_size=group)
+    np.testing.assert_allclose(bg.dequantize_weights(q), ref.dequantize(q.unpack(), q.scale, group),
+                               rtol=1e-6)
+    a = data.draw(hnp.arrays(np.int8, (m, k)))
+    if group is None:
+        assert np.array_equal(bg.mixed_precision_matmul(a, q), ref.exact_int_matmul(a, q.unpack().T))
+        b = data.draw(arrays(np.float32, (n,), st.floats(-1, 1, width=32))) if bias else None
+        layer = bg.nn.BitLinear.from_packed(q.packed(), q.scale, (n, k), bias=b)
+        x = data.draw(arrays(np.float32, (m, k), st.floats(-50, 50, width=32)))
+        s = bg.quantize_activations(x)[1]
+        np.testing.assert_allclose(layer(x), ref.bitlinear(x, q.unpack(), q.scale, b, scale=s)[0],
+                                   rtol=1e-6, atol=1e-30)
+    else:
+        with pytest.raises(bg.UnsupportedError, match="group_size"):
+            bg.mixed_precision_matmul(a, q)

@@ -19,7 +19,11 @@ layout(push_constant) uniform Push {
   uint first_row;
 } p;
 
-uint code(float v, float gamma) { return uint(int(clamp(roundEven(divide(v, gamma)), -1.0, 1.0)) + 1); }
+// The code of v / gamma. The hot loop divides by a gamma known to be in the range where Vulkan
+// bounds division (|gamma| < 2^125); larger gammas are scaled into it together with v (exact:
+// powers of two; a v that becomes subnormal and flushes to zero still rounds to code 1).
+uint code(float v, float gamma) { return uint(int(clamp(roundEven(v / gamma), -1.0, 1.0)) + 1); }
+const float TWO_TO_125 = 4.2535296e37;
 
 void main() {
   const uint words = p.rows * p.words_per_row;
@@ -36,17 +40,27 @@ void main() {
       const float gamma =
           scales[p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + first_k / p.group_size];
       word = 0;
-      for (uint j = 0; j < 4; ++j) {
-        const vec4 v = vec4(w4[base / 4 + j]);
-        word |= (code(v.x, gamma) | code(v.y, gamma) << 2 | code(v.z, gamma) << 4 |
-                 code(v.w, gamma) << 6) << (8 * j);
+      if (abs(gamma) < TWO_TO_125) {
+        for (uint j = 0; j < 4; ++j) {
+          const vec4 v = vec4(w4[base / 4 + j]);
+          word |= (code(v.x, gamma) | code(v.y, gamma) << 2 | code(v.z, gamma) << 4 |
+                   code(v.w, gamma) << 6) << (8 * j);
+        }
+      } else {
+        const float g = ldexp(gamma, -32);
+        for (uint j = 0; j < 4; ++j) {
+          const vec4 v = ldexp(vec4(w4[base / 4 + j]), ivec4(-32));
+          word |= (code(v.x, g) | code(v.y, g) << 2 | code(v.z, g) << 4 | code(v.w, g) << 6)
+                  << (8 * j);
+        }
       }
     } else {
       for (uint j = 0; j < 16 && first_k + j < p.k; ++j) {
         const uint k = first_k + j;
         const uint group =
             p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + k / p.group_size;
-        word = (word & ~(3u << (2 * j))) | (code(float(w[base + j]), scales[group]) << (2 * j));
+        const uint c = uint(int(clamp(roundEven(divide(float(w[base + j]), scales[group])), -1.0, 1.0)) + 1);
+        word = (word & ~(3u << (2 * j))) | (c << (2 * j));
       }
     }
     packed[index] = word;
