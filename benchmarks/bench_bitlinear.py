@@ -87,6 +87,10 @@ def main():
         row = {"shape": [m, k, n], "gpu_s": t, "kernels": kernels, "parity_rel": rel,
                "accumulators_exact": exact, "weight_GBps": packed / t / 1e9, "variants": {}}
         if m <= 8:
+            for split in ("0", "1"):
+                row["variants"][f"pre-pass split={split}"] = with_env(
+                    "BITNET_GPU_PREPARE_SPLIT", split,
+                    lambda: gpu_time(device, lambda: bg.bitlinear(x, q), args.repeats)[0])
             for rows, unroll in MATVEC_SETTINGS:
                 row["variants"][f"matvec rows={rows} unroll={unroll}"] = with_env(
                     "BITNET_GPU_MATVEC_ROWS", rows, lambda: with_env(

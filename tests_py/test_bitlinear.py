@@ -74,6 +74,22 @@ def test_matvec_rows_setting_is_checked(device, rng, monkeypatch):
     assert bg.bitlinear(x, q, algorithm="tiled").shape == (1, 8)  # the device is still usable
 
 
+@pytest.mark.parametrize("split", ["0", "1"])
+@pytest.mark.parametrize("m,k,n,algorithm", [(1, 4096, 9, "matvec"), (3, 16400, 5, "matvec"),
+                                             (2, 2052, 7, None), (20, 4100, 6, "tiled"),
+                                             (1, 4097, 3, None), (8, 8, 4, None)])
+def test_both_pre_passes(device, rng, monkeypatch, split, m, k, n, algorithm):
+    """The one-workgroup-a-row pre-pass and the chunked one (decode) give identical results."""
+    monkeypatch.setenv("BITNET_GPU_PREPARE_SPLIT", split)
+    x, q, bias = case(rng, m, k, n, np.float16 if k == 2052 else np.float32)
+    check(x.astype(np.float32), q, bias,
+          *bg.bitlinear(x, q, bias, return_accumulator=True, algorithm=algorithm))
+    bad = x.copy()
+    bad[m - 1, k - 1], bad[0, 0] = np.nan, np.inf
+    with pytest.raises(ValueError, match="2 NaN or Inf values"):
+        bg.bitlinear(bad, q, algorithm=algorithm)
+
+
 def test_bitlinear_m_1000_and_leading_axes(device, rng):
     x, q, bias = case(rng, 1000, 96, 48)
     y, acc = bg.bitlinear(x.reshape(10, 100, 96), q, bias, return_accumulator=True)

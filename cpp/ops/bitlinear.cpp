@@ -187,6 +187,54 @@ void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
     record_tiled(sequence, b, a, m, n, k, ternary, scales, gamma, bias, out, hardware);
 }
 
+// Whether the pre-pass for m rows of k values is spread over chunks of rows (two dispatches of
+// many workgroups) rather than one workgroup a row: for a few long rows, where one workgroup a
+// row leaves the GPU idle. BITNET_GPU_PREPARE_SPLIT=0 or 1 overrides, for tuning.
+bool split_prepare(int64_t m, int64_t k, BitLinearAlgorithm algorithm) {
+  if (k % 4 != 0 || k > int64_t{1} << 30) return false;
+  const uint32_t fallback = algorithm == BitLinearAlgorithm::matvec && k >= 4096 ? 1 : 0;
+  if (const char* text = std::getenv("BITNET_GPU_PREPARE_SPLIT"); text && *text) {
+    if (std::string(text) != "0" && std::string(text) != "1")
+      throw ArgumentError("BITNET_GPU_PREPARE_SPLIT=" + std::string(text) + ": expected 0 or 1");
+    return text[0] == '1';
+  }
+  return fallback == 1;
+}
+
+// x [m, k] to interleaved int8 rows, their sums and their scales (bitlinear_prepare*.comp).
+void record_prepare(Sequence& sequence, const Tensor& x, int64_t m, int64_t k,
+                    const PreparedRows& prepared, const Tensor& scales, const Tensor& nonfinite,
+                    BitLinearAlgorithm algorithm) {
+  const auto& device = x.device_ptr();
+  if (!split_prepare(m, k, algorithm)) {
+    Kernel prepare = Kernel::builtin(device, float_variant("bitlinear_prepare", x.dtype()),
+                                     {{0, double{kEps}}});
+    struct {
+      uint32_t rows, k, padded_k;
+    } push{static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(padded(k))};
+    BufferBinding bindings[] = {x.binding(), x.binding(), prepared.values.binding(),
+                                scales.binding(), prepared.row_sums.binding(), nonfinite.binding()};
+    sequence.dispatch(prepare, {workgroups(*device, m, 1), 1, 1}, bindings, push_bytes(push));
+    return;
+  }
+  constexpr int64_t kChunkValues = 2048;  // CHUNK vectors of 4 in bitlinear_prepare_split.comp
+  const int64_t chunks = (padded(k) + kChunkValues - 1) / kChunkValues;
+  Tensor partial = Tensor::empty(device, std::vector<int64_t>{m, chunks}, DType::float32);
+  sequence.fill(prepared.row_sums.binding(), 0);
+  struct {
+    uint32_t rows, k, padded_k, chunks;
+  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(padded(k)),
+         static_cast<uint32_t>(chunks)};
+  BufferBinding bindings[] = {x.binding(), partial.binding(), prepared.values.binding(),
+                              scales.binding(), prepared.row_sums.binding(), nonfinite.binding()};
+  for (uint32_t phase : {0u, 1u}) {
+    Kernel kernel = Kernel::builtin(device, float_variant("bitlinear_prepare_split", x.dtype()),
+                                    {{0, double{kEps}}, {1, int64_t{phase}}});
+    sequence.dispatch(kernel, {static_cast<uint32_t>(chunks), static_cast<uint32_t>(m), 1},
+                      bindings, push_bytes(push));
+  }
+}
+
 }  // namespace
 
 BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std::optional<Tensor>& bias,
@@ -234,16 +282,7 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
   PreparedRows prepared{Tensor::empty(device, std::vector<int64_t>{m, padded(k)}, DType::uint8),
                         Tensor::empty(device, std::vector<int64_t>{m}, DType::int32)};
   Tensor scales = Tensor::empty(device, std::vector<int64_t>{m}, DType::float32);
-  {
-    Kernel prepare = Kernel::builtin(
-        device, float_variant("bitlinear_prepare", x.dtype()), {{0, double{kEps}}});
-    struct {
-      uint32_t rows, k, padded_k;
-    } push{static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(padded(k))};
-    BufferBinding bindings[] = {x.binding(), x.binding(), prepared.values.binding(),
-                                scales.binding(), prepared.row_sums.binding(), nonfinite.binding()};
-    sequence.dispatch(prepare, {workgroups(*device, m, 1), 1, 1}, bindings, push_bytes(push));
-  }
+  record_prepare(sequence, x, m, k, prepared, scales, nonfinite, algorithm);
   if (algorithm == BitLinearAlgorithm::matvec) {
     const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
     const bool vectors = words % 4 == 0;

@@ -14,6 +14,7 @@
 #extension GL_KHR_shader_subgroup_quad : require
 #include "../quantize/quantize_common.glsl"
 #include "bitlinear_common.glsl"
+#include "prepare_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const float EPS = 1e-5;
 layout(std430, binding = 0) readonly buffer Input { ELEMENT x[]; };
@@ -29,32 +30,6 @@ const uint CACHED = 16;  // vectors per invocation held in registers
 shared float s_max[256];
 shared int s_sum[256];
 shared uint s_bad[256];
-
-void accumulate(float v, inout float absmax, inout uint bad) {
-  if (finite(v)) absmax = max(absmax, abs(v));
-  else bad++;
-}
-
-int quantize(float v, float scale) {
-  precise float product = v * scale;
-  return int(clamp(roundEven(product), -128.0, 127.0));
-}
-
-// Vector j of a block (values 4j .. 4j + 3) quantized: byte e holds value 4j + e. The block's
-// interleaved word i holds values 4j + i, j = 0..3: byte i of each of the quad's four vectors.
-uint interleaved_word(vec4 v, float scale, inout int sum) {
-  uint packed = 0;
-  [[unroll]] for (uint e = 0; e < 4; ++e) {
-    const int q = quantize(v[e], scale);
-    sum += q;
-    packed |= (uint(q) & 0xFFu) << (8 * e);
-  }
-  const uint i = gl_SubgroupInvocationID & 3u;
-  uint word = 0;
-  [[unroll]] for (uint j = 0; j < 4; ++j)
-    word |= ((subgroupQuadBroadcast(packed, j) >> (8 * i)) & 0xFFu) << (8 * j);
-  return word;
-}
 
 // max|x| (and the NaN/Inf count) of the workgroup's values, in every invocation.
 float reduce_row(float absmax, uint bad) {
