@@ -5,7 +5,7 @@
 // instead of one per row: workgroup (c, m) owns chunk c (512 vectors, 2048 values) of row m.
 // PHASE 0 writes the chunk's max|x| to partial[m][c] and counts NaN/Inf; PHASE 1 reduces row m's
 // partial maxima (max is exact in any order), quantizes its chunk into the interleaved layout of
-// bitlinear_common.glsl and adds the chunk's sum of x_q to row_sums[m] (zeroed beforehand; integer
+// bitlinear_common.glsl and adds the chunk's sum of x_q to row_sums[m] (zeroed by PHASE 0; integer
 // atomics, so the total is exact and order-free). Rows need K % 4 == 0.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -61,6 +61,7 @@ void main() {
   if (PHASE == 0) {
     if (lane == 0) {
       partial[row * p.chunks + chunk] = s_max[0];
+      if (chunk == 0) row_sums[row] = 0;  // PHASE 1 adds to it after the barrier between them
       if (s_bad[0] > 0) atomicAdd(nonfinite_total, s_bad[0]);
     }
     return;
