@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "ops/bitlinear.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/quantize.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
@@ -627,6 +628,29 @@ PYBIND11_MODULE(_core, m) {
         return ops::ternary_matmul(a, w, parse_algorithm(algorithm, false), hardware_dot);
       },
       py::arg("a"), py::arg("w"), py::arg("algorithm"), py::arg("hardware_dot"), release);
+  py::enum_<ops::Activation>(m, "Activation")
+      .value("relu", ops::Activation::relu)
+      .value("leaky_relu", ops::Activation::leaky_relu)
+      .value("relu2", ops::Activation::relu2)
+      .value("gelu", ops::Activation::gelu)
+      .value("gelu_tanh", ops::Activation::gelu_tanh)
+      .value("silu", ops::Activation::silu)
+      .value("sigmoid", ops::Activation::sigmoid)
+      .value("tanh", ops::Activation::tanh);
+  py::enum_<ops::RowOp>(m, "RowOp")
+      .value("softmax", ops::RowOp::softmax)
+      .value("rms_norm", ops::RowOp::rms_norm)
+      .value("layer_norm", ops::RowOp::layer_norm);
+  m.def("activation", &ops::activation, py::arg("x"), py::arg("op"), py::arg("alpha"),
+        py::arg("out") = py::none(), release);
+  m.def("activation_backward", &ops::activation_backward, py::arg("grad_y"), py::arg("x"),
+        py::arg("op"), py::arg("alpha"), py::arg("out") = py::none(), release);
+  m.def("gated_activation", &ops::gated_activation, py::arg("gate"), py::arg("up"), py::arg("op"),
+        py::arg("out") = py::none(), release);
+  m.def("relu_dropout", &ops::relu_dropout, py::arg("x"), py::arg("p"), py::arg("seed"),
+        py::arg("out") = py::none(), release);
+  m.def("row_op", &ops::row_op, py::arg("x"), py::arg("op"), py::arg("weight"), py::arg("bias"),
+        py::arg("eps"), py::arg("out") = py::none(), release);
   m.def("bitlinear_backward_input", &ops::bitlinear_backward_input, py::arg("grad_y"),
         py::arg("w"), release);
 }

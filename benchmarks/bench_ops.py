@@ -1,0 +1,96 @@
+"""Activation and row-op benchmark: GPU time (Vulkan timestamps) of bitnet_gpu's element-wise
+activations on 2^26 float32 values and softmax / rms_norm / layer_norm on [8192, 4096], beside the
+same PyTorch CUDA op in the same run (CUDA events), as bandwidth over the minimum bytes (inputs read
+once, output written once), fraction of the measured copy bandwidth and ratio to PyTorch.
+
+    python3 benchmarks/bench_ops.py [--json FILE] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import bitnet_gpu as bg
+from common import torch_cuda, torch_time, write_results  # benchmarks/common.py
+
+
+def gpu_time(device, fn, repeats):
+    fn()
+    totals = []
+    for _ in range(repeats):
+        with bg.profile(device) as p:
+            fn()
+        totals.append(p.total())
+    return statistics.median(totals)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    device = bg.default_device()
+    torch = torch_cuda()
+    small = device.info.type == "cpu"
+    n = 2**20 if small else 2**26
+    rows, k = (256, 4096) if small else (8192, 4096)
+    rng = np.random.default_rng(0)
+    x = bg.Tensor.from_numpy(rng.standard_normal(n, dtype=np.float32))
+    up = bg.Tensor.from_numpy(rng.standard_normal(n, dtype=np.float32))
+    y = device.empty((n,), np.float32)
+    m = bg.Tensor.from_numpy(rng.standard_normal((rows, k), dtype=np.float32))
+    my = device.empty((rows, k), np.float32)
+    w = bg.Tensor.from_numpy(np.ones(k, np.float32))
+    b = bg.Tensor.from_numpy(np.zeros(k, np.float32))
+    results = {"device": device.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": [],
+               "torch": None if torch is None else torch.__version__}
+    if torch is not None:
+        a = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
+        c = torch.empty_like(a)
+        results["copy_GBps"] = 2 * a.numel() / torch_time(torch, lambda: c.copy_(a), args.repeats) / 1e9
+        del a, c
+        tx, tup = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        tm = torch.randn(rows, k, device="cuda")
+        tw, tb = torch.ones(k, device="cuda"), torch.zeros(k, device="cuda")
+        F = torch.nn.functional
+    cases = [
+        ("relu", (n,), 8 * n, lambda: bg.relu(x, out=y), lambda: F.relu(tx)),
+        ("gelu", (n,), 8 * n, lambda: bg.gelu(x, out=y), lambda: F.gelu(tx)),
+        ("gelu tanh", (n,), 8 * n, lambda: bg.gelu(x, "tanh", out=y), lambda: F.gelu(tx, approximate="tanh")),
+        ("silu", (n,), 8 * n, lambda: bg.silu(x, out=y), lambda: F.silu(tx)),
+        ("silu backward", (n,), 12 * n, lambda: bg.silu_backward(up, x, out=y),
+         lambda: torch.ops.aten.silu_backward(tup, tx)),
+        ("silu_mul", (n,), 12 * n, lambda: bg.silu_mul(x, up, out=y), lambda: F.silu(tx) * tup),
+        ("relu2_mul", (n,), 12 * n, lambda: bg.relu2_mul(x, up, out=y), lambda: torch.square(F.relu(tx)) * tup),
+        ("relu_dropout p=0.1", (n,), 8 * n, lambda: bg.relu_dropout(x, 0.1, seed=1, out=y),
+         lambda: F.dropout(F.relu(tx), 0.1)),
+        ("softmax", (rows, k), 8 * rows * k, lambda: bg.softmax(m, out=my), lambda: torch.softmax(tm, -1)),
+        ("rms_norm", (rows, k), 8 * rows * k, lambda: bg.rms_norm(m, w, out=my),
+         lambda: F.rms_norm(tm, (k,), tw, 1e-6)),
+        ("layer_norm", (rows, k), 8 * rows * k, lambda: bg.layer_norm(m, w, b, out=my),
+         lambda: F.layer_norm(tm, (k,), tw, tb, 1e-5)),
+    ]
+    for name, shape, nbytes, ours, theirs in cases:
+        t = gpu_time(device, ours, args.repeats)
+        row = {"op": name, "shape": list(shape), "gpu_s": t, "GBps": nbytes / t / 1e9}
+        if torch is not None:
+            row["fraction_of_copy"] = row["GBps"] / results["copy_GBps"]
+            row["torch_s"] = torch_time(torch, theirs, args.repeats)
+            row["speedup_vs_torch"] = row["torch_s"] / t
+        results["rows"].append(row)
+    print(f"\n{device.name}: GPU time (Vulkan timestamps)"
+          + (f" vs torch {results['torch']} (CUDA events); copy {results['copy_GBps']:.0f} GB/s" if torch else ""))
+    print(f"{'op':>20s} {'shape':>14s} {'GPU us':>9s} {'GB/s':>8s} {'of copy':>8s} {'torch us':>9s} {'ratio':>7s}")
+    for r in results["rows"]:
+        print(f"{r['op']:>20s} {str(tuple(r['shape'])):>14s} {r['gpu_s'] * 1e6:9.1f} {r['GBps']:8.0f} "
+              f"{r.get('fraction_of_copy', float('nan')):8.1%} {r.get('torch_s', float('nan')) * 1e6:9.1f} "
+              f"{r.get('speedup_vs_torch', float('nan')):6.2f}x")
+    write_results(args.json, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+#include "ops/elementwise.hpp"
+
+#include <string>
+#include <vector>
+
+#include "ops/dispatch.hpp"
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
+#include "runtime/kernel.hpp"
+#include "runtime/sequence.hpp"
+
+namespace bitnet::ops {
+namespace {
+
+enum Mode : uint32_t { forward = 0, backward = 1, gate = 2, dropout = 3 };
+
+void require_same(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
+  if (a.shape() != b.shape())
+    throw ShapeError(std::string(a_name) + " of shape " + shape_text(a.shape()) + " and " + b_name +
+                     " of shape " + shape_text(b.shape()) + " must have one shape");
+  if (a.dtype() != b.dtype())
+    throw DTypeError(std::string(a_name) + " and " + b_name + " must have one dtype, got " +
+                     std::string(dtype_name(a.dtype())) + " and " + std::string(dtype_name(b.dtype())));
+  if (&a.device() != &b.device())
+    throw ArgumentError(std::string(a_name) + " and " + b_name + " must live on one device");
+}
+
+Tensor run_elementwise(const Tensor& x, const Tensor* other, Activation op, Mode mode, float alpha,
+                       float p, uint64_t seed, const std::optional<Tensor>& given, const char* name) {
+  require_float(x, "x");
+  const auto& device = x.device_ptr();
+  Tensor y = output(device, given, x.shape(), x.dtype(), name, {&x, other});
+  if (x.size() == 0) return y;
+  Kernel kernel = Kernel::builtin(device, float_variant("elementwise", x.dtype()),
+                                  {{0, int64_t{static_cast<uint32_t>(op)}}, {1, int64_t{mode}}});
+  const uint64_t element = dtype_size(x.dtype());
+  Sequence sequence(device, Timing::off);
+  // Chunks of whole 16-byte vectors (row_ranges keeps every view inside the binding limit).
+  for (const RowRange& range : row_ranges(*device, (x.size() + 3) / 4, {4 * element})) {
+    RowRange elements{range.first * 4, std::min<uint64_t>(range.count * 4, x.size() - range.first * 4)};
+    const BufferBinding in = rows_of(x, elements, element);
+    const BufferBinding extra = other ? rows_of(*other, elements, element) : in;
+    const BufferBinding out = rows_of(y, elements, element);
+    struct {
+      uint32_t n, first;
+      float alpha, p;
+      uint32_t seed_lo, seed_hi;
+    } push{static_cast<uint32_t>(elements.count), static_cast<uint32_t>(elements.first), alpha, p,
+           static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+    BufferBinding bindings[] = {in, in, extra, extra, out, out};
+    sequence.dispatch(kernel, {workgroups(*device, (elements.count + 3) / 4), 1, 1}, bindings,
+                      push_bytes(push));
+  }
+  sequence.run();
+  return y;
+}
+
+}  // namespace
+
+Tensor activation(const Tensor& x, Activation op, float alpha, const std::optional<Tensor>& out) {
+  return run_elementwise(x, nullptr, op, forward, alpha, 0.0f, 0, out, "y");
+}
+
+Tensor activation_backward(const Tensor& grad_y, const Tensor& x, Activation op, float alpha,
+                           const std::optional<Tensor>& out) {
+  require_float(x, "x");
+  require_same(grad_y, "grad_y", x, "x");
+  return run_elementwise(x, &grad_y, op, backward, alpha, 0.0f, 0, out, "grad_x");
+}
+
+Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation op,
+                        const std::optional<Tensor>& out) {
+  require_float(gate, "gate");
+  require_same(gate, "gate", up, "up");
+  return run_elementwise(gate, &up, op, Mode::gate, 0.0f, 0.0f, 0, out, "y");
+}
+
+Tensor relu_dropout(const Tensor& x, double p, uint64_t seed, const std::optional<Tensor>& out) {
+  if (!(p >= 0.0 && p <= 1.0)) throw ArgumentError("p: expected a probability in [0, 1], got " + std::to_string(p));
+  // p = 1 drops everything: uniform01 < 1, so no value is kept and 1 - p never divides.
+  return run_elementwise(x, nullptr, Activation::relu, dropout, 0.0f, static_cast<float>(p), seed,
+                         out, "y");
+}
+
+Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
+              const std::optional<Tensor>& bias, float eps, const std::optional<Tensor>& out) {
+  require_float(x, "x");
+  if (x.shape().empty() || x.shape().back() == 0)
+    throw ShapeError("x: expected [..., K] with K > 0, got shape " + shape_text(x.shape()));
+  const int64_t k = x.shape().back();
+  const int64_t rows = static_cast<int64_t>(x.size()) / k;
+  for (const auto& [t, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!*t) continue;
+    if ((*t)->dtype() != DType::float32 || (*t)->shape() != std::vector<int64_t>{k})
+      throw ShapeError(std::string(name) + ": expected float32 of shape (" + std::to_string(k) +
+                       ",) for x of shape " + shape_text(x.shape()) + ", got " +
+                       std::string(dtype_name((*t)->dtype())) + " " + shape_text((*t)->shape()));
+    if (&(*t)->device() != &x.device()) throw ArgumentError(std::string(name) + ": on another device");
+  }
+  if (op != RowOp::softmax && !weight) throw ArgumentError("weight: required");
+  if (op == RowOp::layer_norm && !bias) throw ArgumentError("bias: required");
+  if (!(eps >= 0.0f)) throw ArgumentError("eps: expected a non-negative number");
+  const auto& device = x.device_ptr();
+  Tensor y = output(device, out, x.shape(), x.dtype(), "y",
+                    {&x, weight ? &*weight : nullptr, bias ? &*bias : nullptr});
+  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()),
+                                  {{0, int64_t{static_cast<uint32_t>(op)}}});
+  const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
+  Sequence sequence(device, Timing::off);
+  for (const RowRange& range : row_ranges(*device, static_cast<uint64_t>(rows), {row_bytes})) {
+    struct {
+      uint32_t rows, k;
+      float eps;
+    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), eps};
+    const BufferBinding in = rows_of(x, range, row_bytes), result = rows_of(y, range, row_bytes);
+    const BufferBinding w = weight ? weight->binding() : in, b = bias ? bias->binding() : in;
+    BufferBinding bindings[] = {in, in, w, b, result, result};
+    sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
+  }
+  sequence.run();
+  return y;
+}
+
+}  // namespace bitnet::ops

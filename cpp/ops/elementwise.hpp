@@ -1,0 +1,30 @@
+#pragma once
+#include <cstdint>
+#include <optional>
+
+#include "runtime/tensor.hpp"
+
+// Activations (forward, backward, fused with a gate or dropout) and row-wise softmax / norms
+// (docs/NUMERICS.md). Inputs float32 or float16; outputs have the input's dtype; arithmetic is
+// float32. `out`: a tensor to write into (ops::output checks it), else a new one.
+namespace bitnet::ops {
+
+enum class Activation : uint32_t { relu, leaky_relu, relu2, gelu, gelu_tanh, silu, sigmoid, tanh };
+
+// y = act(x).
+Tensor activation(const Tensor& x, Activation op, float alpha, const std::optional<Tensor>& out = {});
+// grad_x = grad_y * act'(x); grad_y and x of one shape and dtype.
+Tensor activation_backward(const Tensor& grad_y, const Tensor& x, Activation op, float alpha,
+                           const std::optional<Tensor>& out = {});
+// y = act(gate) * up (silu_mul, relu2_mul); gate and up of one shape and dtype.
+Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation op,
+                        const std::optional<Tensor>& out = {});
+// y = relu(x) * keep / (1 - p), keep = uniform01(seed, index) >= p; p in [0, 1].
+Tensor relu_dropout(const Tensor& x, double p, uint64_t seed, const std::optional<Tensor>& out = {});
+
+enum class RowOp : uint32_t { softmax, rms_norm, layer_norm };
+// Over the last axis. weight / bias: float32 [K] (rms_norm: weight; layer_norm: both).
+Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
+              const std::optional<Tensor>& bias, float eps, const std::optional<Tensor>& out = {});
+
+}  // namespace bitnet::ops

@@ -1,0 +1,141 @@
+"""Activations (forward and backward), fused gates, dropout, softmax and norms on the GPU.
+
+NumPy in, NumPy out; Tensor in, Tensor out; float32 or float16 (the output keeps the input's
+dtype; arithmetic is float32). `out=` takes a NumPy array or a Tensor. Formulas: docs/NUMERICS.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from ._core import Tensor
+from .quantize import _Outputs, _tensor
+
+__all__ = [
+    "gelu", "gelu_backward", "layer_norm", "leaky_relu", "leaky_relu_backward", "relu",
+    "relu2", "relu2_backward", "relu2_mul", "relu_backward", "relu_dropout", "rms_norm",
+    "sigmoid", "sigmoid_backward", "silu", "silu_backward", "silu_mul", "softmax", "swish",
+    "swish_backward", "tanh", "tanh_backward",
+]
+
+_FLOATS = (np.float32, np.float16)
+_A = _core.Activation
+
+
+def _like(value, reference, name):
+    """`value` as a Tensor on reference's device (NumPy input is uploaded)."""
+    if isinstance(value, Tensor):
+        return value
+    return _tensor(value, name, reference.device, _FLOATS)[0]
+
+
+def _call(fn, x, name, out, *others):
+    t, as_tensor = _tensor(x, name, None, _FLOATS)
+    rest = [_like(v, t, n) for v, n in others]
+    outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
+    return outputs.results([fn(t, *rest, outputs.tensor(0))], as_tensor)[0]
+
+
+def _activation(op, alpha=0.0):
+    def forward(x, *, out=None):
+        return _call(lambda t, o: _core.activation(t, op, alpha, o), x, "x", out)
+
+    def backward(grad_y, x, *, out=None):
+        return _call(lambda g, t, o: _core.activation_backward(g, t, op, alpha, o), grad_y,
+                     "grad_y", out, (x, "x"))
+    return forward, backward
+
+
+relu, relu_backward = _activation(_A.relu)
+relu2, relu2_backward = _activation(_A.relu2)
+silu, silu_backward = _activation(_A.silu)
+swish, swish_backward = silu, silu_backward
+sigmoid, sigmoid_backward = _activation(_A.sigmoid)
+tanh, tanh_backward = _activation(_A.tanh)
+for _f, _doc in [(relu, "max(x, 0)"), (relu2, "relu(x)^2 (squared ReLU)"),
+                 (silu, "x * sigmoid(x) (= swish)"), (sigmoid, "1 / (1 + exp(-x))"),
+                 (tanh, "tanh(x)")]:
+    _f.__doc__ = f"y = {_doc}, element-wise."
+
+
+def leaky_relu(x, alpha=0.01, *, out=None):
+    """y = x if x > 0 else alpha * x."""
+    return _activation(_A.leaky_relu, float(alpha))[0](x, out=out)
+
+
+def leaky_relu_backward(grad_y, x, alpha=0.01, *, out=None):
+    return _activation(_A.leaky_relu, float(alpha))[1](grad_y, x, out=out)
+
+
+def _gelu_op(approximate):
+    if approximate not in ("none", "tanh"):
+        raise _core.ArgumentError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")
+    return _A.gelu if approximate == "none" else _A.gelu_tanh
+
+
+def gelu(x, approximate="none", *, out=None):
+    """0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation."""
+    return _activation(_gelu_op(approximate))[0](x, out=out)
+
+
+def gelu_backward(grad_y, x, approximate="none", *, out=None):
+    return _activation(_gelu_op(approximate))[1](grad_y, x, out=out)
+
+
+def silu_mul(gate, up, *, out=None):
+    """SwiGLU: silu(gate) * up (gate and up of one shape and dtype)."""
+    return _call(lambda g, u, o: _core.gated_activation(g, u, _A.silu, o), gate, "gate", out,
+                 (up, "up"))
+
+
+def relu2_mul(gate, up, *, out=None):
+    """relu(gate)^2 * up: BitNet b1.58 2B4T's gated FFN."""
+    return _call(lambda g, u, o: _core.gated_activation(g, u, _A.relu2, o), gate, "gate", out,
+                 (up, "up"))
+
+
+def relu_dropout(x, p, seed=0, *, out=None):
+    """relu(x) with each value kept with probability 1 - p and scaled by 1 / (1 - p). The mask
+    comes from a counter-based hash of (seed, element index): the same on every device."""
+    if not 0 <= int(seed) < 2**64:
+        raise _core.ArgumentError("seed: expected an integer in [0, 2**64)")
+    return _call(lambda t, o: _core.relu_dropout(t, float(p), int(seed), o), x, "x", out)
+
+
+def _row(op, x, weight, bias, eps, out, axis=-1):
+    if axis not in (-1, None) and not isinstance(x, Tensor):
+        a = np.asarray(x)
+        axis = int(axis) % max(a.ndim, 1)
+        if axis != a.ndim - 1:  # NumPy input: move the axis last, and the result back
+            moved = _row(op, np.ascontiguousarray(np.moveaxis(a, axis, -1)), weight, bias, eps, None)
+            result = np.moveaxis(moved, -1, axis)
+            if out is None:
+                return np.ascontiguousarray(result)
+            _Outputs(out, [("y", a.shape, a.dtype)])
+            out[...] = result
+            return out
+    elif axis not in (-1, None) and int(axis) % max(len(x.shape), 1) != len(x.shape) - 1:
+        raise _core.UnsupportedError("a Tensor is normalized over its last axis only (axis=-1)")
+    t, as_tensor = _tensor(x, "x", None, _FLOATS)
+    w = None if weight is None else _like(
+        weight if isinstance(weight, Tensor) else np.asarray(weight, np.float32), t, "weight")
+    b = None if bias is None else _like(
+        bias if isinstance(bias, Tensor) else np.asarray(bias, np.float32), t, "bias")
+    outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
+    return outputs.results([_core.row_op(t, op, w, b, float(eps), outputs.tensor(0))], as_tensor)[0]
+
+
+def softmax(x, axis=-1, *, out=None):
+    """exp(x - max) / sum(exp(x - max)) along `axis` (numerically stable, float32 sums)."""
+    return _row(_core.RowOp.softmax, x, None, None, 0.0, out, axis)
+
+
+def rms_norm(x, weight, eps=1e-6, *, out=None):
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (weight: [K], cast to float32)."""
+    return _row(_core.RowOp.rms_norm, x, weight, None, eps, out)
+
+
+def layer_norm(x, gamma, beta, eps=1e-5, *, out=None):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis (biased variance)."""
+    return _row(_core.RowOp.layer_norm, x, gamma, beta, eps, out)

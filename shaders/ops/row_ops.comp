@@ -1,0 +1,123 @@
+#version 450
+//! variant f32
+//! variant f16 INPUT_F16
+// Row-wise ops over the last axis, one workgroup per row, float32 arithmetic (docs/NUMERICS.md):
+//   OP 0 softmax:    y = exp(x - max x) / sum exp(x - max x)
+//   OP 1 rms_norm:   y = x / sqrt(mean(x^2) + eps) * weight
+//   OP 2 layer_norm: y = (x - mean) / sqrt(var + eps) * weight + bias   (biased variance, two-pass)
+// Rows with K % 4 == 0 and K <= 8192 are read once into registers; others are read per pass.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_basic : require
+#include "ops_common.glsl"
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint OP = 0;
+layout(std430, binding = 0) readonly buffer X { ELEMENT x[]; };
+layout(std430, binding = 1) readonly buffer X4 { ELEMENT4 x4[]; };  // the same tensor
+layout(std430, binding = 2) readonly buffer Weight { float weight[]; };
+layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 4) writeonly buffer Y { ELEMENT y[]; };
+layout(std430, binding = 5) writeonly buffer Y4 { ELEMENT4 y4[]; };
+layout(push_constant) uniform Push { uint rows; uint k; float eps; } p;
+
+const uint CACHED = 8;  // vectors a lane holds: rows up to 8 * 256 * 4 = 8192 values
+shared float s_partial[256];
+
+float row_sum(float v) {
+  v = subgroupAdd(v);
+  if (subgroupElect()) s_partial[gl_SubgroupID] = v;
+  barrier();
+  float total = 0.0;
+  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_partial[s];  // one fixed order
+  barrier();
+  return total;
+}
+
+float row_max(float v) {
+  v = subgroupMax(v);
+  if (subgroupElect()) s_partial[gl_SubgroupID] = v;
+  barrier();
+  float result = s_partial[0];
+  for (uint s = 1; s < gl_NumSubgroups; ++s) result = max(result, s_partial[s]);
+  barrier();
+  return result;
+}
+
+// The statistics a row needs: (a, b) = (max, 1 / sum exp) for softmax, (1 / rms, 0) for
+// rms_norm, (mean, 1 / std) for layer_norm. The pass functions read value i of the row.
+float value_at(uint base, uint i) { return float(x[base + i]); }
+
+float transform(float v, uint col, float a, float b) {
+  if (OP == 0) return exp(v - a) * b;
+  if (OP == 1) return v * a * weight[col];
+  return (v - a) * b * weight[col] + bias[col];
+}
+
+void main() {
+  const uint lane = gl_LocalInvocationID.x;
+  const bool cached = p.k % 4 == 0 && p.k / 4 <= CACHED * 256;
+  const uint vectors = p.k / 4;
+  for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
+    const uint base = row * p.k;
+    float a = 0.0, b = 0.0;
+    if (cached) {
+      vec4 v[CACHED];
+      [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+        const uint i = lane + c * 256;
+        v[c] = i < vectors ? vec4(x4[base / 4 + i]) : vec4(0.0);
+      }
+      if (OP == 0) {
+        float m = -3.402823466e38;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c)
+          if (lane + c * 256 < vectors) m = max(m, max(max(v[c].x, v[c].y), max(v[c].z, v[c].w)));
+        a = row_max(m);
+        float s = 0.0;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c)
+          if (lane + c * 256 < vectors) { const vec4 e = exp(v[c] - a); s += (e.x + e.y) + (e.z + e.w); }
+        b = 1.0 / row_sum(s);
+      } else if (OP == 1) {
+        float s = 0.0;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c) s += dot(v[c], v[c]);
+        a = 1.0 / sqrt(row_sum(s) / float(p.k) + p.eps);
+      } else {
+        float s = 0.0;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c) s += (v[c].x + v[c].y) + (v[c].z + v[c].w);
+        a = row_sum(s) / float(p.k);
+        float q = 0.0;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c)
+          if (lane + c * 256 < vectors) { const vec4 d = v[c] - a; q += dot(d, d); }
+        b = 1.0 / sqrt(row_sum(q) / float(p.k) + p.eps);
+      }
+      [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+        const uint i = lane + c * 256;
+        if (i < vectors) {
+          vec4 r;
+          for (uint e = 0; e < 4; ++e) r[e] = transform(v[c][e], 4 * i + e, a, b);
+          y4[base / 4 + i] = ELEMENT4(r);
+        }
+      }
+    } else {
+      if (OP == 0) {
+        float m = -3.402823466e38;
+        for (uint i = lane; i < p.k; i += 256) m = max(m, value_at(base, i));
+        a = row_max(m);
+        float s = 0.0;
+        for (uint i = lane; i < p.k; i += 256) s += exp(value_at(base, i) - a);
+        b = 1.0 / row_sum(s);
+      } else if (OP == 1) {
+        float s = 0.0;
+        for (uint i = lane; i < p.k; i += 256) { const float v = value_at(base, i); s += v * v; }
+        a = 1.0 / sqrt(row_sum(s) / float(p.k) + p.eps);
+      } else {
+        float s = 0.0;
+        for (uint i = lane; i < p.k; i += 256) s += value_at(base, i);
+        a = row_sum(s) / float(p.k);
+        float q = 0.0;
+        for (uint i = lane; i < p.k; i += 256) { const float d = value_at(base, i) - a; q += d * d; }
+        b = 1.0 / sqrt(row_sum(q) / float(p.k) + p.eps);
+      }
+      for (uint i = lane; i < p.k; i += 256) y[base + i] = ELEMENT(transform(value_at(base, i), i, a, b));
+    }
+  }
+}

@@ -1,0 +1,160 @@
+"""Activations, gates, dropout, softmax and norms against bitnet_gpu.reference (docs/NUMERICS.md).
+
+Tolerances: float32 element-wise |out - ref| <= 2e-6 |ref| + 1e-6 (transcendental), reductions
+||out - ref|| / ||ref|| <= 1e-5, float16 ||out - ref|| <= 2e-3 ||ref|| (+ 1e-6 sqrt(n) for results float16 holds only as
+subnormals). Backward passes are also
+checked against central finite differences of the GPU forward pass (float64 of the float32 results,
+step 1e-3, 1e-2 relative)."""
+
+import numpy as np
+import pytest
+
+import bitnet_gpu as bg
+from bitnet_gpu import reference as ref
+
+SHAPES = [(1,), (7,), (33,), (4097,), (3, 5), (2, 3, 7), (0,), (2, 0)]
+ACTIVATIONS = {
+    "relu": (bg.relu, bg.relu_backward, {}),
+    "leaky_relu": (lambda x, **k: bg.leaky_relu(x, 0.2, **k),
+                   lambda g, x, **k: bg.leaky_relu_backward(g, x, 0.2, **k), {"alpha": 0.2}),
+    "relu2": (bg.relu2, bg.relu2_backward, {}),
+    "gelu": (bg.gelu, bg.gelu_backward, {}),
+    "gelu_tanh": (lambda x, **k: bg.gelu(x, "tanh", **k),
+                  lambda g, x, **k: bg.gelu_backward(g, x, "tanh", **k), {}),
+    "silu": (bg.silu, bg.silu_backward, {}),
+    "sigmoid": (bg.sigmoid, bg.sigmoid_backward, {}),
+    "tanh": (bg.tanh, bg.tanh_backward, {}),
+}
+
+
+def inputs(rng, shape, dtype=np.float32, scale=4.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def assert_close(got, expected, dtype, elementwise=True):
+    got = np.asarray(got, np.float64)
+    assert got.shape == expected.shape and not np.isnan(got).any()
+    if dtype == np.float16:
+        # plus a floor for results that float16 can only hold as 0 or a subnormal
+        assert np.linalg.norm(got - expected) <= 2e-3 * np.linalg.norm(expected) + 1e-6 * np.sqrt(got.size)
+    elif elementwise:
+        assert (np.abs(got - expected) <= 2e-6 * np.abs(expected) + 1e-6).all()
+    else:
+        assert np.linalg.norm(got - expected) <= 1e-5 * max(np.linalg.norm(expected), 1e-30)
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_activation_parity(device, rng, name, shape, dtype):
+    forward, backward, kw = ACTIVATIONS[name]
+    x, g = inputs(rng, shape, dtype), inputs(rng, shape, dtype, 1.0)
+    y_out = np.full(shape, np.nan, dtype)
+    y = forward(x, out=y_out)
+    assert y is y_out and y.dtype == dtype
+    assert_close(y, ref.activation(name, x, **kw), dtype)
+    gx = backward(g, x)
+    assert gx.dtype == dtype
+    assert_close(gx, g.astype(np.float64) * ref.activation_derivative(name, x, **kw), dtype)
+
+
+def test_activation_extremes(device):
+    x = np.array([-1e30, -100, -20, -1e-30, -0.0, 0.0, 1e-30, 20, 100, 1e30, 3e38], np.float32)
+    for name, (forward, backward, kw) in ACTIVATIONS.items():
+        if name in ("relu2", "gelu_tanh"):  # overflow to inf at 1e30 is the formula's
+            continue
+        expected = ref.activation(name, x, **kw)
+        got = forward(x).astype(np.float64)
+        assert np.allclose(got, expected, rtol=2e-6, atol=1e-6), name
+
+
+@pytest.mark.parametrize("name", [n for n in ACTIVATIONS if n not in ("relu", "leaky_relu")])
+def test_backward_matches_finite_differences(device, rng, name):
+    forward, backward, _ = ACTIVATIONS[name]
+    x = inputs(rng, (257,), np.float32, 2.0)
+    x = x[np.abs(x) > 1e-2]  # away from the kinks of relu-like functions
+    h = np.float32(1e-3)
+    numeric = (forward(x + h).astype(np.float64) - forward(x - h).astype(np.float64)) / (
+        (x + h).astype(np.float64) - (x - h).astype(np.float64))
+    analytic = backward(np.ones_like(x), x).astype(np.float64)
+    assert np.abs(numeric - analytic).max() <= 1e-2 * max(np.abs(analytic).max(), 1.0)
+
+
+@pytest.mark.parametrize("shape", [(1,), (4097,), (3, 33)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_gates(device, rng, shape, dtype):
+    gate, up = inputs(rng, shape, dtype), inputs(rng, shape, dtype)
+    assert_close(bg.silu_mul(gate, up), ref.activation("silu", gate) * up.astype(np.float64), dtype)
+    assert_close(bg.relu2_mul(gate, up), ref.activation("relu2", gate) * up.astype(np.float64), dtype)
+    t = bg.silu_mul(bg.Tensor.from_numpy(gate), up)
+    assert isinstance(t, bg.Tensor) and np.array_equal(t.numpy(), bg.silu_mul(gate, up))
+    with pytest.raises(bg.ShapeError, match=r"gate of shape .* and up of shape"):
+        bg.silu_mul(gate, np.ones((2,) + shape, dtype))
+    with pytest.raises(bg.DTypeError):
+        bg.silu_mul(gate, up.astype(np.float16 if dtype == np.float32 else np.float32))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 1.0])
+def test_relu_dropout(device, rng, p):
+    x = inputs(rng, (5, 4099))
+    y = bg.relu_dropout(x, p, seed=2**40 + 3)
+    assert np.array_equal(y, bg.relu_dropout(x, p, seed=2**40 + 3))
+    expected = ref.relu_dropout(x, p, 2**40 + 3)
+    assert (np.abs(y - expected) <= 1e-6 * np.abs(expected) + 1e-30).all()
+    if p == 0.0:
+        assert np.array_equal(y, np.maximum(x, 0))
+    if p == 1.0:
+        assert not y.any()
+    if 0 < p < 1:
+        kept = (y != 0).sum() / (x > 0).sum()
+        assert abs(kept - (1 - p)) < 0.03
+        assert not np.array_equal(y, bg.relu_dropout(x, p, seed=4))
+    with pytest.raises(bg.ArgumentError, match="probability"):
+        bg.relu_dropout(x, 1.5)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 4096), (5, 8192), (2, 8196), (4, 3, 33),
+                                   (1, 20000)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_softmax_and_norms(device, rng, shape, dtype):
+    x = inputs(rng, shape, dtype, 3.0)
+    k = shape[-1]
+    w, b = rng.standard_normal(k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
+    out = np.full(shape, np.nan, dtype)
+    assert bg.softmax(x, out=out) is out
+    assert_close(out, ref.softmax(x), dtype, elementwise=False)
+    assert_close(bg.rms_norm(x, w, 1e-6), ref.rms_norm(x, w, 1e-6), dtype, elementwise=False)
+    assert_close(bg.layer_norm(x, w, b, 1e-5), ref.layer_norm(x, w, b, 1e-5), dtype, elementwise=False)
+
+
+def test_softmax_extremes_and_axes(device, rng):
+    x = np.array([[1e4, -1e4, 0.0], [5.0, 5.0, 5.0], [-1e4, -1e4, -1e4]], np.float32)
+    assert_close(bg.softmax(x), ref.softmax(x), np.float32, elementwise=False)
+    assert bg.softmax(np.array([[3.0]], np.float32)).tolist() == [[1.0]]
+    y = inputs(rng, (4, 5, 6))
+    assert_close(bg.softmax(y, axis=1), ref.softmax(y, axis=1), np.float32, elementwise=False)
+    assert bg.softmax(y, axis=0).flags.c_contiguous
+    with pytest.raises(bg.UnsupportedError, match="last axis"):
+        bg.softmax(bg.Tensor.from_numpy(y), axis=0)
+
+
+def test_norm_errors(device, rng):
+    x = inputs(rng, (3, 8))
+    with pytest.raises(bg.ShapeError, match=r"weight: expected float32 of shape \(8,\)"):
+        bg.rms_norm(x, np.ones(7, np.float32))
+    with pytest.raises(bg.ShapeError, match="K > 0"):
+        bg.softmax(np.ones((3, 0), np.float32))
+    with pytest.raises(bg.DTypeError):
+        bg.layer_norm(x.astype(np.float64), np.ones(8), np.zeros(8))
+    with pytest.raises(bg.ArgumentError, match="approximate"):
+        bg.gelu(x, approximate="fast")
+    with pytest.raises(bg.ShapeError):
+        bg.relu_backward(x, x[:, :4])
+
+
+def test_layer_norm_constant_rows_and_large_offsets(device):
+    x = np.array([[7.0] * 64, np.arange(64) + 1e4], np.float32)
+    w, b = np.ones(64, np.float32), np.zeros(64, np.float32)
+    got = bg.layer_norm(x, w, b, 1e-5)
+    assert_close(got, ref.layer_norm(x, w, b, 1e-5), np.float32, elementwise=False)
+    assert np.abs(got[0]).max() == 0
