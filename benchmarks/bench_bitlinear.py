@@ -8,7 +8,6 @@ and breaks down the wall time of a NumPy-in NumPy-out call. Prints tables and wr
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -16,7 +15,7 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from common import median_wall, torch_cuda, torch_time, write_results  # benchmarks/common.py
+from common import arguments, median_wall, torch_cuda, torch_time, write_results  # benchmarks/common.py
 
 SHAPES = [(1, 2560, 6912), (1, 6912, 2560), (1, 4096, 4096), (1, 8192, 8192), (1, 16384, 16384),
           (8, 4096, 4096), (512, 4096, 4096), (2048, 4096, 4096), (2048, 2560, 6912)]
@@ -63,10 +62,7 @@ def parity(x, q, algorithm=None):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    args = arguments(__doc__)
     device = bg.default_device()
     torch = torch_cuda()
     shapes = SMALL if device.info.type == "cpu" else SHAPES

@@ -8,31 +8,16 @@ once, output written once), fraction of the measured copy bandwidth and ratio to
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import time
 
 import numpy as np
 
 import bitnet_gpu as bg
-from common import torch_cuda, torch_time, write_results  # benchmarks/common.py
-
-
-def gpu_time(device, fn, repeats):
-    fn()
-    totals = []
-    for _ in range(repeats):
-        with bg.profile(device) as p:
-            fn()
-        totals.append(p.total())
-    return statistics.median(totals)
+from common import arguments, profiled, torch_cuda, torch_time, write_results  # benchmarks/common.py
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    args = arguments(__doc__)
     device = bg.default_device()
     torch = torch_cuda()
     small = device.info.type == "cpu"
@@ -75,7 +60,7 @@ def main():
          lambda: F.layer_norm(tm, (k,), tw, tb, 1e-5)),
     ]
     for name, shape, nbytes, ours, theirs in cases:
-        t = gpu_time(device, ours, args.repeats)
+        t = profiled(bg, device, ours, args.repeats)[0]
         row = {"op": name, "shape": list(shape), "gpu_s": t, "GBps": nbytes / t / 1e9}
         if torch is not None:
             row["fraction_of_copy"] = row["GBps"] / results["copy_GBps"]

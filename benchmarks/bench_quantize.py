@@ -9,32 +9,17 @@ PyTorch's device copy as the bandwidth ceiling. Prints a table and writes JSON.
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import time
 
 import numpy as np
 
 import bitnet_gpu as bg
-from common import torch_cuda, torch_time, write_results  # benchmarks/common.py
-
-
-def gpu_time(device, fn, repeats):
-    fn()
-    totals = []
-    for _ in range(repeats):
-        with bg.profile(device) as p:
-            fn()
-        totals.append(p.total())
-    return statistics.median(totals), p.timings
+from common import arguments, profiled, torch_cuda, torch_time, write_results  # benchmarks/common.py
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true", help="sizes for CPU devices (lavapipe)")
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    args = arguments(__doc__, lambda parser: parser.add_argument(
+        "--small", action="store_true", help="sizes for CPU devices (lavapipe)"))
     device = bg.default_device()
     torch = torch_cuda()
     small = args.small or device.info.type == "cpu"
@@ -57,13 +42,13 @@ def main():
         dst = device.empty((words, 4), np.uint32)
         k = bg.builtin_kernel("copy_vec4", device, {0: 256})
         groups = min(words // 256, device.info.max_workgroup_count[0])
-        t, _ = gpu_time(device, lambda: k.dispatch(groups, [src, dst], np.uint32(words)), 5)
+        t, _ = profiled(bg, device, lambda: k.dispatch(groups, [src, dst], np.uint32(words)), 5)
         copy_gbps = 2 * 16 * words / t / 1e9
     results["copy_GBps"] = copy_gbps
 
     for n, k in weight_sizes:
         w = bg.Tensor.from_numpy(rng.standard_normal((n, k), dtype=np.float32), device)
-        t, parts = gpu_time(device, lambda: bg.quantize_weights(w), args.repeats)
+        t, parts = profiled(bg, device, lambda: bg.quantize_weights(w), args.repeats)
         # The global mean needs a first read of W before any weight can be rounded: two reads of W
         # and one write of the packed weights are the fewest bytes without a grid-wide sync.
         minimum = 2 * n * k * 4 + n * k // 4 + 4
@@ -84,7 +69,7 @@ def main():
 
     for n, k in act_sizes:
         x = bg.Tensor.from_numpy(rng.standard_normal((n, k), dtype=np.float32), device)
-        t, parts = gpu_time(device, lambda: bg.quantize_activations(x), args.repeats)
+        t, parts = profiled(bg, device, lambda: bg.quantize_activations(x), args.repeats)
         minimum = n * k * 4 + n * k + n * 4
         row = {"op": "quantize_activations", "shape": [n, k], "gpu_s": t,
                "kernels": {label: s for label, s in parts},

@@ -47,3 +47,27 @@ def write_results(path, results):
         with open(path, "w") as f:
             json.dump(results, f, indent=2)
         print(f"wrote {path}")
+
+
+def arguments(doc, extra=None):
+    """The benchmark scripts' command line: --repeats, --json, and whatever `extra(parser)` adds."""
+    import argparse
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--json", default=None)
+    if extra:
+        extra(parser)
+    return parser.parse_args()
+
+
+def profiled(bg, device, fn, repeats):
+    """(median GPU seconds of all of fn()'s ops from Vulkan timestamps, the last run's per-op
+    timings), after one warm-up call."""
+    fn()
+    totals, timings = [], []
+    for _ in range(repeats):
+        with bg.profile(device) as p:
+            fn()
+        totals.append(p.total())
+        timings = p.timings
+    return statistics.median(totals), timings
