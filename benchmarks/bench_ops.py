@@ -1,5 +1,6 @@
 """Activation and row-op benchmark: GPU time (Vulkan timestamps) of bitnet_gpu's element-wise
-activations on 2^26 float32 values and softmax / rms_norm / layer_norm on [8192, 4096], beside the
+ops on 2^26 float32 values, softmax / rms_norm / layer_norm on [8192, 4096], and attention (decode
+over a 4096-token cache with 20 query and 5 KV heads of 128, and a 512-token causal prefill), beside the
 same PyTorch CUDA op in the same run (CUDA events), as bandwidth over the minimum bytes (inputs read
 once, output written once), fraction of the measured copy bandwidth and ratio to PyTorch.
 
@@ -42,7 +43,30 @@ def main():
         tm = torch.randn(rows, k, device="cuda")
         tw, tb = torch.ones(k, device="cuda"), torch.zeros(k, device="cuda")
         F = torch.nn.functional
+    # Decode attention over a 4096-token cache: 20 query heads, 5 KV heads, head dim 128.
+    ctx, hq, hkv, hd = (512, 20, 5, 128) if small else (4096, 20, 5, 128)
+    aq = bg.Tensor.from_numpy(rng.standard_normal((1, hq, hd), dtype=np.float32))
+    ak = bg.Tensor.from_numpy(rng.standard_normal((ctx, hkv, hd), dtype=np.float32))
+    av = bg.Tensor.from_numpy(rng.standard_normal((ctx, hkv, hd), dtype=np.float32))
+    ao = device.empty((1, hq, hd), np.float32)
+    pq = bg.Tensor.from_numpy(rng.standard_normal((512, hq, hd), dtype=np.float32))
+    pk = bg.Tensor.from_numpy(rng.standard_normal((512, hkv, hd), dtype=np.float32))
+    po = device.empty((512, hq, hd), np.float32)
+    if torch is not None:
+        tq_ = torch.randn(1, hq, 1, hd, device="cuda")
+        tk_ = torch.randn(1, hkv, ctx, hd, device="cuda")
+        tv_ = torch.randn(1, hkv, ctx, hd, device="cuda")
+        pq_ = torch.randn(1, hq, 512, hd, device="cuda")
+        pk_ = torch.randn(1, hkv, 512, hd, device="cuda")
+        ta_, tb_ = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     cases = [
+        ("add", (n,), 12 * n, lambda: bg.add(x, up, out=y), lambda: ta_ + tb_),
+        ("attention decode", (1, ctx, hq, hkv, hd), 2 * ctx * hkv * hd * 4,
+         lambda: bg.attention(aq, ak, av, out=ao),
+         lambda: F.scaled_dot_product_attention(tq_, tk_, tv_, enable_gqa=True)),
+        ("attention prefill", (512, 512, hq, hkv, hd), 4 * (2 * 512 * hq * hd + 2 * 512 * hkv * hd),
+         lambda: bg.attention(pq, pk, pk, out=po),
+         lambda: F.scaled_dot_product_attention(pq_, pk_, pk_, is_causal=True, enable_gqa=True)),
         ("relu", (n,), 8 * n, lambda: bg.relu(x, out=y), lambda: F.relu(tx)),
         ("gelu", (n,), 8 * n, lambda: bg.gelu(x, out=y), lambda: F.gelu(tx)),
         ("gelu tanh", (n,), 8 * n, lambda: bg.gelu(x, "tanh", out=y), lambda: F.gelu(tx, approximate="tanh")),
@@ -59,6 +83,8 @@ def main():
         ("layer_norm", (rows, k), 8 * rows * k, lambda: bg.layer_norm(m, w, b, out=my),
          lambda: F.layer_norm(tm, (k,), tw, tb, 1e-5)),
     ]
+    if small:  # a 512-token prefill takes seconds on a CPU device
+        cases = [c for c in cases if c[0] != "attention prefill"]
     for name, shape, nbytes, ours, theirs in cases:
         t = profiled(bg, device, ours, args.repeats)[0]
         row = {"op": name, "shape": list(shape), "gpu_s": t, "GBps": nbytes / t / 1e9}
@@ -69,9 +95,9 @@ def main():
         results["rows"].append(row)
     print(f"\n{device.name}: GPU time (Vulkan timestamps)"
           + (f" vs torch {results['torch']} (CUDA events); copy {results['copy_GBps']:.0f} GB/s" if torch else ""))
-    print(f"{'op':>20s} {'shape':>14s} {'GPU us':>9s} {'GB/s':>8s} {'of copy':>8s} {'torch us':>9s} {'ratio':>7s}")
+    print(f"{'op':>20s} {'shape':>26s} {'GPU us':>9s} {'GB/s':>8s} {'of copy':>8s} {'torch us':>9s} {'ratio':>7s}")
     for r in results["rows"]:
-        print(f"{r['op']:>20s} {str(tuple(r['shape'])):>14s} {r['gpu_s'] * 1e6:9.1f} {r['GBps']:8.0f} "
+        print(f"{r['op']:>20s} {str(tuple(r['shape'])):>26s} {r['gpu_s'] * 1e6:9.1f} {r['GBps']:8.0f} "
               f"{r.get('fraction_of_copy', float('nan')):8.1%} {r.get('torch_s', float('nan')) * 1e6:9.1f} "
               f"{r.get('speedup_vs_torch', float('nan')):6.2f}x")
     write_results(args.json, results)

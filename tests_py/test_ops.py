@@ -158,3 +158,37 @@ def test_layer_norm_constant_rows_and_large_offsets(device):
     got = bg.layer_norm(x, w, b, 1e-5)
     assert_close(got, ref.layer_norm(x, w, b, 1e-5), np.float32, elementwise=False)
     assert np.abs(got[0]).max() == 0
+
+
+BINARY = {"add": (bg.add, np.add), "sub": (bg.sub, np.subtract), "mul": (bg.mul, np.multiply),
+          "div": (bg.div, np.divide)}
+
+
+@pytest.mark.parametrize("name", BINARY)
+@pytest.mark.parametrize("sa,sb", [((7,), (7,)), ((4097,), (4097,)), ((3, 5), (5,)), ((3, 1), (1, 4)),
+                                   ((2, 3, 4), (3, 1)), ((1,), (2, 2, 2)), ((), (3,)),
+                                   ((2, 1, 3, 1, 2, 1), (1, 4, 1, 5, 1, 3)), ((0, 3), (3,))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_broadcasting_binary_ops(device, rng, name, sa, sb, dtype):
+    ours, numpy_op = BINARY[name]
+    a = rng.standard_normal(sa).astype(dtype)
+    b = (rng.uniform(0.5, 2, sb) * rng.choice([-1, 1], sb)).astype(dtype)
+    expected = numpy_op(a.astype(np.float64), b.astype(np.float64))
+    got = ours(a, b)
+    assert got.shape == expected.shape and got.dtype == dtype
+    assert_close(got, expected, dtype)
+    t = ours(bg.Tensor.from_numpy(a), b)
+    assert isinstance(t, bg.Tensor) and np.array_equal(t.numpy(), got)
+
+
+def test_binary_scalars_out_and_errors(device, rng):
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    assert np.array_equal(bg.mul(a, 2), a * 2) and np.allclose(bg.div(1, a), 1 / a, rtol=1e-6)
+    out = np.full((3, 4), np.nan, np.float32)
+    assert bg.add(a, a, out=out) is out and np.array_equal(out, a + a)
+    with pytest.raises(bg.ShapeError, match=r"shapes \(3, 4\) \(5,\)"):
+        bg.add(a, np.ones(5, np.float32))
+    with pytest.raises(bg.DTypeError, match="one dtype"):
+        bg.add(a, a.astype(np.float16))
+    with pytest.raises(bg.ShapeError):
+        bg.add(a, np.ones(4, np.float32), out=np.empty((4, 3), np.float32))

@@ -122,3 +122,58 @@ Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
 }
 
 }  // namespace bitnet::ops
+
+namespace bitnet::ops {
+
+Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional<Tensor>& given) {
+  require_float(a, "a");
+  require_float(b, "b");
+  if (a.dtype() != b.dtype())
+    throw DTypeError("a and b must have one dtype, got " + std::string(dtype_name(a.dtype())) +
+                     " and " + std::string(dtype_name(b.dtype())));
+  if (&a.device() != &b.device()) throw ArgumentError("a and b must live on one device");
+  const size_t ndim = std::max(a.shape().size(), b.shape().size());
+  if (ndim > 6) throw UnsupportedError("broadcasting over more than 6 axes");
+  std::vector<int64_t> shape(ndim), sa(ndim, 1), sb(ndim, 1);
+  for (size_t i = 0; i < a.shape().size(); ++i) sa[ndim - a.shape().size() + i] = a.shape()[i];
+  for (size_t i = 0; i < b.shape().size(); ++i) sb[ndim - b.shape().size() + i] = b.shape()[i];
+  for (size_t i = 0; i < ndim; ++i) {
+    if (sa[i] != sb[i] && sa[i] != 1 && sb[i] != 1)
+      throw ShapeError("operands could not be broadcast together with shapes " +
+                       shape_text(a.shape()) + " " + shape_text(b.shape()));
+    shape[i] = sa[i] == 1 ? sb[i] : sa[i];
+  }
+  const auto& device = a.device_ptr();
+  Tensor y = output(device, given, shape, a.dtype(), "y", {&a, &b});
+  if (y.size() == 0) return y;
+  if (y.size() > 0xffffffffu) throw UnsupportedError("more than 2^32 elements");
+  const bool same = a.shape() == b.shape();
+  struct {
+    uint32_t n, ndim, shape[6], a_strides[6], b_strides[6];
+  } push{};
+  push.n = static_cast<uint32_t>(y.size());
+  push.ndim = static_cast<uint32_t>(ndim);
+  uint64_t stride_a = 1, stride_b = 1;
+  for (size_t i = ndim; i-- > 0;) {
+    push.shape[i] = static_cast<uint32_t>(shape[i]);
+    push.a_strides[i] = sa[i] == 1 ? 0 : static_cast<uint32_t>(stride_a);
+    push.b_strides[i] = sb[i] == 1 ? 0 : static_cast<uint32_t>(stride_b);
+    stride_a *= static_cast<uint64_t>(sa[i]);
+    stride_b *= static_cast<uint64_t>(sb[i]);
+  }
+  const uint64_t limit = device->limits().maxStorageBufferRange;
+  if (a.nbytes() > limit || b.nbytes() > limit || y.nbytes() > limit)
+    throw UnsupportedError("a tensor of this op is over this device's maxStorageBufferRange of " +
+                           format_bytes(limit));
+  Kernel kernel = Kernel::builtin(device, float_variant("binary", a.dtype()),
+                                  {{0, int64_t{static_cast<uint32_t>(op)}}, {1, same}});
+  BufferBinding bindings[] = {a.binding(), a.binding(), b.binding(), b.binding(), y.binding(),
+                              y.binding()};
+  Sequence sequence(device, Timing::off);
+  sequence.dispatch(kernel, {workgroups(*device, same ? (y.size() + 3) / 4 : y.size()), 1, 1},
+                    bindings, push_bytes(push));
+  sequence.run();
+  return y;
+}
+
+}  // namespace bitnet::ops

@@ -30,9 +30,11 @@ from ._core import (
     devices,
 )
 from .linear import bitlinear, bitlinear_backward_input, mixed_precision_matmul
+from . import attention as _attention_module
 from . import ops
+from .attention import KVCache, attention, rope, rope_tables
 from .ops import (  # noqa: F401 - activations, norms and softmax at the top level, like NumPy
-    gelu, gelu_backward, layer_norm, leaky_relu, leaky_relu_backward, relu, relu2, relu2_backward,
+    add, div, mul, sub, gelu, gelu_backward, layer_norm, leaky_relu, leaky_relu_backward, relu, relu2, relu2_backward,
     relu2_mul, relu_backward, relu_dropout, rms_norm, sigmoid, sigmoid_backward, silu,
     silu_backward, silu_mul, softmax, swish, swish_backward, tanh, tanh_backward,
 )
@@ -148,4 +150,4 @@ def profile(device=None) -> Profile:
     return Profile(device)
 
 
-__all__ += ["Profile", "profile", "ops"] + ops.__all__
+__all__ += ["Profile", "profile", "ops", "KVCache", "attention", "rope", "rope_tables"] + ops.__all__

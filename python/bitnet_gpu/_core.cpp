@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "ops/attention.hpp"
 #include "ops/bitlinear.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/quantize.hpp"
@@ -649,6 +650,19 @@ PYBIND11_MODULE(_core, m) {
         py::arg("out") = py::none(), release);
   m.def("relu_dropout", &ops::relu_dropout, py::arg("x"), py::arg("p"), py::arg("seed"),
         py::arg("out") = py::none(), release);
+  m.def("attention", &ops::attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"),
+        py::arg("kv_length"), py::arg("out") = py::none(), release);
+  m.def("rope", &ops::rope, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("out") = py::none(),
+        release);
+  m.def("copy_rows", &ops::copy_rows, py::arg("rows"), py::arg("destination"), py::arg("first_row"),
+        release);
+  py::enum_<ops::BinaryOp>(m, "BinaryOp")
+      .value("add", ops::BinaryOp::add)
+      .value("sub", ops::BinaryOp::sub)
+      .value("mul", ops::BinaryOp::mul)
+      .value("div", ops::BinaryOp::div);
+  m.def("binary", &ops::binary, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out") = py::none(),
+        release);
   m.def("row_op", &ops::row_op, py::arg("x"), py::arg("op"), py::arg("weight"), py::arg("bias"),
         py::arg("eps"), py::arg("out") = py::none(), release);
   m.def("bitlinear_backward_input", &ops::bitlinear_backward_input, py::arg("grad_y"),

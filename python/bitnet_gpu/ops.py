@@ -13,7 +13,7 @@ from ._core import Tensor
 from .quantize import _Outputs, _tensor
 
 __all__ = [
-    "gelu", "gelu_backward", "layer_norm", "leaky_relu", "leaky_relu_backward", "relu",
+    "add", "div", "mul", "sub", "gelu", "gelu_backward", "layer_norm", "leaky_relu", "leaky_relu_backward", "relu",
     "relu2", "relu2_backward", "relu2_mul", "relu_backward", "relu_dropout", "rms_norm",
     "sigmoid", "sigmoid_backward", "silu", "silu_backward", "silu_mul", "softmax", "swish",
     "swish_backward", "tanh", "tanh_backward",
@@ -139,3 +139,47 @@ def rms_norm(x, weight, eps=1e-6, *, out=None):
 def layer_norm(x, gamma, beta, eps=1e-5, *, out=None):
     """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis (biased variance)."""
     return _row(_core.RowOp.layer_norm, x, gamma, beta, eps, out)
+
+
+def _operand(value, like_dtype, device, name):
+    """A Tensor for one operand: Tensors as they are; Python scalars in the other operand's dtype."""
+    if isinstance(value, Tensor):
+        return value
+    if np.isscalar(value) and not isinstance(value, np.generic):
+        value = np.asarray(value, like_dtype)
+    return _tensor(np.asarray(value), name, device, _FLOATS)[0]
+
+
+def _binary(op, a, b, out):
+    as_tensor = isinstance(a, Tensor) or isinstance(b, Tensor)
+    device = a.device if isinstance(a, Tensor) else b.device if isinstance(b, Tensor) else None
+    dtype_a = np.dtype(a.dtype) if isinstance(a, (Tensor, np.ndarray)) else None
+    dtype_b = np.dtype(b.dtype) if isinstance(b, (Tensor, np.ndarray)) else None
+    ta = _operand(a, dtype_b or np.float32, device, "a")
+    tb = _operand(b, dtype_a or np.dtype(ta.dtype), ta.device, "b")
+    try:
+        shape = np.broadcast_shapes(tuple(ta.shape), tuple(tb.shape))
+    except ValueError:
+        shape = None  # the core raises ShapeError naming both shapes
+    outputs = _Outputs(out if shape is not None else None, [("y", shape or (), np.dtype(ta.dtype))])
+    return outputs.results([_core.binary(ta, tb, op, outputs.tensor(0))], as_tensor)[0]
+
+
+def add(a, b, *, out=None):
+    """a + b with NumPy broadcasting (a or b may be a Python number)."""
+    return _binary(_core.BinaryOp.add, a, b, out)
+
+
+def sub(a, b, *, out=None):
+    """a - b with NumPy broadcasting."""
+    return _binary(_core.BinaryOp.sub, a, b, out)
+
+
+def mul(a, b, *, out=None):
+    """a * b with NumPy broadcasting."""
+    return _binary(_core.BinaryOp.mul, a, b, out)
+
+
+def div(a, b, *, out=None):
+    """a / b with NumPy broadcasting."""
+    return _binary(_core.BinaryOp.div, a, b, out)

@@ -283,3 +283,32 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     return (x - mean) / np.sqrt(var + eps) * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
+
+
+def rope(x: np.ndarray, positions, theta: float = 10000.0) -> np.ndarray:
+    """Half-split rotary embedding of x [T, H, D], in float64."""
+    x = np.asarray(x, np.float64)
+    d = x.shape[-1]
+    inv = float(theta) ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    angle = np.asarray(positions, np.float64)[:, None] * inv[None, :]
+    c, s = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
+    a, b = x[..., : d // 2], x[..., d // 2:]
+    return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal=True, kv_length=None) -> np.ndarray:
+    """softmax(q k^T / sqrt(D)) v with grouped-query heads, in float64: q [TQ, HQ, D],
+    k and v [L, HKV, D]; causal: query i sees keys j <= L - TQ + i."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    length = k.shape[0] if kv_length is None else kv_length
+    k, v = k[:length], v[:length]
+    tq, hq, d = q.shape
+    group = hq // k.shape[1]
+    out = np.zeros_like(q)
+    for h in range(hq):
+        scores = q[:, h, :] @ k[:, h // group, :].T / np.sqrt(d)
+        if causal:
+            visible = np.arange(length)[None, :] <= (length - tq + np.arange(tq))[:, None]
+            scores = np.where(visible, scores, -np.inf)
+        out[:, h, :] = softmax(scores) @ v[:, h // group, :]
+    return out

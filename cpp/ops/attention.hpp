@@ -1,0 +1,24 @@
+#pragma once
+#include <cstdint>
+#include <optional>
+
+#include "runtime/tensor.hpp"
+
+// Decoder attention pieces (docs/NUMERICS.md; shaders/ops/attention.comp, rope.comp).
+namespace bitnet::ops {
+
+// softmax(q k^T / sqrt(D)) v with grouped-query heads: q [TQ, HQ, D], k and v [>= L, HKV, D]
+// (only their first `kv_length` rows are read: a KV cache), HQ a multiple of HKV, D <= 256.
+// causal: query i sits at position L - TQ + i and sees keys up to it (needs L >= TQ).
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                 std::optional<int64_t> kv_length, const std::optional<Tensor>& out = {});
+
+// Rotary embedding of x [T, H, D] (D even) with float32 angle tables cos and sin [T, D / 2].
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin,
+            const std::optional<Tensor>& out = {});
+
+// Copies `rows` (all of it) into `destination` starting at row `first_row` (same dtype and row
+// shape): how a KV cache appends on the device.
+void copy_rows(const Tensor& rows, const Tensor& destination, int64_t first_row);
+
+}  // namespace bitnet::ops

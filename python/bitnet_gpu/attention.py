@@ -1,0 +1,102 @@
+"""Decoder attention on the GPU: rotary embeddings, grouped-query attention, a KV cache.
+
+Layouts: one token a row, [T, heads, head_dim]. NumPy in, NumPy out; Tensor in, Tensor out;
+float32 or float16. Formulas: docs/NUMERICS.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from ._core import Tensor
+from .quantize import _Outputs, _tensor
+
+__all__ = ["KVCache", "attention", "rope", "rope_tables"]
+
+_FLOATS = (np.float32, np.float16)
+
+
+def rope_tables(positions, head_dim, theta=10000.0):
+    """(cos, sin) float32 [T, head_dim / 2]: angle[t, i] = positions[t] * theta^(-2i / head_dim),
+    in float64 before rounding (float32 angles in the thousands of radians lose the phase)."""
+    pos = np.asarray(positions.numpy() if isinstance(positions, Tensor) else positions)
+    if pos.ndim != 1 or pos.dtype.kind not in "iu":
+        raise _core.DTypeError(f"positions: expected a 1-D integer array, got {pos.dtype} {pos.shape}")
+    if head_dim % 2:
+        raise _core.ShapeError(f"head_dim {head_dim} must be even")
+    inv = float(theta) ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angle = pos.astype(np.float64)[:, None] * inv[None, :]
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+
+def rope(x, positions, theta=10000.0, *, out=None):
+    """Rotary embedding, half-split layout, of x [T, H, D] at the given token positions [T]."""
+    t, as_tensor = _tensor(x, "x", None, _FLOATS)
+    if len(t.shape) != 3:
+        raise _core.ShapeError(f"x: expected [T, H, D], got shape {tuple(t.shape)}")
+    cos, sin = rope_tables(positions, t.shape[2], theta)
+    if cos.shape[0] != t.shape[0]:
+        raise _core.ShapeError(f"positions: expected {t.shape[0]} (one per row of x), got {cos.shape[0]}")
+    outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
+    y = _core.rope(t, Tensor.from_numpy(cos, t.device), Tensor.from_numpy(sin, t.device),
+                   outputs.tensor(0))
+    return outputs.results([y], as_tensor)[0]
+
+
+def attention(q, k, v, causal=True, *, kv_length=None, out=None):
+    """softmax(q k^T / sqrt(D)) v: q [TQ, HQ, D], k and v [L, HKV, D] with HQ a multiple of HKV
+    (grouped-query). causal: query i is token L - TQ + i and sees keys up to it; prefill
+    (TQ = L) and single-token decode (TQ = 1) are the same call. kv_length reads only the first
+    rows of k and v (a KV cache's filled part)."""
+    tq, as_tensor = _tensor(q, "q", None, _FLOATS)
+    tk = k if isinstance(k, Tensor) else _tensor(k, "k", tq.device, _FLOATS)[0]
+    tv = v if isinstance(v, Tensor) else _tensor(v, "v", tq.device, _FLOATS)[0]
+    outputs = _Outputs(out, [("out", tuple(tq.shape), np.dtype(tq.dtype))])
+    o = _core.attention(tq, tk, tv, bool(causal), None if kv_length is None else int(kv_length),
+                        outputs.tensor(0))
+    return outputs.results([o], as_tensor)[0]
+
+
+class KVCache:
+    """Keys and values of every layer on the device: [max_tokens, kv_heads, head_dim] each,
+    appended in place. `cache.attention(layer, q)` attends over the filled part."""
+
+    def __init__(self, layers, max_tokens, kv_heads, head_dim, dtype=np.float32, device=None):
+        from . import default_device
+        self.device = device or default_device()
+        self.layers, self.max_tokens = int(layers), int(max_tokens)
+        self.kv_heads, self.head_dim = int(kv_heads), int(head_dim)
+        shape = (self.max_tokens, self.kv_heads, self.head_dim)
+        self.keys = [self.device.empty(shape, dtype) for _ in range(self.layers)]
+        self.values = [self.device.empty(shape, dtype) for _ in range(self.layers)]
+        self.lengths = [0] * self.layers
+
+    @property
+    def nbytes(self):
+        return sum(t.nbytes for t in self.keys + self.values)
+
+    def append(self, layer, k, v):
+        """Appends k and v [T, kv_heads, head_dim] to `layer`; returns the new length."""
+        tk = k if isinstance(k, Tensor) else _tensor(k, "k", self.device, _FLOATS)[0]
+        tv = v if isinstance(v, Tensor) else _tensor(v, "v", self.device, _FLOATS)[0]
+        first = self.lengths[layer]
+        if first + tk.shape[0] > self.max_tokens:
+            raise _core.ShapeError(f"layer {layer}: {first} + {tk.shape[0]} tokens exceed the cache's "
+                                   f"max_tokens={self.max_tokens}")
+        _core.copy_rows(tk, self.keys[layer], first)
+        _core.copy_rows(tv, self.values[layer], first)
+        self.lengths[layer] = first + tk.shape[0]
+        return self.lengths[layer]
+
+    def attention(self, layer, q, causal=True, *, out=None):
+        """Attention of q [TQ, HQ, D] over the layer's filled keys and values."""
+        return attention(q, self.keys[layer], self.values[layer], causal,
+                         kv_length=self.lengths[layer], out=out)
+
+    def reset(self):
+        self.lengths = [0] * self.layers
+
+    def __repr__(self):
+        return (f"<bitnet_gpu.KVCache layers={self.layers} max_tokens={self.max_tokens} "
+                f"kv_heads={self.kv_heads} head_dim={self.head_dim} lengths={self.lengths}>")

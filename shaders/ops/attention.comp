@@ -1,0 +1,85 @@
+#version 450
+//! variant f32
+//! variant f16 INPUT_F16
+// Scaled dot-product attention with grouped-query heads, one workgroup per (query, head):
+//   out[i, h] = softmax_j(q[i, h] . k[j, g] / sqrt(D)) v[j, g],  g = h / (HQ / HKV),
+// over keys j < L (the first L rows of k and v, e.g. a KV cache), and with CAUSAL only
+// j <= L - TQ + i (query i sits at position L - TQ + i). Keys go in chunks of 2048 with the
+// running max and sum of an online softmax, so any L works; D <= 256, one output value an
+// invocation. Sums and maxima run in a fixed order: the same input gives the same output.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_basic : require
+#include "ops_common.glsl"
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const bool CAUSAL = true;
+layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
+layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
+layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };   // [>= L, HKV, D]
+layout(std430, binding = 3) writeonly buffer O { ELEMENT o[]; };  // [TQ, HQ, D]
+layout(push_constant) uniform Push { uint tq; uint hq; uint hkv; uint d; uint l; float scale; } p;
+
+const uint CHUNK = 2048;
+shared float s_q[256];
+shared float s_p[CHUNK];
+shared float s_partial[256];
+
+float group_max(float v) {
+  v = subgroupMax(v);
+  if (subgroupElect()) s_partial[gl_SubgroupID] = v;
+  barrier();
+  float r = s_partial[0];
+  for (uint s = 1; s < gl_NumSubgroups; ++s) r = max(r, s_partial[s]);
+  barrier();
+  return r;
+}
+
+float group_sum(float v) {
+  v = subgroupAdd(v);
+  if (subgroupElect()) s_partial[gl_SubgroupID] = v;
+  barrier();
+  float r = 0.0;
+  for (uint s = 0; s < gl_NumSubgroups; ++s) r += s_partial[s];
+  barrier();
+  return r;
+}
+
+void main() {
+  const uint lane = gl_LocalInvocationID.x;
+  const uint i = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
+  const uint g = h / (p.hq / p.hkv);
+  const uint keys = CAUSAL ? min(p.l, p.l - p.tq + i + 1) : p.l;  // keys this query sees
+  if (lane < p.d) s_q[lane] = float(q[(i * p.hq + h) * p.d + lane]);
+  barrier();
+  float running_max = -3.402823466e38, running_sum = 0.0, acc = 0.0;
+  for (uint first = 0; first < keys; first += CHUNK) {
+    const uint count = min(CHUNK, keys - first);
+    float chunk_max = -3.402823466e38;
+    for (uint j = lane; j < count; j += 256) {
+      const uint row = ((first + j) * p.hkv + g) * p.d;
+      float s = 0.0;
+      for (uint e = 0; e < p.d; ++e) s += s_q[e] * float(k[row + e]);
+      s *= p.scale;
+      s_p[j] = s;
+      chunk_max = max(chunk_max, s);
+    }
+    const float new_max = max(running_max, group_max(chunk_max));
+    float chunk_sum = 0.0;
+    for (uint j = lane; j < count; j += 256) {
+      const float e = exp(s_p[j] - new_max);
+      s_p[j] = e;
+      chunk_sum += e;
+    }
+    const float correction = exp(running_max - new_max);
+    running_sum = running_sum * correction + group_sum(chunk_sum);  // group_sum's barrier: s_p ready
+    running_max = new_max;
+    if (lane < p.d) {
+      float a = 0.0;
+      for (uint j = 0; j < count; ++j) a += s_p[j] * float(v[((first + j) * p.hkv + g) * p.d + lane]);
+      acc = acc * correction + a;
+    }
+    barrier();  // s_p is rewritten by the next chunk
+  }
+  if (lane < p.d) o[(i * p.hq + h) * p.d + lane] = ELEMENT(keys == 0 ? 0.0 : acc / running_sum);
+}

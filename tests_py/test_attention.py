@@ -1,0 +1,83 @@
+"""rope, grouped-query attention and the KV cache against bitnet_gpu.reference (float64).
+Tolerance: ||out - ref|| / ||ref|| <= 1e-5 (float32), 2e-3 (float16)."""
+
+import numpy as np
+import pytest
+
+import bitnet_gpu as bg
+from bitnet_gpu import reference as ref
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+
+
+def qkv(rng, tq, l, hq, hkv, d, dtype=np.float32, scale=1.0):
+    return tuple((rng.standard_normal(s) * scale).astype(dtype)
+                 for s in [(tq, hq, d), (l, hkv, d), (l, hkv, d)])
+
+
+@pytest.mark.parametrize("tq,l,hq,hkv,d", [(1, 1, 1, 1, 1), (5, 5, 4, 2, 16), (1, 33, 20, 5, 128),
+                                           (7, 7, 3, 3, 33), (3, 4500, 2, 1, 8), (2, 2049, 4, 4, 256)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_parity(device, rng, tq, l, hq, hkv, d, causal):
+    q, k, v = qkv(rng, tq, l, hq, hkv, d)
+    out = np.full(q.shape, np.nan, np.float32)
+    assert bg.attention(q, k, v, causal, out=out) is out
+    assert rel(out, ref.attention(q, k, v, causal)) <= 1e-5
+
+
+def test_attention_float16_tensors_and_extremes(device, rng):
+    q, k, v = qkv(rng, 4, 40, 6, 3, 64, np.float16)
+    o = bg.attention(bg.Tensor.from_numpy(q), bg.Tensor.from_numpy(k), bg.Tensor.from_numpy(v))
+    assert isinstance(o, bg.Tensor) and o.dtype == np.float16
+    assert rel(o.numpy(), ref.attention(q, k, v)) <= 2e-3
+    q, k, v = qkv(rng, 2, 50, 2, 1, 8, scale=30.0)  # scores in the thousands: a stable softmax
+    assert rel(bg.attention(q, k, v), ref.attention(q, k, v)) <= 1e-5
+
+
+def test_attention_errors(device, rng):
+    q, k, v = qkv(rng, 4, 4, 4, 2, 8)
+    with pytest.raises(bg.ShapeError, match="multiple of HKV"):
+        bg.attention(q[:, :3], k, v)
+    with pytest.raises(bg.ShapeError, match="at least as many keys"):
+        bg.attention(q, k[:3], v[:3])
+    with pytest.raises(bg.DTypeError):
+        bg.attention(q, k.astype(np.float16), v)
+    with pytest.raises(bg.UnsupportedError, match="head dim"):
+        bg.attention(*qkv(rng, 1, 1, 1, 1, 300))
+    with pytest.raises(bg.ShapeError, match="kv_length"):
+        bg.attention(q, k, v, kv_length=9)
+
+
+@pytest.mark.parametrize("t,h,d", [(1, 1, 2), (7, 3, 8), (33, 2, 128)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_rope(device, rng, t, h, d, dtype):
+    x = rng.standard_normal((t, h, d)).astype(dtype)
+    positions = rng.integers(0, 8192, t)
+    y = bg.rope(x, positions, theta=500000.0)
+    assert y.dtype == dtype
+    assert rel(y, ref.rope(x, positions, 500000.0)) <= (2e-3 if dtype == np.float16 else 1e-6)
+    with pytest.raises(bg.ShapeError):
+        bg.rope(x, positions[:-1] if t > 1 else np.arange(2))
+
+
+def test_kv_cache_decode_equals_full_attention(device, rng):
+    layers, hq, hkv, d, prompt, steps = 2, 8, 2, 32, 9, 6
+    cache = bg.KVCache(layers, prompt + steps, hkv, d)
+    assert cache.nbytes == 2 * layers * (prompt + steps) * hkv * d * 4
+    q, k, v = qkv(rng, prompt + steps, prompt + steps, hq, hkv, d)
+    for layer in range(layers):
+        assert cache.append(layer, k[:prompt], v[:prompt]) == prompt
+        got = cache.attention(layer, q[:prompt])
+        assert rel(got, ref.attention(q[:prompt], k[:prompt], v[:prompt])) <= 1e-5
+    full = ref.attention(q, k, v)
+    for step in range(prompt, prompt + steps):  # one token at a time, as in decoding
+        cache.append(0, k[step:step + 1], v[step:step + 1])
+        got = cache.attention(0, q[step:step + 1])
+        assert rel(got, full[step:step + 1]) <= 1e-5
+    with pytest.raises(bg.ShapeError, match="max_tokens"):
+        cache.append(0, k[:1], v[:1])
+    cache.reset()
+    assert cache.lengths == [0, 0]
