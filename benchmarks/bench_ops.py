@@ -59,6 +59,18 @@ def main():
         pq_ = torch.randn(1, hq, 512, hd, device="cuda")
         pk_ = torch.randn(1, hkv, 512, hd, device="cuda")
         ta_, tb_ = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    mm = 256 if small else 4096
+    ma = bg.Tensor.from_numpy(rng.standard_normal((mm, mm), dtype=np.float32))
+    mc = device.empty((mm, mm), np.float32)
+    mt = device.empty((k, rows), np.float32)
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False  # the same float32 arithmetic as ours
+        ta_mm = torch.randn(mm, mm, device="cuda")
+        tmr = tm.clone().requires_grad_(True)
+        out_r = F.rms_norm(tmr, (k,), tw, 1e-6)
+
+        def rms_backward():
+            return torch.autograd.grad(out_r, tmr, tm, retain_graph=True)
     cases = [
         ("add", (n,), 12 * n, lambda: bg.add(x, up, out=y), lambda: ta_ + tb_),
         ("attention decode", (1, ctx, hq, hkv, hd), 2 * ctx * hkv * hd * 4,
@@ -67,6 +79,16 @@ def main():
         ("attention prefill", (512, 512, hq, hkv, hd), 4 * (2 * 512 * hq * hd + 2 * 512 * hkv * hd),
          lambda: bg.attention(pq, pk, pk, out=po),
          lambda: F.scaled_dot_product_attention(pq_, pk_, pk_, is_causal=True, enable_gqa=True)),
+        ("sum over rows", (rows, k), 4 * rows * k, lambda: bg.sum(m, axis=1),
+         lambda: tm.sum(-1)),
+        ("max over rows", (rows, k), 4 * rows * k, lambda: bg.max(m, axis=1),
+         lambda: tm.amax(-1)),
+        ("transpose", (rows, k), 8 * rows * k, lambda: bg.transpose(m, out=mt),
+         lambda: tm.t().contiguous()),
+        ("matmul fp32 (TF32 off)", (mm, mm, mm), 12 * mm * mm, lambda: bg.matmul(ma, ma, out=mc),
+         lambda: ta_mm @ ta_mm),
+        ("rms_norm backward", (rows, k), 16 * rows * k,
+         lambda: bg.rms_norm_backward(m, m, w), lambda: rms_backward()),
         ("relu", (n,), 8 * n, lambda: bg.relu(x, out=y), lambda: F.relu(tx)),
         ("gelu", (n,), 8 * n, lambda: bg.gelu(x, out=y), lambda: F.gelu(tx)),
         ("gelu tanh", (n,), 8 * n, lambda: bg.gelu(x, "tanh", out=y), lambda: F.gelu(tx, approximate="tanh")),

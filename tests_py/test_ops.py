@@ -192,3 +192,77 @@ def test_binary_scalars_out_and_errors(device, rng):
         bg.add(a, a.astype(np.float16))
     with pytest.raises(bg.ShapeError):
         bg.add(a, np.ones(4, np.float32), out=np.empty((4, 3), np.float32))
+
+
+@pytest.mark.parametrize("shape,axis", [((7,), None), ((4097,), 0), ((3, 5), 0), ((3, 5), 1),
+                                        ((2, 3, 7), (0, 2)), ((2, 3, 7), -2), ((1, 1), None),
+                                        ((300, 2000), 1), ((2000, 3), 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_reductions(device, rng, shape, axis, dtype):
+    x = rng.standard_normal(shape).astype(dtype)
+    x64 = x.astype(np.float64)
+    for ours, theirs in [(bg.sum, np.sum), (bg.mean, np.mean), (bg.max, np.max)]:
+        got = ours(x, axis=axis)
+        expected = theirs(x64, axis=axis)
+        assert np.shape(got) == np.shape(expected) and np.asarray(got).dtype == dtype
+        tolerance = 2e-3 if dtype == np.float16 else 1e-5
+        scale = np.abs(x64).sum(axis=axis) if theirs is not np.max else np.abs(expected)
+        assert (np.abs(np.asarray(got, np.float64) - expected) <= tolerance * scale + 1e-6).all()
+        assert np.shape(ours(x, axis=axis, keepdims=True)) == np.shape(theirs(x64, axis=axis, keepdims=True))
+    if axis is not None and isinstance(axis, int):
+        t = bg.sum(bg.Tensor.from_numpy(x), axis=axis)
+        assert isinstance(t, bg.Tensor) and np.array_equal(t.numpy(), bg.sum(x, axis=axis))
+
+
+def test_reduction_errors(device):
+    with pytest.raises(bg.ShapeError, match="out of bounds"):
+        bg.sum(np.ones((2, 3), np.float32), axis=2)
+    with pytest.raises(bg.ShapeError, match="no identity"):
+        bg.max(np.ones((2, 0), np.float32), axis=1)
+    assert bg.sum(np.ones((2, 0), np.float32), axis=1).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (64, 64), (100, 3), (513, 1025)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_transpose_and_matmul(device, rng, shape, dtype):
+    a = rng.standard_normal(shape).astype(dtype)
+    assert np.array_equal(bg.transpose(a), a.T)
+    b = rng.standard_normal((shape[1], 37)).astype(dtype)
+    out = np.full((shape[0], 37), np.nan, dtype)
+    assert bg.matmul(a, b, out=out) is out
+    assert_close(out, a.astype(np.float64) @ b.astype(np.float64), dtype, elementwise=False)
+    with pytest.raises(bg.ShapeError, match="cannot multiply"):
+        bg.matmul(a, b[:-1] if shape[1] > 1 else np.ones((2, 2), dtype))
+
+
+def _norm_losses(rng, shape):
+    x = rng.standard_normal(shape).astype(np.float32) * 2 + 0.5
+    w = rng.standard_normal(shape[-1]).astype(np.float32)
+    b = rng.standard_normal(shape[-1]).astype(np.float32)
+    g = rng.standard_normal(shape).astype(np.float32)
+    return x, w, b, g
+
+
+@pytest.mark.parametrize("shape", [(1, 8), (5, 33), (2, 3, 300)])
+def test_norm_backward_against_finite_differences(device, rng, shape):
+    x, w, b, g = _norm_losses(rng, shape)
+    h = 1e-3
+
+    def numeric(f, value, index):
+        up, down = value.copy(), value.copy()
+        up[index] += h
+        down[index] -= h
+        return float((g * (f(up) - f(down))).sum() / (2 * h))
+
+    gx, gw = bg.rms_norm_backward(g, x, w, 1e-6)
+    assert gx.shape == x.shape and gw.shape == (shape[-1],)
+    for index in [(0,) * len(shape), tuple(d - 1 for d in shape)]:
+        assert abs(gx[index] - numeric(lambda v: ref.rms_norm(v, w, 1e-6), x.astype(np.float64), index)) < 1e-3
+    for j in [0, shape[-1] - 1]:
+        assert abs(gw[j] - numeric(lambda v: ref.rms_norm(x, v, 1e-6), w.astype(np.float64), j)) < 1e-3
+    gx, gg, gb = bg.layer_norm_backward(g, x, w, 1e-5)
+    for index in [(0,) * len(shape), tuple(d - 1 for d in shape)]:
+        assert abs(gx[index] - numeric(lambda v: ref.layer_norm(v, w, b, 1e-5), x.astype(np.float64), index)) < 1e-3
+    for j in [0, shape[-1] - 1]:
+        assert abs(gg[j] - numeric(lambda v: ref.layer_norm(x, v, b, 1e-5), w.astype(np.float64), j)) < 1e-3
+        assert abs(gb[j] - numeric(lambda v: ref.layer_norm(x, w, v, 1e-5), b.astype(np.float64), j)) < 1e-3

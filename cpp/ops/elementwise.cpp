@@ -114,7 +114,7 @@ Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
     } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), eps};
     const BufferBinding in = rows_of(x, range, row_bytes), result = rows_of(y, range, row_bytes);
     const BufferBinding w = weight ? weight->binding() : in, b = bias ? bias->binding() : in;
-    BufferBinding bindings[] = {in, in, w, b, result, result};
+    BufferBinding bindings[] = {in, in, w, b, result, result, in, result};  // 6, 7: backward only
     sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
   }
   sequence.run();
@@ -174,6 +174,132 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional
                     bindings, push_bytes(push));
   sequence.run();
   return y;
+}
+
+}  // namespace bitnet::ops
+
+namespace bitnet::ops {
+
+NormGradients norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, float eps,
+                            bool layer_norm) {
+  require_float(x, "x");
+  require_same(grad_y, "grad_y", x, "x");
+  if (x.shape().empty() || x.shape().back() == 0)
+    throw ShapeError("x: expected [..., K] with K > 0, got shape " + shape_text(x.shape()));
+  const int64_t k = x.shape().back();
+  const int64_t rows = static_cast<int64_t>(x.size()) / k;
+  if (weight.dtype() != DType::float32 || weight.shape() != std::vector<int64_t>{k})
+    throw ShapeError("weight: expected float32 of shape (" + std::to_string(k) + ",), got " +
+                     std::string(dtype_name(weight.dtype())) + " " + shape_text(weight.shape()));
+  const auto& device = x.device_ptr();
+  NormGradients result{Tensor::empty(device, x.shape(), x.dtype()),
+                       Tensor::empty(device, std::vector<int64_t>{rows, k}, DType::float32)};
+  if (rows == 0) return result;
+  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()),
+                                  {{0, int64_t{layer_norm ? 4 : 3}}});
+  const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
+  Sequence sequence(device, Timing::off);
+  for (const RowRange& range :
+       row_ranges(*device, static_cast<uint64_t>(rows), {row_bytes, static_cast<uint64_t>(k) * 4})) {
+    struct {
+      uint32_t rows, k;
+      float eps;
+    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), eps};
+    const BufferBinding in = rows_of(x, range, row_bytes), g = rows_of(grad_y, range, row_bytes);
+    const BufferBinding gx = rows_of(result.grad_x, range, row_bytes);
+    const BufferBinding gxhat = rows_of(result.grad_times_xhat, range, static_cast<uint64_t>(k) * 4);
+    BufferBinding bindings[] = {in, in, weight.binding(), weight.binding(), gx, gx, g, gxhat};
+    sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
+  }
+  sequence.run();
+  return result;
+}
+
+Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Tensor>& given) {
+  require_float(x, "x");
+  const int64_t ndim = static_cast<int64_t>(x.shape().size());
+  if (ndim == 0) throw ShapeError("x: a 0-d tensor has no axis to reduce");
+  if (axis < -ndim || axis >= ndim)
+    throw ShapeError("axis " + std::to_string(axis) + " is out of bounds for shape " + shape_text(x.shape()));
+  if (axis < 0) axis += ndim;
+  const int64_t count = x.shape()[axis];
+  if (count == 0 && op == ReduceOp::max)
+    throw ShapeError("max over an empty axis of shape " + shape_text(x.shape()) + " has no identity");
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.shape()[i];
+  for (int64_t i = axis + 1; i < ndim; ++i) inner *= x.shape()[i];
+  std::vector<int64_t> shape = x.shape();
+  shape.erase(shape.begin() + axis);
+  const auto& device = x.device_ptr();
+  Tensor y = output(device, given, shape, x.dtype(), "y", {&x});
+  if (y.size() == 0) return y;
+  const uint64_t limit = device->limits().maxStorageBufferRange;
+  if (x.nbytes() > limit)
+    throw UnsupportedError("x is over this device's maxStorageBufferRange of " + format_bytes(limit));
+  Kernel kernel = Kernel::builtin(device, float_variant("reduce", x.dtype()),
+                                  {{0, int64_t{static_cast<uint32_t>(op)}}, {1, inner == 1}});
+  struct {
+    uint32_t outer, count, inner;
+  } push{static_cast<uint32_t>(outer), static_cast<uint32_t>(count), static_cast<uint32_t>(inner)};
+  BufferBinding bindings[] = {x.binding(), y.binding()};
+  Sequence sequence(device, Timing::off);
+  sequence.dispatch(kernel, {inner == 1 ? workgroups(*device, outer, 1) : workgroups(*device, outer * inner), 1, 1},
+                    bindings, push_bytes(push));
+  sequence.run();
+  return y;
+}
+
+Tensor transpose(const Tensor& x, const std::optional<Tensor>& given) {
+  require_float(x, "x");
+  if (x.shape().size() != 2) throw ShapeError("x: expected a 2-D matrix, got shape " + shape_text(x.shape()));
+  const int64_t rows = x.shape()[0], cols = x.shape()[1];
+  const auto& device = x.device_ptr();
+  Tensor y = output(device, given, {cols, rows}, x.dtype(), "y", {&x});
+  if (y.size() == 0) return y;
+  const uint64_t groups_x = (cols + 31) / 32, groups_y = (rows + 31) / 32;
+  if (groups_x > device->limits().maxComputeWorkGroupCount[0] ||
+      groups_y > device->limits().maxComputeWorkGroupCount[1])
+    throw UnsupportedError("matrix of shape " + shape_text(x.shape()) + " is over this device's workgroup-count limits");
+  Kernel kernel = Kernel::builtin(device, float_variant("transpose", x.dtype()));
+  struct {
+    uint32_t rows, cols;
+  } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(cols)};
+  BufferBinding bindings[] = {x.binding(), y.binding()};
+  Sequence sequence(device, Timing::off);
+  sequence.dispatch(kernel, {static_cast<uint32_t>(groups_x), static_cast<uint32_t>(groups_y), 1},
+                    bindings, push_bytes(push));
+  sequence.run();
+  return y;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, const std::optional<Tensor>& given) {
+  require_float(a, "a");
+  if (a.dtype() != b.dtype())
+    throw DTypeError("a and b must have one dtype, got " + std::string(dtype_name(a.dtype())) +
+                     " and " + std::string(dtype_name(b.dtype())));
+  if (a.shape().size() != 2 || b.shape().size() != 2 || a.shape()[1] != b.shape()[0])
+    throw ShapeError("cannot multiply shapes " + shape_text(a.shape()) + " and " + shape_text(b.shape()) +
+                     ": expected [M, K] and [K, N]");
+  if (&a.device() != &b.device()) throw ArgumentError("a and b must live on one device");
+  const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  const auto& device = a.device_ptr();
+  Tensor c = output(device, given, {m, n}, a.dtype(), "c", {&a, &b});
+  if (c.size() == 0) return c;
+  const uint64_t groups_x = (n + 63) / 64, groups_y = (m + 63) / 64;
+  if (groups_x > device->limits().maxComputeWorkGroupCount[0] ||
+      groups_y > device->limits().maxComputeWorkGroupCount[1])
+    throw UnsupportedError("product of shape (" + std::to_string(m) + ", " + std::to_string(n) +
+                           ") is over this device's workgroup-count limits");
+  Kernel kernel = Kernel::builtin(device, float_variant("matmul", a.dtype()));
+  struct {
+    uint32_t m, n, k;
+  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k)};
+  BufferBinding bindings[] = {a.binding(), b.binding(), c.binding()};
+  Sequence sequence(device, Timing::off);
+  sequence.dispatch(kernel, {static_cast<uint32_t>(groups_x), static_cast<uint32_t>(groups_y), 1},
+                    bindings, push_bytes(push));
+  sequence.run();
+  return c;
 }
 
 }  // namespace bitnet::ops

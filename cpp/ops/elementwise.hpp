@@ -37,3 +37,24 @@ enum class BinaryOp : uint32_t { add, sub, mul, div };
 Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional<Tensor>& out = {});
 
 }  // namespace bitnet::ops
+
+namespace bitnet::ops {
+
+struct NormGradients {
+  Tensor grad_x;           // x's shape and dtype
+  Tensor grad_times_xhat;  // float32 [rows, K]: grad * xhat; summed over rows, the weight's gradient
+};
+// Backward of rms_norm (layer_norm = false) or layer_norm over the last axis.
+NormGradients norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, float eps,
+                            bool layer_norm);
+
+enum class ReduceOp : uint32_t { sum, mean, max };
+// Over one axis (negative counts from the end), float32 accumulation in a fixed order; the
+// result drops that axis and keeps x's dtype.
+Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Tensor>& out = {});
+// y [N, M] = x [M, N]^T.
+Tensor transpose(const Tensor& x, const std::optional<Tensor>& out = {});
+// c [M, N] = a [M, K] b [K, N], float32 accumulation.
+Tensor matmul(const Tensor& a, const Tensor& b, const std::optional<Tensor>& out = {});
+
+}  // namespace bitnet::ops

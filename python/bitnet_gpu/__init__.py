@@ -8,6 +8,7 @@ and ``Sequence`` (ops recorded into one command buffer, with the barriers their 
 from __future__ import annotations
 
 import atexit
+import builtins
 
 import numpy as np
 
@@ -32,6 +33,10 @@ from ._core import (
 from .linear import bitlinear, bitlinear_backward_input, mixed_precision_matmul
 from . import attention as _attention_module
 from . import ops
+from . import tensor_ops
+from .tensor_ops import layer_norm_backward, matmul, mean, rms_norm_backward, transpose
+from .tensor_ops import max as max  # noqa: A004 - NumPy's names, as np.max and np.sum
+from .tensor_ops import sum as sum  # noqa: A004
 from .attention import KVCache, attention, rope, rope_tables
 from .ops import (  # noqa: F401 - activations, norms and softmax at the top level, like NumPy
     add, div, mul, sub, gelu, gelu_backward, layer_norm, leaky_relu, leaky_relu_backward, relu, relu2, relu2_backward,
@@ -103,7 +108,7 @@ def aligned_empty(shape, dtype=np.float32, device: Device | None = None) -> np.n
     if count < 0 or any(int(d) < 0 for d in shape):
         raise ShapeError(f"shape: negative dimension in {shape}")
     nbytes = count * dtype.itemsize
-    padded = max(alignment, -(-nbytes // alignment) * alignment)
+    padded = builtins.max(alignment, -(-nbytes // alignment) * alignment)
     raw = np.empty(padded + alignment, dtype=np.uint8)
     offset = (-raw.ctypes.data) % alignment
     return raw[offset : offset + nbytes].view(dtype).reshape(shape)
@@ -143,11 +148,12 @@ class Profile:
         return False
 
     def total(self, label=None):
-        return sum(t for name, t in self.timings if label is None or name == label)
+        return builtins.sum(t for name, t in self.timings if label is None or name == label)
 
 
 def profile(device=None) -> Profile:
     return Profile(device)
 
 
-__all__ += ["Profile", "profile", "ops", "KVCache", "attention", "rope", "rope_tables"] + ops.__all__
+__all__ += ["Profile", "profile", "ops", "tensor_ops", "layer_norm_backward", "matmul", "mean",
+            "rms_norm_backward", "transpose", "max", "sum", "KVCache", "attention", "rope", "rope_tables"] + ops.__all__

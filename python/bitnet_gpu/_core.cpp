@@ -663,6 +663,19 @@ PYBIND11_MODULE(_core, m) {
       .value("div", ops::BinaryOp::div);
   m.def("binary", &ops::binary, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out") = py::none(),
         release);
+  py::class_<ops::NormGradients>(m, "NormGradients")
+      .def_readonly("grad_x", &ops::NormGradients::grad_x)
+      .def_readonly("grad_times_xhat", &ops::NormGradients::grad_times_xhat);
+  m.def("norm_backward", &ops::norm_backward, py::arg("grad_y"), py::arg("x"), py::arg("weight"),
+        py::arg("eps"), py::arg("layer_norm"), release);
+  py::enum_<ops::ReduceOp>(m, "ReduceOp")
+      .value("sum", ops::ReduceOp::sum)
+      .value("mean", ops::ReduceOp::mean)
+      .value("max", ops::ReduceOp::max);
+  m.def("reduce", &ops::reduce, py::arg("x"), py::arg("axis"), py::arg("op"), py::arg("out") = py::none(),
+        release);
+  m.def("transpose", &ops::transpose, py::arg("x"), py::arg("out") = py::none(), release);
+  m.def("matmul", &ops::matmul, py::arg("a"), py::arg("b"), py::arg("out") = py::none(), release);
   m.def("row_op", &ops::row_op, py::arg("x"), py::arg("op"), py::arg("weight"), py::arg("bias"),
         py::arg("eps"), py::arg("out") = py::none(), release);
   m.def("bitlinear_backward_input", &ops::bitlinear_backward_input, py::arg("grad_y"),

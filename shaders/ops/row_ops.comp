@@ -5,6 +5,9 @@
 //   OP 0 softmax:    y = exp(x - max x) / sum exp(x - max x)
 //   OP 1 rms_norm:   y = x / sqrt(mean(x^2) + eps) * weight
 //   OP 2 layer_norm: y = (x - mean) / sqrt(var + eps) * weight + bias   (biased variance, two-pass)
+//   OP 3 rms_norm backward, OP 4 layer_norm backward (xhat the normalized x, r = 1 / sqrt(...)):
+//        y = grad_x = r (gw - xhat mean(gw xhat))  or  r (gw - mean(gw) - xhat mean(gw xhat)),
+//        gw = grad * weight, and gxhat = grad * xhat per element (summed over rows for grad_weight)
 // Rows with K % 4 == 0 and K <= 8192 are read once into registers; others are read per pass.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -19,6 +22,8 @@ layout(std430, binding = 2) readonly buffer Weight { float weight[]; };
 layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 4) writeonly buffer Y { ELEMENT y[]; };
 layout(std430, binding = 5) writeonly buffer Y4 { ELEMENT4 y4[]; };
+layout(std430, binding = 6) readonly buffer Grad { ELEMENT grad[]; };        // backward only
+layout(std430, binding = 7) writeonly buffer GradXhat { float gxhat[]; };    // backward only
 layout(push_constant) uniform Push { uint rows; uint k; float eps; } p;
 
 const uint CACHED = 8;  // vectors a lane holds: rows up to 8 * 256 * 4 = 8192 values
@@ -56,7 +61,7 @@ float transform(float v, uint col, float a, float b) {
 
 void main() {
   const uint lane = gl_LocalInvocationID.x;
-  const bool cached = p.k % 4 == 0 && p.k / 4 <= CACHED * 256;
+  const bool cached = OP < 3 && p.k % 4 == 0 && p.k / 4 <= CACHED * 256;
   const uint vectors = p.k / 4;
   for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
     const uint base = row * p.k;
@@ -96,6 +101,30 @@ void main() {
           for (uint e = 0; e < 4; ++e) r[e] = transform(v[c][e], 4 * i + e, a, b);
           y4[base / 4 + i] = ELEMENT4(r);
         }
+      }
+    } else if (OP >= 3) {
+      const float k = float(p.k);
+      float mean = 0.0;
+      if (OP == 4) {
+        float s = 0.0;
+        for (uint i = lane; i < p.k; i += 256) s += value_at(base, i);
+        mean = row_sum(s) / k;
+      }
+      float q = 0.0;
+      for (uint i = lane; i < p.k; i += 256) { const float d = value_at(base, i) - mean; q += d * d; }
+      const float r = 1.0 / sqrt(row_sum(q) / k + p.eps);
+      float s_gw = 0.0, s_gwx = 0.0;
+      for (uint i = lane; i < p.k; i += 256) {
+        const float gw = float(grad[base + i]) * weight[i];
+        s_gw += gw;
+        s_gwx += gw * (value_at(base, i) - mean) * r;
+      }
+      const float mean_gw = OP == 4 ? row_sum(s_gw) / k : 0.0;
+      const float mean_gwx = row_sum(s_gwx) / k;
+      for (uint i = lane; i < p.k; i += 256) {
+        const float g = float(grad[base + i]), xhat = (value_at(base, i) - mean) * r;
+        y[base + i] = ELEMENT(r * (g * weight[i] - mean_gw - xhat * mean_gwx));
+        gxhat[base + i] = g * xhat;
       }
     } else {
       if (OP == 0) {

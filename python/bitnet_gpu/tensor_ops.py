@@ -1,0 +1,103 @@
+"""Reductions, transpose and matmul on the GPU, and the norms' backward passes.
+
+NumPy in, NumPy out; Tensor in, Tensor out; float32 or float16 (results keep the dtype; sums
+accumulate in float32, in a fixed order). Kept apart from ops.py so that `sum` and `max` here do
+not shadow the builtins there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from ._core import Tensor
+from .quantize import _Outputs, _out, _tensor
+
+__all__ = ["layer_norm_backward", "matmul", "max", "mean", "rms_norm_backward", "sum", "transpose"]
+
+_FLOATS = (np.float32, np.float16)
+
+
+def _reduce(op, x, axis, keepdims):
+    t, as_tensor = _tensor(x, "x", None, _FLOATS)
+    ndim = len(t.shape)
+    if axis is None:
+        if ndim == 0:
+            raise _core.ShapeError("x: a 0-d array has no axis to reduce")
+        axes = list(range(ndim))
+    else:
+        axes = [int(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
+        for a in axes:
+            if not -ndim <= a < ndim:
+                raise _core.ShapeError(f"axis {a} is out of bounds for shape {tuple(t.shape)}")
+        axes = sorted({a % ndim for a in axes})
+    result = t
+    for a in reversed(axes):  # highest axis first, so the lower ones keep their numbers
+        result = _core.reduce(result, a, op)
+    if keepdims:
+        if as_tensor:
+            raise _core.UnsupportedError("keepdims=True is for NumPy inputs (Tensors have no reshape)")
+        shape = [1 if i in axes else d for i, d in enumerate(t.shape)]
+        return result.numpy().reshape(shape)
+    return _out(result, as_tensor)
+
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
+    """Sum over `axis` (an int, a tuple, or None for all), float32 accumulation."""
+    return _reduce(_core.ReduceOp.sum, x, axis, keepdims)
+
+
+def mean(x, axis=None, keepdims=False):
+    """Mean over `axis` (an int, a tuple, or None for all)."""
+    return _reduce(_core.ReduceOp.mean, x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
+    """Maximum over `axis` (an int, a tuple, or None for all)."""
+    return _reduce(_core.ReduceOp.max, x, axis, keepdims)
+
+
+def transpose(x, *, out=None):
+    """x [M, N]^T -> [N, M] (2-D, tiled through shared memory)."""
+    t, as_tensor = _tensor(x, "x", None, _FLOATS)
+    shape = tuple(reversed(t.shape)) if len(t.shape) == 2 else tuple(t.shape)
+    outputs = _Outputs(out, [("y", shape, np.dtype(t.dtype))])
+    return outputs.results([_core.transpose(t, outputs.tensor(0))], as_tensor)[0]
+
+
+def matmul(a, b, *, out=None):
+    """a [M, K] @ b [K, N] in float32 or float16 (float32 accumulation), tiled."""
+    ta, as_tensor = _tensor(a, "a", None, _FLOATS)
+    tb = b if isinstance(b, Tensor) else _tensor(b, "b", ta.device, _FLOATS)[0]
+    shape = (ta.shape[0], tb.shape[1]) if len(ta.shape) == 2 and len(tb.shape) == 2 else ()
+    outputs = _Outputs(out, [("c", shape, np.dtype(ta.dtype))])
+    return outputs.results([_core.matmul(ta, tb, outputs.tensor(0))], as_tensor)[0]
+
+
+def _weight(w, device):
+    return w if isinstance(w, Tensor) else Tensor.from_numpy(np.asarray(w, np.float32), device)
+
+
+def _rows_sum(t):
+    while len(t.shape) > 1:
+        t = _core.reduce(t, 0, _core.ReduceOp.sum)
+    return t
+
+
+def rms_norm_backward(grad_y, x, weight, eps=1e-6):
+    """(grad_x, grad_weight) of rms_norm(x, weight, eps) over the last axis."""
+    tx, as_tensor = _tensor(x, "x", None, _FLOATS)
+    tg = grad_y if isinstance(grad_y, Tensor) else _tensor(grad_y, "grad_y", tx.device, _FLOATS)[0]
+    r = _core.norm_backward(tg, tx, _weight(weight, tx.device), float(eps), False)
+    return _out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor)
+
+
+def layer_norm_backward(grad_y, x, gamma, eps=1e-5):
+    """(grad_x, grad_gamma, grad_beta) of layer_norm(x, gamma, beta, eps) over the last axis."""
+    tx, as_tensor = _tensor(x, "x", None, _FLOATS)
+    tg = grad_y if isinstance(grad_y, Tensor) else _tensor(grad_y, "grad_y", tx.device, _FLOATS)[0]
+    r = _core.norm_backward(tg, tx, _weight(gamma, tx.device), float(eps), True)
+    grad_beta = _rows_sum(tg)
+    return (_out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor),
+            _out(grad_beta, as_tensor))
+
