@@ -71,6 +71,22 @@ def main():
 
         def rms_backward():
             return torch.autograd.grad(out_r, tmr, tm, retain_graph=True)
+    rt = 256 if small else 4096  # rope over a 4096-token prefill's queries
+    rx = bg.Tensor.from_numpy(rng.standard_normal((rt, hq, hd), dtype=np.float32))
+    ry = device.empty((rt, hq, hd), np.float32)
+    rpos = np.arange(rt)
+    if torch is not None:
+        tl, tw2, tb2 = (t.clone().requires_grad_(True) for t in (tm, tw, tb))
+        out_l = F.layer_norm(tl, (k,), tw2, tb2, 1e-5)
+        trx = torch.randn(rt, hq, hd, device="cuda")
+        cos_, sin_ = (torch.from_numpy(t).cuda()[:, None, :] for t in bg.rope_tables(rpos, hd))
+
+        def layer_backward():
+            return torch.autograd.grad(out_l, [tl, tw2, tb2], tm, retain_graph=True)
+
+        def torch_rope():
+            a_, b_ = trx[..., : hd // 2], trx[..., hd // 2:]
+            return torch.cat([a_ * cos_ - b_ * sin_, a_ * sin_ + b_ * cos_], -1)
     cases = [
         ("add", (n,), 12 * n, lambda: bg.add(x, up, out=y), lambda: ta_ + tb_),
         ("attention decode", (1, ctx, hq, hkv, hd), 2 * ctx * hkv * hd * 4,
@@ -89,6 +105,11 @@ def main():
          lambda: ta_mm @ ta_mm),
         ("rms_norm backward", (rows, k), 16 * rows * k,
          lambda: bg.rms_norm_backward(m, m, w), lambda: rms_backward()),
+        ("softmax backward", (rows, k), 12 * rows * k, lambda: bg.softmax_backward(m, m, out=my),
+         lambda: torch._softmax_backward_data(tm, tm, -1, torch.float32)),
+        ("layer_norm backward", (rows, k), 16 * rows * k, lambda: bg.layer_norm_backward(m, m, w),
+         lambda: layer_backward()),
+        ("rope", (rt, hq, hd), 8 * rt * hq * hd, lambda: bg.rope(rx, rpos, out=ry), lambda: torch_rope()),
         ("relu", (n,), 8 * n, lambda: bg.relu(x, out=y), lambda: F.relu(tx)),
         ("gelu", (n,), 8 * n, lambda: bg.gelu(x, out=y), lambda: F.gelu(tx)),
         ("gelu tanh", (n,), 8 * n, lambda: bg.gelu(x, "tanh", out=y), lambda: F.gelu(tx, approximate="tanh")),

@@ -266,3 +266,31 @@ def test_norm_backward_against_finite_differences(device, rng, shape):
     for j in [0, shape[-1] - 1]:
         assert abs(gg[j] - numeric(lambda v: ref.layer_norm(x, v, b, 1e-5), w.astype(np.float64), j)) < 1e-3
         assert abs(gb[j] - numeric(lambda v: ref.layer_norm(x, w, v, 1e-5), b.astype(np.float64), j)) < 1e-3
+
+
+def test_reductions_into_out(device, rng):
+    x = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    out = np.full((5,), np.nan, np.float32)
+    assert bg.sum(x, axis=(0, 2), out=out) is out
+    np.testing.assert_allclose(out, x.astype(np.float64).sum(axis=(0, 2)), rtol=1e-5, atol=1e-6)
+    t = bg.Tensor.from_numpy(np.zeros((4, 6), np.float32))
+    assert bg.max(bg.Tensor.from_numpy(x), axis=1, out=t) is t
+    assert np.array_equal(t.numpy(), x.max(axis=1))
+    with pytest.raises(bg.ShapeError):
+        bg.mean(x, axis=0, out=np.empty((4, 6), np.float32))
+
+
+@pytest.mark.parametrize("shape,axis", [((1, 1), -1), ((3, 7), -1), ((2, 4100), -1), ((4, 3, 5), 1)])
+def test_softmax_backward(device, rng, shape, axis):
+    x = rng.standard_normal(shape).astype(np.float32) * 2
+    g = rng.standard_normal(shape).astype(np.float32)
+    s = ref.softmax(x, axis=axis)
+    expected = s * (g - (g * s).sum(axis=axis, keepdims=True))
+    got = bg.softmax_backward(g, x, axis=axis)
+    assert_close(got, expected, np.float32, elementwise=False)
+    h, index = 1e-3, (0,) * len(shape)
+    up, down = x.astype(np.float64), x.astype(np.float64)
+    up[index] += h
+    down[index] -= h
+    numeric = (g * (ref.softmax(up, axis) - ref.softmax(down, axis))).sum() / (2 * h)
+    assert abs(got[index] - numeric) < 1e-3

@@ -180,6 +180,32 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional
 
 namespace bitnet::ops {
 
+Tensor softmax_backward(const Tensor& grad_y, const Tensor& x, const std::optional<Tensor>& given) {
+  require_float(x, "x");
+  require_same(grad_y, "grad_y", x, "x");
+  if (x.shape().empty() || x.shape().back() == 0)
+    throw ShapeError("x: expected [..., K] with K > 0, got shape " + shape_text(x.shape()));
+  const int64_t k = x.shape().back();
+  const int64_t rows = static_cast<int64_t>(x.size()) / k;
+  const auto& device = x.device_ptr();
+  Tensor gx = output(device, given, x.shape(), x.dtype(), "grad_x", {&x, &grad_y});
+  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()), {{0, int64_t{5}}});
+  const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
+  Sequence sequence(device, Timing::off);
+  for (const RowRange& range : row_ranges(*device, static_cast<uint64_t>(rows), {row_bytes})) {
+    struct {
+      uint32_t rows, k;
+      float eps;
+    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), 0.0f};
+    const BufferBinding in = rows_of(x, range, row_bytes), g = rows_of(grad_y, range, row_bytes);
+    const BufferBinding result = rows_of(gx, range, row_bytes);
+    BufferBinding bindings[] = {in, in, in, in, result, result, g, result};
+    sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
+  }
+  sequence.run();
+  return gx;
+}
+
 NormGradients norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, float eps,
                             bool layer_norm) {
   require_float(x, "x");

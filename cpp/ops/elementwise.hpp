@@ -44,6 +44,8 @@ struct NormGradients {
   Tensor grad_x;           // x's shape and dtype
   Tensor grad_times_xhat;  // float32 [rows, K]: grad * xhat; summed over rows, the weight's gradient
 };
+// grad_x of softmax over the last axis: s (grad_y - sum(grad_y s)), s = softmax(x).
+Tensor softmax_backward(const Tensor& grad_y, const Tensor& x, const std::optional<Tensor>& out = {});
 // Backward of rms_norm (layer_norm = false) or layer_norm over the last axis.
 NormGradients norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, float eps,
                             bool layer_norm);

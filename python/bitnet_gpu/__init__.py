@@ -41,7 +41,7 @@ from .attention import KVCache, attention, rope, rope_tables
 from .ops import (  # noqa: F401 - activations, norms and softmax at the top level, like NumPy
     add, div, mul, sub, gelu, gelu_backward, layer_norm, leaky_relu, leaky_relu_backward, relu, relu2, relu2_backward,
     relu2_mul, relu_backward, relu_dropout, rms_norm, sigmoid, sigmoid_backward, silu,
-    silu_backward, silu_mul, softmax, swish, swish_backward, tanh, tanh_backward,
+    silu_backward, silu_mul, softmax, softmax_backward, swish, swish_backward, tanh, tanh_backward,
 )
 from .quantize import (
     BinaryWeights,

@@ -15,7 +15,8 @@ from .quantize import _Outputs, _tensor
 __all__ = [
     "add", "div", "mul", "sub", "gelu", "gelu_backward", "layer_norm", "leaky_relu", "leaky_relu_backward", "relu",
     "relu2", "relu2_backward", "relu2_mul", "relu_backward", "relu_dropout", "rms_norm",
-    "sigmoid", "sigmoid_backward", "silu", "silu_backward", "silu_mul", "softmax", "swish",
+    "sigmoid", "sigmoid_backward", "silu", "silu_backward", "silu_mul", "softmax",
+    "softmax_backward", "swish",
     "swish_backward", "tanh", "tanh_backward",
 ]
 
@@ -129,6 +130,23 @@ def _row(op, x, weight, bias, eps, out, axis=-1):
 def softmax(x, axis=-1, *, out=None):
     """exp(x - max) / sum(exp(x - max)) along `axis` (numerically stable, float32 sums)."""
     return _row(_core.RowOp.softmax, x, None, None, 0.0, out, axis)
+
+
+def softmax_backward(grad_y, x, axis=-1, *, out=None):
+    """grad_x of softmax(x) along `axis`: s (grad_y - sum(grad_y s)), s = softmax(x)."""
+    if axis not in (-1, None) and not isinstance(x, Tensor):
+        a = np.asarray(x)
+        axis = int(axis) % max(a.ndim, 1)
+        if axis != a.ndim - 1:
+            moved = softmax_backward(np.ascontiguousarray(np.moveaxis(np.asarray(grad_y), axis, -1)),
+                                     np.ascontiguousarray(np.moveaxis(a, axis, -1)))
+            result = np.ascontiguousarray(np.moveaxis(moved, -1, axis))
+            if out is None:
+                return result
+            _Outputs(out, [("grad_x", a.shape, a.dtype)])
+            out[...] = result
+            return out
+    return _call(lambda g, t, o: _core.softmax_backward(g, t, o), grad_y, "grad_y", out, (x, "x"))
 
 
 def rms_norm(x, weight, eps=1e-6, *, out=None):

@@ -18,7 +18,7 @@ __all__ = ["layer_norm_backward", "matmul", "max", "mean", "rms_norm_backward", 
 _FLOATS = (np.float32, np.float16)
 
 
-def _reduce(op, x, axis, keepdims):
+def _reduce(op, x, axis, keepdims, out=None):
     t, as_tensor = _tensor(x, "x", None, _FLOATS)
     ndim = len(t.shape)
     if axis is None:
@@ -31,9 +31,16 @@ def _reduce(op, x, axis, keepdims):
             if not -ndim <= a < ndim:
                 raise _core.ShapeError(f"axis {a} is out of bounds for shape {tuple(t.shape)}")
         axes = sorted({a % ndim for a in axes})
+    if keepdims and out is not None:
+        raise _core.UnsupportedError("out= with keepdims=True: pass one or the other")
+    final_shape = tuple(d for i, d in enumerate(t.shape) if i not in axes)
+    outputs = _Outputs(out, [("y", final_shape, np.dtype(t.dtype))])
     result = t
-    for a in reversed(axes):  # highest axis first, so the lower ones keep their numbers
-        result = _core.reduce(result, a, op)
+    for position, a in enumerate(reversed(axes)):  # highest axis first: lower ones keep their numbers
+        last = position == len(axes) - 1
+        result = _core.reduce(result, a, op, outputs.tensor(0) if last else None)
+    if out is not None:
+        return outputs.results([result], as_tensor)[0]
     if keepdims:
         if as_tensor:
             raise _core.UnsupportedError("keepdims=True is for NumPy inputs (Tensors have no reshape)")
@@ -42,19 +49,19 @@ def _reduce(op, x, axis, keepdims):
     return _out(result, as_tensor)
 
 
-def sum(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
+def sum(x, axis=None, keepdims=False, *, out=None):  # noqa: A001 - NumPy's name
     """Sum over `axis` (an int, a tuple, or None for all), float32 accumulation."""
-    return _reduce(_core.ReduceOp.sum, x, axis, keepdims)
+    return _reduce(_core.ReduceOp.sum, x, axis, keepdims, out)
 
 
-def mean(x, axis=None, keepdims=False):
+def mean(x, axis=None, keepdims=False, *, out=None):
     """Mean over `axis` (an int, a tuple, or None for all)."""
-    return _reduce(_core.ReduceOp.mean, x, axis, keepdims)
+    return _reduce(_core.ReduceOp.mean, x, axis, keepdims, out)
 
 
-def max(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
+def max(x, axis=None, keepdims=False, *, out=None):  # noqa: A001 - NumPy's name
     """Maximum over `axis` (an int, a tuple, or None for all)."""
-    return _reduce(_core.ReduceOp.max, x, axis, keepdims)
+    return _reduce(_core.ReduceOp.max, x, axis, keepdims, out)
 
 
 def transpose(x, *, out=None):

@@ -8,6 +8,7 @@
 //   OP 3 rms_norm backward, OP 4 layer_norm backward (xhat the normalized x, r = 1 / sqrt(...)):
 //        y = grad_x = r (gw - xhat mean(gw xhat))  or  r (gw - mean(gw) - xhat mean(gw xhat)),
 //        gw = grad * weight, and gxhat = grad * xhat per element (summed over rows for grad_weight)
+//   OP 5 softmax backward: y = grad_x = s (grad - sum(grad s)), s = softmax(x)
 // Rows with K % 4 == 0 and K <= 8192 are read once into registers; others are read per pass.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -101,6 +102,20 @@ void main() {
           for (uint e = 0; e < 4; ++e) r[e] = transform(v[c][e], 4 * i + e, a, b);
           y4[base / 4 + i] = ELEMENT4(r);
         }
+      }
+    } else if (OP == 5) {
+      float m = -3.402823466e38;
+      for (uint i = lane; i < p.k; i += 256) m = max(m, value_at(base, i));
+      a = row_max(m);
+      float s = 0.0;
+      for (uint i = lane; i < p.k; i += 256) s += exp(value_at(base, i) - a);
+      b = 1.0 / row_sum(s);
+      float dot_gs = 0.0;
+      for (uint i = lane; i < p.k; i += 256) dot_gs += float(grad[base + i]) * exp(value_at(base, i) - a) * b;
+      const float total = row_sum(dot_gs);
+      for (uint i = lane; i < p.k; i += 256) {
+        const float soft = exp(value_at(base, i) - a) * b;
+        y[base + i] = ELEMENT(soft * (float(grad[base + i]) - total));
       }
     } else if (OP >= 3) {
       const float k = float(p.k);
