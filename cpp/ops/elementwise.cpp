@@ -55,6 +55,40 @@ Tensor run_elementwise(const Tensor& x, const Tensor* other, Activation op, Mode
   return y;
 }
 
+// K, the last axis every row op works along (ShapeError for 0-d or empty rows).
+int64_t row_length(const Tensor& x) {
+  require_float(x, "x");
+  if (x.shape().empty() || x.shape().back() == 0)
+    throw ShapeError("x: expected [..., K] with K > 0, got shape " + shape_text(x.shape()));
+  return x.shape().back();
+}
+
+// shaders/ops/row_ops.comp's OP over x's rows, in chunks within the binding limit: y (the
+// result), and for the backward ops grad and gxhat (float32 [rows, K]).
+void run_rows(uint32_t op, const Tensor& x, const Tensor* grad, const Tensor* weight,
+              const Tensor* bias, float eps, const Tensor& y, const Tensor* gxhat) {
+  const int64_t k = x.shape().back();
+  const uint64_t rows = x.size() / static_cast<uint64_t>(k);
+  if (rows == 0) return;
+  const auto& device = x.device_ptr();
+  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()), {{0, int64_t{op}}});
+  const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
+  const uint64_t float_row = static_cast<uint64_t>(k) * 4;
+  Sequence sequence(device, Timing::off);
+  for (const RowRange& range : row_ranges(*device, rows, {row_bytes, gxhat ? float_row : 0})) {
+    struct {
+      uint32_t rows, k;
+      float eps;
+    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), eps};
+    const BufferBinding in = rows_of(x, range, row_bytes), result = rows_of(y, range, row_bytes);
+    BufferBinding bindings[] = {in, in, weight ? weight->binding() : in, bias ? bias->binding() : in,
+                                result, result, grad ? rows_of(*grad, range, row_bytes) : in,
+                                gxhat ? rows_of(*gxhat, range, float_row) : result};
+    sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
+  }
+  sequence.run();
+}
+
 }  // namespace
 
 Tensor activation(const Tensor& x, Activation op, float alpha, const std::optional<Tensor>& out) {
@@ -84,11 +118,7 @@ Tensor relu_dropout(const Tensor& x, double p, uint64_t seed, const std::optiona
 
 Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
               const std::optional<Tensor>& bias, float eps, const std::optional<Tensor>& out) {
-  require_float(x, "x");
-  if (x.shape().empty() || x.shape().back() == 0)
-    throw ShapeError("x: expected [..., K] with K > 0, got shape " + shape_text(x.shape()));
-  const int64_t k = x.shape().back();
-  const int64_t rows = static_cast<int64_t>(x.size()) / k;
+  const int64_t k = row_length(x);
   for (const auto& [t, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
     if (!*t) continue;
     if ((*t)->dtype() != DType::float32 || (*t)->shape() != std::vector<int64_t>{k})
@@ -100,24 +130,10 @@ Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
   if (op != RowOp::softmax && !weight) throw ArgumentError("weight: required");
   if (op == RowOp::layer_norm && !bias) throw ArgumentError("bias: required");
   if (!(eps >= 0.0f)) throw ArgumentError("eps: expected a non-negative number");
-  const auto& device = x.device_ptr();
-  Tensor y = output(device, out, x.shape(), x.dtype(), "y",
+  Tensor y = output(x.device_ptr(), out, x.shape(), x.dtype(), "y",
                     {&x, weight ? &*weight : nullptr, bias ? &*bias : nullptr});
-  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()),
-                                  {{0, int64_t{static_cast<uint32_t>(op)}}});
-  const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
-  Sequence sequence(device, Timing::off);
-  for (const RowRange& range : row_ranges(*device, static_cast<uint64_t>(rows), {row_bytes})) {
-    struct {
-      uint32_t rows, k;
-      float eps;
-    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), eps};
-    const BufferBinding in = rows_of(x, range, row_bytes), result = rows_of(y, range, row_bytes);
-    const BufferBinding w = weight ? weight->binding() : in, b = bias ? bias->binding() : in;
-    BufferBinding bindings[] = {in, in, w, b, result, result, in, result};  // 6, 7: backward only
-    sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
-  }
-  sequence.run();
+  run_rows(static_cast<uint32_t>(op), x, nullptr, weight ? &*weight : nullptr,
+           bias ? &*bias : nullptr, eps, y, nullptr);
   return y;
 }
 
@@ -181,63 +197,25 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional
 namespace bitnet::ops {
 
 Tensor softmax_backward(const Tensor& grad_y, const Tensor& x, const std::optional<Tensor>& given) {
-  require_float(x, "x");
+  row_length(x);
   require_same(grad_y, "grad_y", x, "x");
-  if (x.shape().empty() || x.shape().back() == 0)
-    throw ShapeError("x: expected [..., K] with K > 0, got shape " + shape_text(x.shape()));
-  const int64_t k = x.shape().back();
-  const int64_t rows = static_cast<int64_t>(x.size()) / k;
-  const auto& device = x.device_ptr();
-  Tensor gx = output(device, given, x.shape(), x.dtype(), "grad_x", {&x, &grad_y});
-  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()), {{0, int64_t{5}}});
-  const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
-  Sequence sequence(device, Timing::off);
-  for (const RowRange& range : row_ranges(*device, static_cast<uint64_t>(rows), {row_bytes})) {
-    struct {
-      uint32_t rows, k;
-      float eps;
-    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), 0.0f};
-    const BufferBinding in = rows_of(x, range, row_bytes), g = rows_of(grad_y, range, row_bytes);
-    const BufferBinding result = rows_of(gx, range, row_bytes);
-    BufferBinding bindings[] = {in, in, in, in, result, result, g, result};
-    sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
-  }
-  sequence.run();
+  Tensor gx = output(x.device_ptr(), given, x.shape(), x.dtype(), "grad_x", {&x, &grad_y});
+  run_rows(5, x, &grad_y, nullptr, nullptr, 0.0f, gx, nullptr);
   return gx;
 }
 
 NormGradients norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, float eps,
                             bool layer_norm) {
-  require_float(x, "x");
+  const int64_t k = row_length(x);
   require_same(grad_y, "grad_y", x, "x");
-  if (x.shape().empty() || x.shape().back() == 0)
-    throw ShapeError("x: expected [..., K] with K > 0, got shape " + shape_text(x.shape()));
-  const int64_t k = x.shape().back();
-  const int64_t rows = static_cast<int64_t>(x.size()) / k;
   if (weight.dtype() != DType::float32 || weight.shape() != std::vector<int64_t>{k})
     throw ShapeError("weight: expected float32 of shape (" + std::to_string(k) + ",), got " +
                      std::string(dtype_name(weight.dtype())) + " " + shape_text(weight.shape()));
   const auto& device = x.device_ptr();
   NormGradients result{Tensor::empty(device, x.shape(), x.dtype()),
-                       Tensor::empty(device, std::vector<int64_t>{rows, k}, DType::float32)};
-  if (rows == 0) return result;
-  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()),
-                                  {{0, int64_t{layer_norm ? 4 : 3}}});
-  const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
-  Sequence sequence(device, Timing::off);
-  for (const RowRange& range :
-       row_ranges(*device, static_cast<uint64_t>(rows), {row_bytes, static_cast<uint64_t>(k) * 4})) {
-    struct {
-      uint32_t rows, k;
-      float eps;
-    } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), eps};
-    const BufferBinding in = rows_of(x, range, row_bytes), g = rows_of(grad_y, range, row_bytes);
-    const BufferBinding gx = rows_of(result.grad_x, range, row_bytes);
-    const BufferBinding gxhat = rows_of(result.grad_times_xhat, range, static_cast<uint64_t>(k) * 4);
-    BufferBinding bindings[] = {in, in, weight.binding(), weight.binding(), gx, gx, g, gxhat};
-    sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
-  }
-  sequence.run();
+                       Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(x.size()) / k, k},
+                                     DType::float32)};
+  run_rows(layer_norm ? 4 : 3, x, &grad_y, &weight, nullptr, eps, result.grad_x, &result.grad_times_xhat);
   return result;
 }
 
