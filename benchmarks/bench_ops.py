@@ -30,6 +30,7 @@ def main():
     y = device.empty((n,), np.float32)
     m = bg.Tensor.from_numpy(rng.standard_normal((rows, k), dtype=np.float32))
     my = device.empty((rows, k), np.float32)
+    mg = bg.Tensor.from_numpy(rng.standard_normal((rows, k), dtype=np.float32))  # a separate gradient
     w = bg.Tensor.from_numpy(np.ones(k, np.float32))
     b = bg.Tensor.from_numpy(np.zeros(k, np.float32))
     results = {"device": device.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": [],
@@ -41,6 +42,7 @@ def main():
         del a, c
         tx, tup = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
         tm = torch.randn(rows, k, device="cuda")
+        tg = torch.randn(rows, k, device="cuda")
         tw, tb = torch.ones(k, device="cuda"), torch.zeros(k, device="cuda")
         F = torch.nn.functional
     # Decode attention over a 4096-token cache: 20 query heads, 5 KV heads, head dim 128.
@@ -70,7 +72,7 @@ def main():
         out_r = F.rms_norm(tmr, (k,), tw, 1e-6)
 
         def rms_backward():
-            return torch.autograd.grad(out_r, tmr, tm, retain_graph=True)
+            return torch.autograd.grad(out_r, tmr, tg, retain_graph=True)
     rt = 256 if small else 4096  # rope over a 4096-token prefill's queries
     rx = bg.Tensor.from_numpy(rng.standard_normal((rt, hq, hd), dtype=np.float32))
     ry = device.empty((rt, hq, hd), np.float32)
@@ -82,7 +84,7 @@ def main():
         cos_, sin_ = (torch.from_numpy(t).cuda()[:, None, :] for t in bg.rope_tables(rpos, hd))
 
         def layer_backward():
-            return torch.autograd.grad(out_l, [tl, tw2, tb2], tm, retain_graph=True)
+            return torch.autograd.grad(out_l, [tl, tw2, tb2], tg, retain_graph=True)
 
         def torch_rope():
             a_, b_ = trx[..., : hd // 2], trx[..., hd // 2:]
@@ -104,10 +106,10 @@ def main():
         ("matmul fp32 (TF32 off)", (mm, mm, mm), 12 * mm * mm, lambda: bg.matmul(ma, ma, out=mc),
          lambda: ta_mm @ ta_mm),
         ("rms_norm backward", (rows, k), 16 * rows * k,
-         lambda: bg.rms_norm_backward(m, m, w), lambda: rms_backward()),
-        ("softmax backward", (rows, k), 12 * rows * k, lambda: bg.softmax_backward(m, m, out=my),
-         lambda: torch._softmax_backward_data(tm, tm, -1, torch.float32)),
-        ("layer_norm backward", (rows, k), 16 * rows * k, lambda: bg.layer_norm_backward(m, m, w),
+         lambda: bg.rms_norm_backward(mg, m, w), lambda: rms_backward()),
+        ("softmax backward", (rows, k), 12 * rows * k, lambda: bg.softmax_backward(mg, m, out=my),
+         lambda: torch._softmax_backward_data(tg, tm, -1, torch.float32)),
+        ("layer_norm backward", (rows, k), 16 * rows * k, lambda: bg.layer_norm_backward(mg, m, w),
          lambda: layer_backward()),
         ("rope", (rt, hq, hd), 8 * rt * hq * hd, lambda: bg.rope(rx, rpos, out=ry), lambda: torch_rope()),
         ("relu", (n,), 8 * n, lambda: bg.relu(x, out=y), lambda: F.relu(tx)),
