@@ -240,15 +240,31 @@ Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Te
   const uint64_t limit = device->limits().maxStorageBufferRange;
   if (x.nbytes() > limit)
     throw UnsupportedError("x is over this device's maxStorageBufferRange of " + format_bytes(limit));
-  Kernel kernel = Kernel::builtin(device, float_variant("reduce", x.dtype()),
-                                  {{0, int64_t{static_cast<uint32_t>(op)}}, {1, inner == 1}});
-  struct {
-    uint32_t outer, count, inner;
-  } push{static_cast<uint32_t>(outer), static_cast<uint32_t>(count), static_cast<uint32_t>(inner)};
-  BufferBinding bindings[] = {x.binding(), y.binding()};
   Sequence sequence(device, Timing::off);
-  sequence.dispatch(kernel, {inner == 1 ? workgroups(*device, outer, 1) : workgroups(*device, outer * inner), 1, 1},
-                    bindings, push_bytes(push));
+  auto record = [&](const Tensor& from, const Tensor& to, int64_t o, int64_t c, int64_t in) {
+    Kernel kernel = Kernel::builtin(device, float_variant("reduce", x.dtype()),
+                                    {{0, int64_t{static_cast<uint32_t>(op)}}, {1, in == 1}});
+    struct {
+      uint32_t outer, count, inner;
+    } push{static_cast<uint32_t>(o), static_cast<uint32_t>(c), static_cast<uint32_t>(in)};
+    BufferBinding bindings[] = {from.binding(), to.binding()};
+    sequence.dispatch(kernel, {in == 1 ? workgroups(*device, o, 1) : workgroups(*device, o * in), 1, 1},
+                      bindings, push_bytes(push));
+  };
+  // Few outputs along a long strided axis (a weight gradient's sum over rows) would leave most of
+  // the GPU idle with one invocation per output: reduce chunks of the axis first, then the
+  // chunks' results (sums of sums, means of equal-sized means, maxima of maxima).
+  int64_t chunk = 0;
+  if (inner > 1 && outer * inner < 65536 && count >= 1024)
+    for (int64_t c = 256; c >= 16 && chunk == 0; --c)
+      if (count % c == 0) chunk = c;
+  if (chunk == 0 || x.dtype() == DType::float16) {  // float16 partial results would round
+    record(x, y, outer, count, inner);
+  } else {
+    Tensor partial = Tensor::empty(device, std::vector<int64_t>{outer, count / chunk, inner}, x.dtype());
+    record(x, partial, outer * (count / chunk), chunk, inner);
+    record(partial, y, outer, count / chunk, inner);
+  }
   sequence.run();
   return y;
 }
