@@ -81,3 +81,21 @@ def test_kv_cache_decode_equals_full_attention(device, rng):
         cache.append(0, k[:1], v[:1])
     cache.reset()
     assert cache.lengths == [0, 0]
+
+
+@pytest.mark.parametrize("split", ["0", "1"])
+@pytest.mark.parametrize("tq,l,hq,hkv,d,causal", [(1, 600, 20, 5, 128, True), (3, 1000, 4, 2, 33, True),
+                                                  (2, 257, 2, 1, 256, False), (1, 1, 1, 1, 8, True),
+                                                  (8, 4100, 2, 2, 16, True)])
+def test_split_key_attention_matches(device, rng, monkeypatch, split, tq, l, hq, hkv, d, causal):
+    """Decode attention with the keys split over workgroups and merged, against the reference."""
+    monkeypatch.setenv("BITNET_GPU_ATTENTION_SPLIT", split)
+    for dtype, tolerance in [(np.float32, 1e-5), (np.float16, 2e-3)]:
+        q, k, v = qkv(rng, tq, l, hq, hkv, d, dtype)
+        assert rel(bg.attention(q, k, v, causal), ref.attention(q, k, v, causal)) <= tolerance
+
+
+def test_split_setting_is_checked(device, rng, monkeypatch):
+    monkeypatch.setenv("BITNET_GPU_ATTENTION_SPLIT", "yes")
+    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_ATTENTION_SPLIT=yes"):
+        bg.attention(*qkv(rng, 1, 4, 2, 1, 8))

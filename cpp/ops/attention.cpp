@@ -1,6 +1,7 @@
 #include "ops/attention.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,22 @@
 #include "runtime/sequence.hpp"
 
 namespace bitnet::ops {
+namespace {
+
+constexpr int64_t kSplitKeys = 256;  // SPLIT in shaders/ops/attention_split.comp
+
+// A few queries over many keys (decode) split the keys over workgroups; BITNET_GPU_ATTENTION_SPLIT
+// = 0 or 1 overrides, for tests and tuning.
+bool use_split(int64_t tq, int64_t l) {
+  if (const char* text = std::getenv("BITNET_GPU_ATTENTION_SPLIT"); text && *text) {
+    if (std::string(text) != "0" && std::string(text) != "1")
+      throw ArgumentError("BITNET_GPU_ATTENTION_SPLIT=" + std::string(text) + ": expected 0 or 1");
+    return text[0] == '1' && l > 0;
+  }
+  return tq <= 8 && l >= 512;
+}
+
+}  // namespace
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                  std::optional<int64_t> kv_length, const std::optional<Tensor>& given) {
@@ -39,13 +56,40 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   const auto& device = q.device_ptr();
   Tensor out = output(device, given, q.shape(), q.dtype(), "out", {&q, &k, &v});
   if (tq == 0 || hq == 0) return out;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const auto& limits = device->limits();
+  if (use_split(tq, l)) {
+    // Decode: the keys split over many workgroups, then one pass merging the splits.
+    const int64_t splits = (l + kSplitKeys - 1) / kSplitKeys;
+    Tensor partial = Tensor::empty(device, std::vector<int64_t>{tq, hq, splits, d + 2}, DType::float32);
+    struct {
+      uint32_t tq, hq, hkv, d, l;
+      float scale;
+      uint32_t splits;
+    } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
+           static_cast<uint32_t>(d), static_cast<uint32_t>(l), scale, static_cast<uint32_t>(splits)};
+    if (static_cast<uint64_t>(splits) > limits.maxComputeWorkGroupCount[0] ||
+        static_cast<uint64_t>(hq) > limits.maxComputeWorkGroupCount[1] ||
+        static_cast<uint64_t>(tq) > limits.maxComputeWorkGroupCount[2])
+      throw UnsupportedError("attention of this size is over this device's workgroup-count limits");
+    BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), partial.binding()};
+    Sequence sequence(device, Timing::off);
+    for (bool combine : {false, true}) {
+      Kernel kernel = Kernel::builtin(device, float_variant("attention_split", q.dtype()),
+                                      {{0, causal}, {1, combine}});
+      sequence.dispatch(kernel, {combine ? 1u : static_cast<uint32_t>(splits), static_cast<uint32_t>(hq),
+                                 static_cast<uint32_t>(tq)},
+                        bindings, push_bytes(push));
+    }
+    sequence.run();
+    return out;
+  }
   Kernel kernel = Kernel::builtin(device, float_variant("attention", q.dtype()), {{0, causal}});
   struct {
     uint32_t tq, hq, hkv, d, l;
     float scale;
   } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
-         static_cast<uint32_t>(d), static_cast<uint32_t>(l), 1.0f / std::sqrt(static_cast<float>(d))};
-  const auto& limits = device->limits();
+         static_cast<uint32_t>(d), static_cast<uint32_t>(l), scale};
   if (static_cast<uint64_t>(tq) > limits.maxComputeWorkGroupCount[0] ||
       static_cast<uint64_t>(hq) > limits.maxComputeWorkGroupCount[1])
     throw UnsupportedError("attention over " + std::to_string(tq) + " queries x " + std::to_string(hq) +
