@@ -1,7 +1,6 @@
 #include "ops/attention.hpp"
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -19,11 +18,7 @@ constexpr int64_t kSplitKeys = 256;  // SPLIT in shaders/ops/attention_split.com
 // A few queries over many keys (decode) split the keys over workgroups; BITNET_GPU_ATTENTION_SPLIT
 // = 0 or 1 overrides, for tests and tuning.
 bool use_split(int64_t tq, int64_t l) {
-  if (const char* text = std::getenv("BITNET_GPU_ATTENTION_SPLIT"); text && *text) {
-    if (std::string(text) != "0" && std::string(text) != "1")
-      throw ArgumentError("BITNET_GPU_ATTENTION_SPLIT=" + std::string(text) + ": expected 0 or 1");
-    return text[0] == '1' && l > 0;
-  }
+  if (auto forced = environment_switch("BITNET_GPU_ATTENTION_SPLIT")) return *forced && l > 0;
   return tq <= 8 && l >= 512;
 }
 
@@ -32,12 +27,8 @@ bool use_split(int64_t tq, int64_t l) {
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                  std::optional<int64_t> kv_length, const std::optional<Tensor>& given) {
   require_float(q, "q");
-  for (const Tensor* t : {&k, &v}) {
-    if (t->dtype() != q.dtype())
-      throw DTypeError("q, k and v must have one dtype, got " + std::string(dtype_name(q.dtype())) +
-                       " and " + std::string(dtype_name(t->dtype())));
-    if (&t->device() != &q.device()) throw ArgumentError("q, k and v must live on one device");
-  }
+  require_same_kind(q, "q", k, "k");
+  require_same_kind(q, "q", v, "v");
   if (q.shape().size() != 3 || k.shape().size() != 3 || v.shape() != k.shape())
     throw ShapeError("expected q [TQ, HQ, D] and k, v [L, HKV, D], got q " + shape_text(q.shape()) +
                      ", k " + shape_text(k.shape()) + ", v " + shape_text(v.shape()));
@@ -57,7 +48,6 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   Tensor out = output(device, given, q.shape(), q.dtype(), "out", {&q, &k, &v});
   if (tq == 0 || hq == 0) return out;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const auto& limits = device->limits();
   if (use_split(tq, l)) {
     // Decode: the keys split over many workgroups, then one pass merging the splits.
     const int64_t splits = (l + kSplitKeys - 1) / kSplitKeys;
@@ -68,18 +58,16 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
       uint32_t splits;
     } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
            static_cast<uint32_t>(d), static_cast<uint32_t>(l), scale, static_cast<uint32_t>(splits)};
-    if (static_cast<uint64_t>(splits) > limits.maxComputeWorkGroupCount[0] ||
-        static_cast<uint64_t>(hq) > limits.maxComputeWorkGroupCount[1] ||
-        static_cast<uint64_t>(tq) > limits.maxComputeWorkGroupCount[2])
-      throw UnsupportedError("attention of this size is over this device's workgroup-count limits");
+    const auto grid = checked_grid(*device, {static_cast<uint64_t>(splits), static_cast<uint64_t>(hq),
+                                             static_cast<uint64_t>(tq)},
+                                   "attention over " + std::to_string(tq) + " queries x " +
+                                       std::to_string(hq) + " heads");
     BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), partial.binding()};
     Sequence sequence(device, Timing::off);
     for (bool combine : {false, true}) {
       Kernel kernel = Kernel::builtin(device, float_variant("attention_split", q.dtype()),
                                       {{0, causal}, {1, combine}});
-      sequence.dispatch(kernel, {combine ? 1u : static_cast<uint32_t>(splits), static_cast<uint32_t>(hq),
-                                 static_cast<uint32_t>(tq)},
-                        bindings, push_bytes(push));
+      sequence.dispatch(kernel, {combine ? 1u : grid[0], grid[1], grid[2]}, bindings, push_bytes(push));
     }
     sequence.run();
     return out;
@@ -90,14 +78,12 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
     float scale;
   } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
          static_cast<uint32_t>(d), static_cast<uint32_t>(l), scale};
-  if (static_cast<uint64_t>(tq) > limits.maxComputeWorkGroupCount[0] ||
-      static_cast<uint64_t>(hq) > limits.maxComputeWorkGroupCount[1])
-    throw UnsupportedError("attention over " + std::to_string(tq) + " queries x " + std::to_string(hq) +
-                           " heads is over this device's workgroup-count limits");
+  const auto grid = checked_grid(*device, {static_cast<uint64_t>(tq), static_cast<uint64_t>(hq), 1},
+                                 "attention over " + std::to_string(tq) + " queries x " +
+                                     std::to_string(hq) + " heads");
   BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding()};
   Sequence sequence(device, Timing::off);
-  sequence.dispatch(kernel, {static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), 1}, bindings,
-                    push_bytes(push));
+  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
   sequence.run();
   return out;
 }

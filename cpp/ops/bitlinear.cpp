@@ -79,28 +79,37 @@ struct TiledOutputs {
   std::optional<Tensor> y, accumulators;
 };
 
-void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m, int64_t n,
-                  int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
-                  const std::optional<Tensor>& bias, const TiledOutputs& out, bool hardware) {
-  const auto& device = b.device_ptr();
-  Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_tiled", hardware),
-                                  {{0, ternary}, {1, bias.has_value()}, {2, out.y.has_value()},
-                                   {3, out.accumulators.has_value()}});
+// The bindings the tiled and the cooperative-matrix kernels share after their weight bindings
+// (activations, scales, gamma, bias, y, accumulators), and their dispatch over tile_m x tile_n
+// output tiles.
+void dispatch_tiles(Sequence& sequence, const Kernel& kernel, std::vector<BufferBinding> bindings,
+                    const PreparedRows& a, bool with_row_sums, int64_t m, int64_t n, int64_t k,
+                    uint32_t tile_m, uint32_t tile_n, const Tensor& scales, const Tensor& gamma,
+                    const std::optional<Tensor>& bias, const TiledOutputs& out) {
   const Tensor& any = out.y ? *out.y : *out.accumulators;
+  bindings.push_back(a.values.binding());
+  if (with_row_sums) bindings.push_back(a.row_sums.binding());
+  for (const Tensor* t : {&scales, &gamma, bias ? &*bias : &gamma, out.y ? &*out.y : &any,
+                          out.accumulators ? &*out.accumulators : &any})
+    bindings.push_back(t->binding());
   struct {
     uint32_t m, n, blocks;
   } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(padded(k) / 16)};
-  BufferBinding bindings[] = {b.binding(), a.values.binding(), a.row_sums.binding(),
-                              scales.binding(), gamma.binding(), (bias ? *bias : gamma).binding(),
-                              (out.y ? *out.y : any).binding(),
-                              (out.accumulators ? *out.accumulators : any).binding()};
-  const uint64_t tiles_n = (n + kTile - 1) / kTile, tiles_m = (m + kTile - 1) / kTile;
-  const auto& limits = device->limits();
-  if (tiles_n > limits.maxComputeWorkGroupCount[0] || tiles_m > limits.maxComputeWorkGroupCount[1])
-    throw UnsupportedError("matrix of " + std::to_string(m) + " x " + std::to_string(n) +
-                           " is over this device's workgroup-count limits");
-  sequence.dispatch(kernel, {static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m), 1},
-                    bindings, push_bytes(push));
+  const auto grid = checked_grid(*kernel.device(),
+                                 {static_cast<uint64_t>((n + tile_n - 1) / tile_n),
+                                  static_cast<uint64_t>((m + tile_m - 1) / tile_m), 1},
+                                 "matrix of " + std::to_string(m) + " x " + std::to_string(n));
+  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+}
+
+void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m, int64_t n,
+                  int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
+                  const std::optional<Tensor>& bias, const TiledOutputs& out, bool hardware) {
+  Kernel kernel = Kernel::builtin(b.device_ptr(), dot_variant("bitlinear_tiled", hardware),
+                                  {{0, ternary}, {1, bias.has_value()}, {2, out.y.has_value()},
+                                   {3, out.accumulators.has_value()}});
+  dispatch_tiles(sequence, kernel, {b.binding()}, a, true, m, n, k, kTile, kTile, scales, gamma,
+                 bias, out);
 }
 
 // Output rows a matvec subgroup computes together (its accumulators are M x rows registers) and
@@ -160,21 +169,8 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
                                   {{0, ternary}, {1, bias.has_value()}, {2, out.y.has_value()},
                                    {3, out.accumulators.has_value()}, {4, int64_t{tile_m}},
                                    {5, int64_t{tile_n}}, {6, int64_t{blocks}}});
-  const Tensor& any = out.y ? *out.y : *out.accumulators;
-  struct {
-    uint32_t m, n, blocks;
-  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(padded(k) / 16)};
-  BufferBinding bindings[] = {b.binding(), b.binding(), a.values.binding(), scales.binding(),
-                              gamma.binding(), (bias ? *bias : gamma).binding(),
-                              (out.y ? *out.y : any).binding(),
-                              (out.accumulators ? *out.accumulators : any).binding()};
-  const uint64_t tiles_n = (n + tile_n - 1) / tile_n, tiles_m = (m + tile_m - 1) / tile_m;
-  const auto& limits = device->limits();
-  if (tiles_n > limits.maxComputeWorkGroupCount[0] || tiles_m > limits.maxComputeWorkGroupCount[1])
-    throw UnsupportedError("matrix of " + std::to_string(m) + " x " + std::to_string(n) +
-                           " is over this device's workgroup-count limits");
-  sequence.dispatch(kernel, {static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m), 1},
-                    bindings, push_bytes(push));
+  dispatch_tiles(sequence, kernel, {b.binding(), b.binding()}, a, false, m, n, k, tile_m, tile_n,
+                 scales, gamma, bias, out);
 }
 
 void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
@@ -192,14 +188,9 @@ void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
 // row leaves the GPU idle. BITNET_GPU_PREPARE_SPLIT=0 or 1 overrides, for tuning.
 bool split_prepare(int64_t m, int64_t k, BitLinearAlgorithm algorithm) {
   if (k % 4 != 0 || k > int64_t{1} << 30) return false;
+  if (auto forced = environment_switch("BITNET_GPU_PREPARE_SPLIT")) return *forced;
   // Measured on the H100: a gain from K = 16384 (46 -> 41 us), a loss of about 1 us below.
-  const uint32_t fallback = algorithm == BitLinearAlgorithm::matvec && k >= 12288 ? 1 : 0;
-  if (const char* text = std::getenv("BITNET_GPU_PREPARE_SPLIT"); text && *text) {
-    if (std::string(text) != "0" && std::string(text) != "1")
-      throw ArgumentError("BITNET_GPU_PREPARE_SPLIT=" + std::string(text) + ": expected 0 or 1");
-    return text[0] == '1';
-  }
-  return fallback == 1;
+  return algorithm == BitLinearAlgorithm::matvec && k >= 12288;
 }
 
 // x [m, k] to interleaved int8 rows, their sums and their scales (bitlinear_prepare*.comp).
@@ -258,16 +249,12 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
   out_shape.push_back(n);
   if (out_accumulators && !with_accumulators)
     throw ArgumentError("out: an accumulator target needs return_accumulator=True");
-  const Tensor* inputs[] = {&x, &w.packed, &w.scales, bias ? &*bias : nullptr};
-  BitLinearResult result{
-      output(device, out_y, out_shape, DType::float32, "y", {inputs[0], inputs[1], inputs[2], inputs[3]}),
-      std::nullopt};
-  if (with_accumulators) {
-    result.accumulators = output(device, out_accumulators, out_shape, DType::int32, "accumulators",
-                                 {inputs[0], inputs[1], inputs[2], inputs[3]});
-    if (result.accumulators->allocation() == result.y.allocation())
-      throw ArgumentError("out: y and the accumulators must be separate tensors");
-  }
+  const std::initializer_list<const Tensor*> inputs{&x, &w.packed, &w.scales, bias ? &*bias : nullptr};
+  // y and the accumulators differ in dtype, so two targets can never be one tensor.
+  BitLinearResult result{output(device, out_y, out_shape, DType::float32, "y", inputs), std::nullopt};
+  if (with_accumulators)
+    result.accumulators =
+        output(device, out_accumulators, out_shape, DType::int32, "accumulators", inputs);
   if (m == 0) return result;
   if (algorithm == BitLinearAlgorithm::automatic && m <= kMatvecMaxRows)
     algorithm = BitLinearAlgorithm::matvec;
@@ -300,10 +287,9 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
     BufferBinding bindings[] = {w.packed.binding(), w.packed.binding(), prepared.values.binding(),
                                 prepared.row_sums.binding(), scales.binding(), w.scales.binding(),
                                 (bias ? *bias : w.scales).binding(), result.y.binding(), acc.binding()};
-    const uint64_t groups = (n + rows_per_group - 1) / rows_per_group;
-    if (groups > device->limits().maxComputeWorkGroupCount[0])
-      throw UnsupportedError("N = " + std::to_string(n) + " is over this device's workgroup-count limit");
-    sequence.dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings, push_bytes(push));
+    const auto grid = checked_grid(*device, {(static_cast<uint64_t>(n) + rows_per_group - 1) / rows_per_group, 1, 1},
+                                   "N = " + std::to_string(n));
+    sequence.dispatch(kernel, grid, bindings, push_bytes(push));
   } else {
     record_matmul(algorithm, sequence, w.packed, prepared, m, n, k, true, scales, w.scales, bias,
                   {result.y, result.accumulators}, hardware);

@@ -1,6 +1,7 @@
 #include "ops/dispatch.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 
@@ -43,6 +44,26 @@ uint32_t workgroups(const Device& device, uint64_t invocations, uint32_t local_s
       std::clamp<uint64_t>(needed, 1, device.limits().maxComputeWorkGroupCount[0]));
 }
 
+std::array<uint32_t, 3> checked_grid(const Device& device, std::array<uint64_t, 3> groups,
+                                     const std::string& what) {
+  std::array<uint32_t, 3> grid{};
+  for (int axis = 0; axis < 3; ++axis) {
+    if (groups[axis] > device.limits().maxComputeWorkGroupCount[axis])
+      throw UnsupportedError(what + " is over this device's workgroup-count limits");
+    grid[axis] = static_cast<uint32_t>(groups[axis]);
+  }
+  return grid;
+}
+
+std::optional<bool> environment_switch(const char* name) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return std::nullopt;
+  const std::string value(text);
+  if (value != "0" && value != "1")
+    throw ArgumentError(std::string(name) + "=" + value + ": expected 0 or 1");
+  return value == "1";
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "(";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
@@ -72,6 +93,14 @@ Tensor output(const std::shared_ptr<Device>& device, const std::optional<Tensor>
     if (input && input->allocation() == given->allocation())
       throw ArgumentError(label + ": shares memory with an input; pass a separate tensor");
   return *given;
+}
+
+void require_same_kind(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
+  if (a.dtype() != b.dtype())
+    throw DTypeError(std::string(a_name) + " and " + b_name + " must have one dtype, got " +
+                     std::string(dtype_name(a.dtype())) + " and " + std::string(dtype_name(b.dtype())));
+  if (&a.device() != &b.device())
+    throw ArgumentError(std::string(a_name) + " and " + b_name + " must live on one device");
 }
 
 std::string float_variant(const char* base, DType dtype) {

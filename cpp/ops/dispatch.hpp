@@ -1,4 +1,5 @@
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -38,11 +39,23 @@ BufferBinding rows_of(const Tensor& tensor, const RowRange& range, uint64_t row_
 // kernels loop grid-stride over what is left).
 uint32_t workgroups(const Device& device, uint64_t invocations, uint32_t local_size = 256);
 
+// A dispatch grid from 64-bit workgroup counts; UnsupportedError "<what> is over this device's
+// workgroup-count limits" where one is over maxComputeWorkGroupCount (rather than letting the
+// conversion to 32 bits wrap it).
+std::array<uint32_t, 3> checked_grid(const Device& device, std::array<uint64_t, 3> groups,
+                                     const std::string& what);
+
+// A tuning switch from the environment: nullopt when unset, else "0" or "1" (ArgumentError
+// otherwise).
+std::optional<bool> environment_switch(const char* name);
+
 // "(2, 3)", "(4,)": shapes in error messages, as NumPy prints them.
 std::string shape_text(const std::vector<int64_t>& shape);
 
 // DTypeError unless `t` is float32 or float16.
 void require_float(const Tensor& t, const char* name);
+// DTypeError unless a and b have one dtype, ArgumentError unless they live on one device.
+void require_same_kind(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name);
 
 // The tensor an op writes: `given` (an `out=` argument) once checked against the device, dtype
 // and shape the op produces and for sharing memory with any of `inputs`; else a new tensor.

@@ -18,11 +18,16 @@ void require_same(const Tensor& a, const char* a_name, const Tensor& b, const ch
   if (a.shape() != b.shape())
     throw ShapeError(std::string(a_name) + " of shape " + shape_text(a.shape()) + " and " + b_name +
                      " of shape " + shape_text(b.shape()) + " must have one shape");
-  if (a.dtype() != b.dtype())
-    throw DTypeError(std::string(a_name) + " and " + b_name + " must have one dtype, got " +
-                     std::string(dtype_name(a.dtype())) + " and " + std::string(dtype_name(b.dtype())));
-  if (&a.device() != &b.device())
-    throw ArgumentError(std::string(a_name) + " and " + b_name + " must live on one device");
+  require_same_kind(a, a_name, b, b_name);
+}
+
+// A float32 [K] vector (a norm's weight or bias) for rows of x [..., K], on x's device.
+void require_row_vector(const Tensor& t, const char* name, int64_t k, const Tensor& x) {
+  if (t.dtype() != DType::float32 || t.shape() != std::vector<int64_t>{k})
+    throw ShapeError(std::string(name) + ": expected float32 of shape (" + std::to_string(k) +
+                     ",) for x of shape " + shape_text(x.shape()) + ", got " +
+                     std::string(dtype_name(t.dtype())) + " " + shape_text(t.shape()));
+  if (&t.device() != &x.device()) throw ArgumentError(std::string(name) + ": on another device");
 }
 
 Tensor run_elementwise(const Tensor& x, const Tensor* other, Activation op, Mode mode, float alpha,
@@ -97,14 +102,12 @@ Tensor activation(const Tensor& x, Activation op, float alpha, const std::option
 
 Tensor activation_backward(const Tensor& grad_y, const Tensor& x, Activation op, float alpha,
                            const std::optional<Tensor>& out) {
-  require_float(x, "x");
   require_same(grad_y, "grad_y", x, "x");
   return run_elementwise(x, &grad_y, op, backward, alpha, 0.0f, 0, out, "grad_x");
 }
 
 Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation op,
                         const std::optional<Tensor>& out) {
-  require_float(gate, "gate");
   require_same(gate, "gate", up, "up");
   return run_elementwise(gate, &up, op, Mode::gate, 0.0f, 0.0f, 0, out, "y");
 }
@@ -119,14 +122,8 @@ Tensor relu_dropout(const Tensor& x, double p, uint64_t seed, const std::optiona
 Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
               const std::optional<Tensor>& bias, float eps, const std::optional<Tensor>& out) {
   const int64_t k = row_length(x);
-  for (const auto& [t, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
-    if (!*t) continue;
-    if ((*t)->dtype() != DType::float32 || (*t)->shape() != std::vector<int64_t>{k})
-      throw ShapeError(std::string(name) + ": expected float32 of shape (" + std::to_string(k) +
-                       ",) for x of shape " + shape_text(x.shape()) + ", got " +
-                       std::string(dtype_name((*t)->dtype())) + " " + shape_text((*t)->shape()));
-    if (&(*t)->device() != &x.device()) throw ArgumentError(std::string(name) + ": on another device");
-  }
+  if (weight) require_row_vector(*weight, "weight", k, x);
+  if (bias) require_row_vector(*bias, "bias", k, x);
   if (op != RowOp::softmax && !weight) throw ArgumentError("weight: required");
   if (op == RowOp::layer_norm && !bias) throw ArgumentError("bias: required");
   if (!(eps >= 0.0f)) throw ArgumentError("eps: expected a non-negative number");
@@ -137,17 +134,10 @@ Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
   return y;
 }
 
-}  // namespace bitnet::ops
-
-namespace bitnet::ops {
 
 Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional<Tensor>& given) {
   require_float(a, "a");
-  require_float(b, "b");
-  if (a.dtype() != b.dtype())
-    throw DTypeError("a and b must have one dtype, got " + std::string(dtype_name(a.dtype())) +
-                     " and " + std::string(dtype_name(b.dtype())));
-  if (&a.device() != &b.device()) throw ArgumentError("a and b must live on one device");
+  require_same_kind(a, "a", b, "b");
   const size_t ndim = std::max(a.shape().size(), b.shape().size());
   if (ndim > 6) throw UnsupportedError("broadcasting over more than 6 axes");
   std::vector<int64_t> shape(ndim), sa(ndim, 1), sb(ndim, 1);
@@ -177,10 +167,6 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional
     stride_a *= static_cast<uint64_t>(sa[i]);
     stride_b *= static_cast<uint64_t>(sb[i]);
   }
-  const uint64_t limit = device->limits().maxStorageBufferRange;
-  if (a.nbytes() > limit || b.nbytes() > limit || y.nbytes() > limit)
-    throw UnsupportedError("a tensor of this op is over this device's maxStorageBufferRange of " +
-                           format_bytes(limit));
   Kernel kernel = Kernel::builtin(device, float_variant("binary", a.dtype()),
                                   {{0, int64_t{static_cast<uint32_t>(op)}}, {1, same}});
   BufferBinding bindings[] = {a.binding(), a.binding(), b.binding(), b.binding(), y.binding(),
@@ -192,9 +178,6 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional
   return y;
 }
 
-}  // namespace bitnet::ops
-
-namespace bitnet::ops {
 
 Tensor softmax_backward(const Tensor& grad_y, const Tensor& x, const std::optional<Tensor>& given) {
   row_length(x);
@@ -208,9 +191,7 @@ NormGradients norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor&
                             bool layer_norm) {
   const int64_t k = row_length(x);
   require_same(grad_y, "grad_y", x, "x");
-  if (weight.dtype() != DType::float32 || weight.shape() != std::vector<int64_t>{k})
-    throw ShapeError("weight: expected float32 of shape (" + std::to_string(k) + ",), got " +
-                     std::string(dtype_name(weight.dtype())) + " " + shape_text(weight.shape()));
+  require_row_vector(weight, "weight", k, x);
   const auto& device = x.device_ptr();
   NormGradients result{Tensor::empty(device, x.shape(), x.dtype()),
                        Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(x.size()) / k, k},
@@ -237,9 +218,6 @@ Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Te
   const auto& device = x.device_ptr();
   Tensor y = output(device, given, shape, x.dtype(), "y", {&x});
   if (y.size() == 0) return y;
-  const uint64_t limit = device->limits().maxStorageBufferRange;
-  if (x.nbytes() > limit)
-    throw UnsupportedError("x is over this device's maxStorageBufferRange of " + format_bytes(limit));
   Sequence sequence(device, Timing::off);
   auto record = [&](const Tensor& from, const Tensor& to, int64_t o, int64_t c, int64_t in) {
     Kernel kernel = Kernel::builtin(device, float_variant("reduce", x.dtype()),
@@ -276,48 +254,40 @@ Tensor transpose(const Tensor& x, const std::optional<Tensor>& given) {
   const auto& device = x.device_ptr();
   Tensor y = output(device, given, {cols, rows}, x.dtype(), "y", {&x});
   if (y.size() == 0) return y;
-  const uint64_t groups_x = (cols + 31) / 32, groups_y = (rows + 31) / 32;
-  if (groups_x > device->limits().maxComputeWorkGroupCount[0] ||
-      groups_y > device->limits().maxComputeWorkGroupCount[1])
-    throw UnsupportedError("matrix of shape " + shape_text(x.shape()) + " is over this device's workgroup-count limits");
+  const auto grid = checked_grid(*device, {static_cast<uint64_t>(cols + 31) / 32,
+                                           static_cast<uint64_t>(rows + 31) / 32, 1},
+                                 "matrix of shape " + shape_text(x.shape()));
   Kernel kernel = Kernel::builtin(device, float_variant("transpose", x.dtype()));
   struct {
     uint32_t rows, cols;
   } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(cols)};
   BufferBinding bindings[] = {x.binding(), y.binding()};
   Sequence sequence(device, Timing::off);
-  sequence.dispatch(kernel, {static_cast<uint32_t>(groups_x), static_cast<uint32_t>(groups_y), 1},
-                    bindings, push_bytes(push));
+  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
   sequence.run();
   return y;
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, const std::optional<Tensor>& given) {
   require_float(a, "a");
-  if (a.dtype() != b.dtype())
-    throw DTypeError("a and b must have one dtype, got " + std::string(dtype_name(a.dtype())) +
-                     " and " + std::string(dtype_name(b.dtype())));
+  require_same_kind(a, "a", b, "b");
   if (a.shape().size() != 2 || b.shape().size() != 2 || a.shape()[1] != b.shape()[0])
     throw ShapeError("cannot multiply shapes " + shape_text(a.shape()) + " and " + shape_text(b.shape()) +
                      ": expected [M, K] and [K, N]");
-  if (&a.device() != &b.device()) throw ArgumentError("a and b must live on one device");
   const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
   const auto& device = a.device_ptr();
   Tensor c = output(device, given, {m, n}, a.dtype(), "c", {&a, &b});
   if (c.size() == 0) return c;
-  const uint64_t groups_x = (n + 63) / 64, groups_y = (m + 63) / 64;
-  if (groups_x > device->limits().maxComputeWorkGroupCount[0] ||
-      groups_y > device->limits().maxComputeWorkGroupCount[1])
-    throw UnsupportedError("product of shape (" + std::to_string(m) + ", " + std::to_string(n) +
-                           ") is over this device's workgroup-count limits");
+  const auto grid = checked_grid(*device, {static_cast<uint64_t>(n + 63) / 64,
+                                           static_cast<uint64_t>(m + 63) / 64, 1},
+                                 "product of shape (" + std::to_string(m) + ", " + std::to_string(n) + ")");
   Kernel kernel = Kernel::builtin(device, float_variant("matmul", a.dtype()));
   struct {
     uint32_t m, n, k;
   } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k)};
   BufferBinding bindings[] = {a.binding(), b.binding(), c.binding()};
   Sequence sequence(device, Timing::off);
-  sequence.dispatch(kernel, {static_cast<uint32_t>(groups_x), static_cast<uint32_t>(groups_y), 1},
-                    bindings, push_bytes(push));
+  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
   sequence.run();
   return c;
 }

@@ -27,18 +27,12 @@ enum class RowOp : uint32_t { softmax, rms_norm, layer_norm };
 Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
               const std::optional<Tensor>& bias, float eps, const std::optional<Tensor>& out = {});
 
-}  // namespace bitnet::ops
-
-namespace bitnet::ops {
 
 enum class BinaryOp : uint32_t { add, sub, mul, div };
 // y = a OP b with NumPy broadcasting (up to 6 axes); a and b of one float dtype. ShapeError names
 // both shapes when they do not broadcast.
 Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional<Tensor>& out = {});
 
-}  // namespace bitnet::ops
-
-namespace bitnet::ops {
 
 struct NormGradients {
   Tensor grad_x;           // x's shape and dtype
