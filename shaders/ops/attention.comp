@@ -12,6 +12,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
 #include "ops_common.glsl"
+#include "group_reduce.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool CAUSAL = true;
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
@@ -23,27 +24,6 @@ layout(push_constant) uniform Push { uint tq; uint hq; uint hkv; uint d; uint l;
 const uint CHUNK = 2048;
 shared float s_q[256];
 shared float s_p[CHUNK];
-shared float s_partial[256];
-
-float group_max(float v) {
-  v = subgroupMax(v);
-  if (subgroupElect()) s_partial[gl_SubgroupID] = v;
-  barrier();
-  float r = s_partial[0];
-  for (uint s = 1; s < gl_NumSubgroups; ++s) r = max(r, s_partial[s]);
-  barrier();
-  return r;
-}
-
-float group_sum(float v) {
-  v = subgroupAdd(v);
-  if (subgroupElect()) s_partial[gl_SubgroupID] = v;
-  barrier();
-  float r = 0.0;
-  for (uint s = 0; s < gl_NumSubgroups; ++s) r += s_partial[s];
-  barrier();
-  return r;
-}
 
 void main() {
   const uint lane = gl_LocalInvocationID.x;

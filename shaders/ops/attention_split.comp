@@ -11,6 +11,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
 #include "ops_common.glsl"
+#include "group_reduce.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool CAUSAL = true;
 layout(constant_id = 1) const bool COMBINE = false;
@@ -27,27 +28,6 @@ const uint SPLIT = 256;
 const float LOWEST = -3.402823466e38;
 shared float s_q[256];
 shared float s_p[SPLIT];
-shared float s_partial[256];
-
-float group_max(float value) {
-  value = subgroupMax(value);
-  if (subgroupElect()) s_partial[gl_SubgroupID] = value;
-  barrier();
-  float r = s_partial[0];
-  for (uint s = 1; s < gl_NumSubgroups; ++s) r = max(r, s_partial[s]);
-  barrier();
-  return r;
-}
-
-float group_sum(float value) {
-  value = subgroupAdd(value);
-  if (subgroupElect()) s_partial[gl_SubgroupID] = value;
-  barrier();
-  float r = 0.0;
-  for (uint s = 0; s < gl_NumSubgroups; ++s) r += s_partial[s];
-  barrier();
-  return r;
-}
 
 void main() {
   const uint lane = gl_LocalInvocationID.x;

@@ -15,6 +15,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
 #include "ops_common.glsl"
+#include "group_reduce.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0;
 layout(std430, binding = 0) readonly buffer X { ELEMENT x[]; };
@@ -28,27 +29,6 @@ layout(std430, binding = 7) writeonly buffer GradXhat { float gxhat[]; };    // 
 layout(push_constant) uniform Push { uint rows; uint k; float eps; } p;
 
 const uint CACHED = 8;  // vectors a lane holds: rows up to 8 * 256 * 4 = 8192 values
-shared float s_partial[256];
-
-float row_sum(float v) {
-  v = subgroupAdd(v);
-  if (subgroupElect()) s_partial[gl_SubgroupID] = v;
-  barrier();
-  float total = 0.0;
-  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_partial[s];  // one fixed order
-  barrier();
-  return total;
-}
-
-float row_max(float v) {
-  v = subgroupMax(v);
-  if (subgroupElect()) s_partial[gl_SubgroupID] = v;
-  barrier();
-  float result = s_partial[0];
-  for (uint s = 1; s < gl_NumSubgroups; ++s) result = max(result, s_partial[s]);
-  barrier();
-  return result;
-}
 
 // The statistics a row needs: (a, b) = (max, 1 / sum exp) for softmax, (1 / rms, 0) for
 // rms_norm, (mean, 1 / std) for layer_norm. The pass functions read value i of the row.
@@ -77,23 +57,23 @@ void main() {
         float m = -3.402823466e38;
         [[unroll]] for (uint c = 0; c < CACHED; ++c)
           if (lane + c * 256 < vectors) m = max(m, max(max(v[c].x, v[c].y), max(v[c].z, v[c].w)));
-        a = row_max(m);
+        a = group_max(m);
         float s = 0.0;
         [[unroll]] for (uint c = 0; c < CACHED; ++c)
           if (lane + c * 256 < vectors) { const vec4 e = exp(v[c] - a); s += (e.x + e.y) + (e.z + e.w); }
-        b = 1.0 / row_sum(s);
+        b = 1.0 / group_sum(s);
       } else if (OP == 1) {
         float s = 0.0;
         [[unroll]] for (uint c = 0; c < CACHED; ++c) s += dot(v[c], v[c]);
-        a = 1.0 / sqrt(row_sum(s) / float(p.k) + p.eps);
+        a = 1.0 / sqrt(group_sum(s) / float(p.k) + p.eps);
       } else {
         float s = 0.0;
         [[unroll]] for (uint c = 0; c < CACHED; ++c) s += (v[c].x + v[c].y) + (v[c].z + v[c].w);
-        a = row_sum(s) / float(p.k);
+        a = group_sum(s) / float(p.k);
         float q = 0.0;
         [[unroll]] for (uint c = 0; c < CACHED; ++c)
           if (lane + c * 256 < vectors) { const vec4 d = v[c] - a; q += dot(d, d); }
-        b = 1.0 / sqrt(row_sum(q) / float(p.k) + p.eps);
+        b = 1.0 / sqrt(group_sum(q) / float(p.k) + p.eps);
       }
       [[unroll]] for (uint c = 0; c < CACHED; ++c) {
         const uint i = lane + c * 256;
@@ -106,13 +86,13 @@ void main() {
     } else if (OP == 5) {
       float m = -3.402823466e38;
       for (uint i = lane; i < p.k; i += 256) m = max(m, value_at(base, i));
-      a = row_max(m);
+      a = group_max(m);
       float s = 0.0;
       for (uint i = lane; i < p.k; i += 256) s += exp(value_at(base, i) - a);
-      b = 1.0 / row_sum(s);
+      b = 1.0 / group_sum(s);
       float dot_gs = 0.0;
       for (uint i = lane; i < p.k; i += 256) dot_gs += float(grad[base + i]) * exp(value_at(base, i) - a) * b;
-      const float total = row_sum(dot_gs);
+      const float total = group_sum(dot_gs);
       for (uint i = lane; i < p.k; i += 256) {
         const float soft = exp(value_at(base, i) - a) * b;
         y[base + i] = ELEMENT(soft * (float(grad[base + i]) - total));
@@ -123,19 +103,19 @@ void main() {
       if (OP == 4) {
         float s = 0.0;
         for (uint i = lane; i < p.k; i += 256) s += value_at(base, i);
-        mean = row_sum(s) / k;
+        mean = group_sum(s) / k;
       }
       float q = 0.0;
       for (uint i = lane; i < p.k; i += 256) { const float d = value_at(base, i) - mean; q += d * d; }
-      const float r = 1.0 / sqrt(row_sum(q) / k + p.eps);
+      const float r = 1.0 / sqrt(group_sum(q) / k + p.eps);
       float s_gw = 0.0, s_gwx = 0.0;
       for (uint i = lane; i < p.k; i += 256) {
         const float gw = float(grad[base + i]) * weight[i];
         s_gw += gw;
         s_gwx += gw * (value_at(base, i) - mean) * r;
       }
-      const float mean_gw = OP == 4 ? row_sum(s_gw) / k : 0.0;
-      const float mean_gwx = row_sum(s_gwx) / k;
+      const float mean_gw = OP == 4 ? group_sum(s_gw) / k : 0.0;
+      const float mean_gwx = group_sum(s_gwx) / k;
       for (uint i = lane; i < p.k; i += 256) {
         const float g = float(grad[base + i]), xhat = (value_at(base, i) - mean) * r;
         y[base + i] = ELEMENT(r * (g * weight[i] - mean_gw - xhat * mean_gwx));
@@ -145,21 +125,21 @@ void main() {
       if (OP == 0) {
         float m = -3.402823466e38;
         for (uint i = lane; i < p.k; i += 256) m = max(m, value_at(base, i));
-        a = row_max(m);
+        a = group_max(m);
         float s = 0.0;
         for (uint i = lane; i < p.k; i += 256) s += exp(value_at(base, i) - a);
-        b = 1.0 / row_sum(s);
+        b = 1.0 / group_sum(s);
       } else if (OP == 1) {
         float s = 0.0;
         for (uint i = lane; i < p.k; i += 256) { const float v = value_at(base, i); s += v * v; }
-        a = 1.0 / sqrt(row_sum(s) / float(p.k) + p.eps);
+        a = 1.0 / sqrt(group_sum(s) / float(p.k) + p.eps);
       } else {
         float s = 0.0;
         for (uint i = lane; i < p.k; i += 256) s += value_at(base, i);
-        a = row_sum(s) / float(p.k);
+        a = group_sum(s) / float(p.k);
         float q = 0.0;
         for (uint i = lane; i < p.k; i += 256) { const float d = value_at(base, i) - a; q += d * d; }
-        b = 1.0 / sqrt(row_sum(q) / float(p.k) + p.eps);
+        b = 1.0 / sqrt(group_sum(q) / float(p.k) + p.eps);
       }
       for (uint i = lane; i < p.k; i += 256) y[base + i] = ELEMENT(transform(value_at(base, i), i, a, b));
     }
