@@ -136,6 +136,11 @@ def test_softmax_extremes_and_axes(device, rng):
     assert bg.softmax(y, axis=0).flags.c_contiguous
     with pytest.raises(bg.UnsupportedError, match="last axis"):
         bg.softmax(bg.Tensor.from_numpy(y), axis=0)
+    with pytest.raises(bg.UnsupportedError, match="last axis"):  # not silently the last axis
+        bg.softmax_backward(bg.Tensor.from_numpy(y), bg.Tensor.from_numpy(y), axis=0)
+    out = np.full(y.shape, np.nan, np.float32)
+    assert bg.softmax(y, axis=1, out=out) is out
+    assert_close(out, ref.softmax(y, axis=1), np.float32, elementwise=False)
 
 
 def test_norm_errors(device, rng):

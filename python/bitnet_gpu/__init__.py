@@ -31,7 +31,6 @@ from ._core import (
     devices,
 )
 from .linear import bitlinear, bitlinear_backward_input, mixed_precision_matmul
-from . import attention as _attention_module
 from . import ops
 from . import tensor_ops
 from .tensor_ops import layer_norm_backward, matmul, mean, rms_norm_backward, transpose
@@ -43,7 +42,8 @@ from .ops import (  # noqa: F401 - activations, norms and softmax at the top lev
     relu2_mul, relu_backward, relu_dropout, rms_norm, sigmoid, sigmoid_backward, silu,
     silu_backward, silu_mul, softmax, softmax_backward, swish, swish_backward, tanh, tanh_backward,
 )
-from .quantize import (
+from . import quantize
+from .quantize import (  # noqa: F401 - re-exported through quantize.__all__
     BinaryWeights,
     TernaryWeights,
     binarize_weights,
@@ -56,22 +56,12 @@ from .quantize import (
     unpack_ternary,
 )
 
-__all__ = [
-    "BinaryWeights",
-    "TernaryWeights",
-    "binarize_weights",
+__all__ = quantize.__all__ + [
     "bitlinear",
     "bitlinear_backward_input",
     "mixed_precision_matmul",
     "nn",
-    "dequantize_activations",
-    "dequantize_weights",
-    "pack_ternary",
-    "quantize_activations",
-    "quantize_gradients",
-    "quantize_weights",
     "reference",
-    "unpack_ternary",
     "ArgumentError",
     "Device",
     "DeviceError",

@@ -10,11 +10,9 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-from .quantize import _Outputs, _tensor
+from .quantize import _FLOATS, _like, _Outputs, _tensor
 
 __all__ = ["KVCache", "attention", "rope", "rope_tables"]
-
-_FLOATS = (np.float32, np.float16)
 
 
 def rope_tables(positions, head_dim, theta=10000.0):
@@ -50,8 +48,7 @@ def attention(q, k, v, causal=True, *, kv_length=None, out=None):
     (TQ = L) and single-token decode (TQ = 1) are the same call. kv_length reads only the first
     rows of k and v (a KV cache's filled part)."""
     tq, as_tensor = _tensor(q, "q", None, _FLOATS)
-    tk = k if isinstance(k, Tensor) else _tensor(k, "k", tq.device, _FLOATS)[0]
-    tv = v if isinstance(v, Tensor) else _tensor(v, "v", tq.device, _FLOATS)[0]
+    tk, tv = _like(k, tq.device, "k"), _like(v, tq.device, "v")
     outputs = _Outputs(out, [("out", tuple(tq.shape), np.dtype(tq.dtype))])
     o = _core.attention(tq, tk, tv, bool(causal), None if kv_length is None else int(kv_length),
                         outputs.tensor(0))
@@ -78,8 +75,7 @@ class KVCache:
 
     def append(self, layer, k, v):
         """Appends k and v [T, kv_heads, head_dim] to `layer`; returns the new length."""
-        tk = k if isinstance(k, Tensor) else _tensor(k, "k", self.device, _FLOATS)[0]
-        tv = v if isinstance(v, Tensor) else _tensor(v, "v", self.device, _FLOATS)[0]
+        tk, tv = _like(k, self.device, "k"), _like(v, self.device, "v")
         first = self.lengths[layer]
         if first + tk.shape[0] > self.max_tokens:
             raise _core.ShapeError(f"layer {layer}: {first} + {tk.shape[0]} tokens exceed the cache's "

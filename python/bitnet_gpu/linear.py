@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _core
 from ._core import DTypeError, Tensor
-from .quantize import TernaryWeights, _out, _Outputs, _tensor, quantize_weights
+from .quantize import _FLOATS, TernaryWeights, _float32, _out, _Outputs, _tensor, quantize_weights
 
 __all__ = ["bitlinear", "bitlinear_backward_input", "mixed_precision_matmul"]
 
@@ -40,10 +40,9 @@ def bitlinear(x, w, bias=None, *, return_accumulator=False, algorithm=None, out=
     out: the target for y (a NumPy array or a Tensor), or (y, accumulators) with
     return_accumulator=True; filled and returned.
     """
-    tx, as_tensor = _tensor(x, "x", None, (np.float32, np.float16))
+    tx, as_tensor = _tensor(x, "x", None, _FLOATS)
     weights = _weights(w, tx.device)
-    tb = None if bias is None else _tensor(np.asarray(bias, np.float32) if not isinstance(
-        bias, Tensor) else bias, "bias", tx.device, [np.float32])[0]
+    tb = None if bias is None else _float32(bias, tx.device, "bias")
     shape = tuple(tx.shape[:-1]) + (weights.shape[0],)
     specs = [("y", shape, np.float32)] + ([("accumulators", shape, np.int32)] if return_accumulator else [])
     outputs = _Outputs(out, specs)

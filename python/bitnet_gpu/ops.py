@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-from .quantize import _Outputs, _tensor
+from .quantize import _FLOATS, _float32, _like, _Outputs, _tensor
 
 __all__ = [
     "add", "div", "mul", "sub", "gelu", "gelu_backward", "layer_norm", "leaky_relu", "leaky_relu_backward", "relu",
@@ -20,20 +20,12 @@ __all__ = [
     "swish_backward", "tanh", "tanh_backward",
 ]
 
-_FLOATS = (np.float32, np.float16)
 _A = _core.Activation
-
-
-def _like(value, reference, name):
-    """`value` as a Tensor on reference's device (NumPy input is uploaded)."""
-    if isinstance(value, Tensor):
-        return value
-    return _tensor(value, name, reference.device, _FLOATS)[0]
 
 
 def _call(fn, x, name, out, *others):
     t, as_tensor = _tensor(x, name, None, _FLOATS)
-    rest = [_like(v, t, n) for v, n in others]
+    rest = [_like(v, t.device, n) for v, n in others]
     outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
     return outputs.results([fn(t, *rest, outputs.tensor(0))], as_tensor)[0]
 
@@ -104,25 +96,35 @@ def relu_dropout(x, p, seed=0, *, out=None):
     return _call(lambda t, o: _core.relu_dropout(t, float(p), int(seed), o), x, "x", out)
 
 
-def _row(op, x, weight, bias, eps, out, axis=-1):
-    if axis not in (-1, None) and not isinstance(x, Tensor):
-        a = np.asarray(x)
-        axis = int(axis) % max(a.ndim, 1)
-        if axis != a.ndim - 1:  # NumPy input: move the axis last, and the result back
-            moved = _row(op, np.ascontiguousarray(np.moveaxis(a, axis, -1)), weight, bias, eps, None)
-            result = np.moveaxis(moved, -1, axis)
-            if out is None:
-                return np.ascontiguousarray(result)
-            _Outputs(out, [("y", a.shape, a.dtype)])
-            out[...] = result
-            return out
-    elif axis not in (-1, None) and int(axis) % max(len(x.shape), 1) != len(x.shape) - 1:
+def _over_axis(fn, arrays, axis, out, name):
+    """fn(*arrays) along `axis` where that is not the last axis, or None where it is. NumPy inputs
+    are computed with the axis moved last and the result moved back (a copy each way); a Tensor,
+    which has no transpose of its axes yet, raises UnsupportedError."""
+    x = arrays[-1]
+    ndim = len(x.shape) if isinstance(x, Tensor) else np.ndim(x)
+    if axis is None or int(axis) % max(ndim, 1) == ndim - 1:
+        return None
+    if any(isinstance(a, Tensor) for a in arrays):
         raise _core.UnsupportedError("a Tensor is normalized over its last axis only (axis=-1)")
+    axis = int(axis) % ndim
+    moved = fn(*(np.ascontiguousarray(np.moveaxis(np.asarray(a), axis, -1)) for a in arrays))
+    result = np.ascontiguousarray(np.moveaxis(moved, -1, axis))
+    if out is None:
+        return result
+    _Outputs(out, [(name, result.shape, result.dtype)])  # checks a NumPy target
+    if isinstance(out, Tensor):
+        raise _core.UnsupportedError(f"out ({name}): a Tensor target needs axis=-1")
+    np.copyto(out, result)
+    return out
+
+
+def _row(op, x, weight, bias, eps, out, axis=-1):
+    moved = _over_axis(lambda a: _row(op, a, weight, bias, eps, None), [x], axis, out, "y")
+    if moved is not None:
+        return moved
     t, as_tensor = _tensor(x, "x", None, _FLOATS)
-    w = None if weight is None else _like(
-        weight if isinstance(weight, Tensor) else np.asarray(weight, np.float32), t, "weight")
-    b = None if bias is None else _like(
-        bias if isinstance(bias, Tensor) else np.asarray(bias, np.float32), t, "bias")
+    w = None if weight is None else _float32(weight, t.device, "weight")
+    b = None if bias is None else _float32(bias, t.device, "bias")
     outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
     return outputs.results([_core.row_op(t, op, w, b, float(eps), outputs.tensor(0))], as_tensor)[0]
 
@@ -134,18 +136,9 @@ def softmax(x, axis=-1, *, out=None):
 
 def softmax_backward(grad_y, x, axis=-1, *, out=None):
     """grad_x of softmax(x) along `axis`: s (grad_y - sum(grad_y s)), s = softmax(x)."""
-    if axis not in (-1, None) and not isinstance(x, Tensor):
-        a = np.asarray(x)
-        axis = int(axis) % max(a.ndim, 1)
-        if axis != a.ndim - 1:
-            moved = softmax_backward(np.ascontiguousarray(np.moveaxis(np.asarray(grad_y), axis, -1)),
-                                     np.ascontiguousarray(np.moveaxis(a, axis, -1)))
-            result = np.ascontiguousarray(np.moveaxis(moved, -1, axis))
-            if out is None:
-                return result
-            _Outputs(out, [("grad_x", a.shape, a.dtype)])
-            out[...] = result
-            return out
+    moved = _over_axis(softmax_backward, [grad_y, x], axis, out, "grad_x")
+    if moved is not None:
+        return moved
     return _call(lambda g, t, o: _core.softmax_backward(g, t, o), grad_y, "grad_y", out, (x, "x"))
 
 

@@ -38,6 +38,16 @@ def _tensor(x, name, device=None, dtypes=None):
     return Tensor.from_numpy(a, device), False
 
 
+def _like(value, device, name, dtypes=_FLOATS):
+    """`value` as a Tensor on `device`: Tensors as they are, other input uploaded (dtype checked)."""
+    return value if isinstance(value, Tensor) else _tensor(value, name, device, dtypes)[0]
+
+
+def _float32(value, device, name):
+    """A float32 parameter (a bias, a norm's weight): Tensors as they are, other input cast."""
+    return _like(value if isinstance(value, Tensor) else np.asarray(value, np.float32), device, name)
+
+
 def _out(t, as_tensor):
     return t if as_tensor else t.numpy()
 

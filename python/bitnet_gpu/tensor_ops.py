@@ -10,12 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._core import Tensor
-from .quantize import _Outputs, _out, _tensor
+from .quantize import _FLOATS, _float32, _like, _Outputs, _out, _tensor
 
 __all__ = ["layer_norm_backward", "matmul", "max", "mean", "rms_norm_backward", "sum", "transpose"]
-
-_FLOATS = (np.float32, np.float16)
 
 
 def _reduce(op, x, axis, keepdims, out=None):
@@ -75,14 +72,10 @@ def transpose(x, *, out=None):
 def matmul(a, b, *, out=None):
     """a [M, K] @ b [K, N] in float32 or float16 (float32 accumulation), tiled."""
     ta, as_tensor = _tensor(a, "a", None, _FLOATS)
-    tb = b if isinstance(b, Tensor) else _tensor(b, "b", ta.device, _FLOATS)[0]
+    tb = _like(b, ta.device, "b")
     shape = (ta.shape[0], tb.shape[1]) if len(ta.shape) == 2 and len(tb.shape) == 2 else ()
     outputs = _Outputs(out, [("c", shape, np.dtype(ta.dtype))])
     return outputs.results([_core.matmul(ta, tb, outputs.tensor(0))], as_tensor)[0]
-
-
-def _weight(w, device):
-    return w if isinstance(w, Tensor) else Tensor.from_numpy(np.asarray(w, np.float32), device)
 
 
 def _rows_sum(t):
@@ -94,16 +87,16 @@ def _rows_sum(t):
 def rms_norm_backward(grad_y, x, weight, eps=1e-6):
     """(grad_x, grad_weight) of rms_norm(x, weight, eps) over the last axis."""
     tx, as_tensor = _tensor(x, "x", None, _FLOATS)
-    tg = grad_y if isinstance(grad_y, Tensor) else _tensor(grad_y, "grad_y", tx.device, _FLOATS)[0]
-    r = _core.norm_backward(tg, tx, _weight(weight, tx.device), float(eps), False)
+    tg = _like(grad_y, tx.device, "grad_y")
+    r = _core.norm_backward(tg, tx, _float32(weight, tx.device, "weight"), float(eps), False)
     return _out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor)
 
 
 def layer_norm_backward(grad_y, x, gamma, eps=1e-5):
     """(grad_x, grad_gamma, grad_beta) of layer_norm(x, gamma, beta, eps) over the last axis."""
     tx, as_tensor = _tensor(x, "x", None, _FLOATS)
-    tg = grad_y if isinstance(grad_y, Tensor) else _tensor(grad_y, "grad_y", tx.device, _FLOATS)[0]
-    r = _core.norm_backward(tg, tx, _weight(gamma, tx.device), float(eps), True)
+    tg = _like(grad_y, tx.device, "grad_y")
+    r = _core.norm_backward(tg, tx, _float32(gamma, tx.device, "gamma"), float(eps), True)
     grad_beta = _rows_sum(tg)
     return (_out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor),
             _out(grad_beta, as_tensor))
