@@ -9,13 +9,13 @@ and breaks down the wall time of a NumPy-in NumPy-out call. Prints tables and wr
 from __future__ import annotations
 
 import os
-import statistics
 import time
 
 import numpy as np
 
 import bitnet_gpu as bg
-from common import arguments, median_wall, torch_cuda, torch_time, write_results  # benchmarks/common.py
+from common import (arguments, by_kernel, median_wall, profiled, torch_copy_gbps, torch_cuda,
+                    torch_time, write_results)  # benchmarks/common.py
 
 SHAPES = [(1, 2560, 6912), (1, 6912, 2560), (1, 4096, 4096), (1, 8192, 8192), (1, 16384, 16384),
           (8, 4096, 4096), (512, 4096, 4096), (2048, 4096, 4096), (2048, 2560, 6912)]
@@ -26,17 +26,10 @@ COOPMAT_TILES = ["64x128", "128x128", "128x256", "256x128", "64x128x128", "128x1
 
 
 def gpu_time(device, fn, repeats):
-    """Median GPU seconds of fn()'s kernels (Vulkan timestamps), and the last run's per-kernel times."""
-    fn()
-    totals, kernels = [], {}
-    for _ in range(repeats):
-        with bg.profile(device) as p:
-            fn()
-        totals.append(p.total())  # every op of the call, fills included
-        kernels = {}
-        for label, s in p.timings:  # the pre-pass's two phases share a label: add them
-            kernels[label] = kernels.get(label, 0.0) + s
-    return statistics.median(totals), kernels
+    """Median GPU seconds of all of fn()'s ops (Vulkan timestamps), and the last run's per-kernel
+    times (the pre-pass's two phases share a label and are added)."""
+    t, timings = profiled(bg, device, fn, repeats)
+    return t, by_kernel(timings)
 
 
 def with_env(name, value, fn):
@@ -72,10 +65,7 @@ def main():
                "torch": None if torch is None else torch.__version__,
                "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": []}
     if torch is not None:
-        a = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
-        b = torch.empty_like(a)
-        results["copy_GBps"] = 2 * a.numel() / torch_time(torch, lambda: b.copy_(a), args.repeats) / 1e9
-        del a, b
+        results["copy_GBps"] = torch_copy_gbps(torch, args.repeats)
     for m, k, n in shapes:
         q = bg.quantize_weights(rng.standard_normal((n, k), dtype=np.float32))
         x = bg.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from common import arguments, profiled, torch_cuda, torch_time, write_results  # benchmarks/common.py
+from common import arguments, profiled, torch_copy_gbps, torch_cuda, torch_time, write_results  # benchmarks/common.py
 
 
 def main():
@@ -36,10 +36,7 @@ def main():
     results = {"device": device.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": [],
                "torch": None if torch is None else torch.__version__}
     if torch is not None:
-        a = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
-        c = torch.empty_like(a)
-        results["copy_GBps"] = 2 * a.numel() / torch_time(torch, lambda: c.copy_(a), args.repeats) / 1e9
-        del a, c
+        results["copy_GBps"] = torch_copy_gbps(torch, args.repeats)
         tx, tup = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
         tm = torch.randn(rows, k, device="cuda")
         tg = torch.randn(rows, k, device="cuda")

@@ -14,7 +14,8 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from common import arguments, profiled, torch_cuda, torch_time, write_results  # benchmarks/common.py
+from common import (arguments, by_kernel, profiled, torch_copy_gbps, torch_cuda, torch_time,
+                    write_results)  # benchmarks/common.py
 
 
 def main():
@@ -32,10 +33,7 @@ def main():
 
     copy_gbps = None
     if torch is not None:
-        a = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
-        b = torch.empty_like(a)
-        copy_gbps = 2 * a.numel() / torch_time(torch, lambda: b.copy_(a), args.repeats) / 1e9
-        del a, b
+        copy_gbps = torch_copy_gbps(torch, args.repeats)
     else:  # the copy kernel, as the ceiling on devices without CUDA PyTorch
         words = 2**22
         src = device.empty((words, 4), np.uint32)
@@ -46,44 +44,39 @@ def main():
         copy_gbps = 2 * 16 * words / t / 1e9
     results["copy_GBps"] = copy_gbps
 
+    def measure(op, shape, fn, minimum, torch_fn):
+        """A result row: GPU time of fn(), GB/s over `minimum` bytes, and torch_fn() when given."""
+        t, timings = profiled(bg, device, fn, args.repeats)
+        row = {"op": op, "shape": list(shape), "gpu_s": t, "kernels": by_kernel(timings),
+               "GBps_over_minimum": minimum / t / 1e9, "fraction_of_copy": minimum / t / 1e9 / copy_gbps}
+        if torch_fn is not None:
+            row["torch_s"] = torch_time(torch, torch_fn, args.repeats)
+            row["speedup_vs_torch"] = row["torch_s"] / t
+        results["rows"].append(row)
+
     for n, k in weight_sizes:
         w = bg.Tensor.from_numpy(rng.standard_normal((n, k), dtype=np.float32), device)
-        t, parts = profiled(bg, device, lambda: bg.quantize_weights(w), args.repeats)
+        tw = None if torch is None else torch.from_numpy(w.numpy()).cuda()
+
+        def torch_weights():
+            gamma = tw.abs().mean().clamp(min=1e-5)
+            return (tw / gamma).round().clamp(-1, 1).to(torch.int8)
+
         # The global mean needs a first read of W before any weight can be rounded: two reads of W
         # and one write of the packed weights are the fewest bytes without a grid-wide sync.
-        minimum = 2 * n * k * 4 + n * k // 4 + 4
-        row = {"op": "quantize_weights", "shape": [n, k], "gpu_s": t,
-               "kernels": {label: s for label, s in parts},
-               "GBps_over_minimum": minimum / t / 1e9, "fraction_of_copy": minimum / t / 1e9 / copy_gbps}
-        if torch is not None:
-            tw = torch.from_numpy(w.numpy()).cuda()
-
-            def torch_quantize():
-                gamma = tw.abs().mean().clamp(min=1e-5)
-                return (tw / gamma).round().clamp(-1, 1).to(torch.int8)
-
-            row["torch_s"] = torch_time(torch, torch_quantize, args.repeats)
-            row["speedup_vs_torch"] = row["torch_s"] / t
-            del tw
-        results["rows"].append(row)
+        measure("quantize_weights", (n, k), lambda: bg.quantize_weights(w),
+                2 * n * k * 4 + n * k // 4 + 4, None if torch is None else torch_weights)
 
     for n, k in act_sizes:
         x = bg.Tensor.from_numpy(rng.standard_normal((n, k), dtype=np.float32), device)
-        t, parts = profiled(bg, device, lambda: bg.quantize_activations(x), args.repeats)
-        minimum = n * k * 4 + n * k + n * 4
-        row = {"op": "quantize_activations", "shape": [n, k], "gpu_s": t,
-               "kernels": {label: s for label, s in parts},
-               "GBps_over_minimum": minimum / t / 1e9, "fraction_of_copy": minimum / t / 1e9 / copy_gbps}
-        if torch is not None:
-            tx = torch.from_numpy(x.numpy()).cuda()
+        tx = None if torch is None else torch.from_numpy(x.numpy()).cuda()
 
-            def torch_quantize():
-                s = 127.0 / tx.abs().amax(dim=-1, keepdim=True).clamp(min=1e-5)
-                return (tx * s).round().clamp(-128, 127).to(torch.int8), s
+        def torch_activations():
+            s = 127.0 / tx.abs().amax(dim=-1, keepdim=True).clamp(min=1e-5)
+            return (tx * s).round().clamp(-128, 127).to(torch.int8), s
 
-            row["torch_s"] = torch_time(torch, torch_quantize, args.repeats)
-            row["speedup_vs_torch"] = row["torch_s"] / t
-        results["rows"].append(row)
+        measure("quantize_activations", (n, k), lambda: bg.quantize_activations(x),
+                n * k * 4 + n * k + n * 4, None if torch is None else torch_activations)
 
     print(f"\n{device.name}: quantization, GPU time (Vulkan timestamps)"
           + (f" vs torch {results['torch']} eager (CUDA events)" if torch else ""))

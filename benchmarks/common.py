@@ -71,3 +71,19 @@ def profiled(bg, device, fn, repeats):
         totals.append(p.total())
         timings = p.timings
     return statistics.median(totals), timings
+
+
+def torch_copy_gbps(torch, repeats, nbytes=2**30):
+    """The copy-bandwidth ceiling: PyTorch's device-to-device copy of nbytes, in GB/s of bytes
+    read plus bytes written."""
+    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+    b = torch.empty_like(a)
+    return 2 * nbytes / torch_time(torch, lambda: b.copy_(a), repeats) / 1e9
+
+
+def by_kernel(timings):
+    """{label: seconds} from per-op timings, ops that share a label (one kernel's phases) added."""
+    kernels = {}
+    for label, seconds in timings:
+        kernels[label] = kernels.get(label, 0.0) + seconds
+    return kernels
