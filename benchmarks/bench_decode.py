@@ -57,7 +57,9 @@ def main():
         gamma = q.scale_tensor
 
         def record_prepare():
-            prepare.dispatch(1, [x, x, xq, scales, sums, counter], np.array([1, k, kp], np.uint32))
+            # Bindings 6 and 7 (norm weight, up) are read only by the fused variants.
+            prepare.dispatch(1, [x, x, xq, scales, sums, counter, x, x],
+                             np.array([1, k, kp], np.uint32).tobytes() + np.float32(0).tobytes())
 
         def record_matvec():
             matvec.dispatch(-(-n // (rows * subgroups)), [w, w, xq, sums, scales, gamma, gamma, y, acc],

@@ -1,9 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 #include "ops/dispatch.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/quantize.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
+#include "runtime/graph.hpp"
 
 using namespace bitnet;
 
@@ -34,4 +39,73 @@ TEST(TensorSegment, FillsTheGpuAndStaysBounded) {
   EXPECT_EQ(ops::tensor_segment(4096ull * 4096), 8192u);
   EXPECT_EQ(ops::tensor_segment(16384ull * 16384), 65536u);
   EXPECT_EQ(ops::tensor_segment(1ull << 40), 65536u);
+}
+
+namespace {
+
+Tensor from_values(const std::shared_ptr<Device>& device, const std::vector<float>& values) {
+  Tensor t = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(values.size())}, DType::float32);
+  t.upload(values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+std::vector<float> values_of(const Tensor& t) {
+  std::vector<float> values(t.size());
+  t.download(values.data(), values.size() * sizeof(float));
+  return values;
+}
+
+}  // namespace
+
+TEST(Graph, RecordsOpsOnceAndReplaysThemWithNewInputs) {
+  auto device = Device::default_device();
+  Tensor a = from_values(device, {1, 2, 3});
+  Tensor b = from_values(device, {10, 20, 30});
+  Graph graph(device, Timing::off);
+  graph.begin();
+  EXPECT_EQ(device->recording_graph(), &graph);
+  Tensor sum = ops::binary(a, b, ops::BinaryOp::add);
+  Tensor product = ops::binary(sum, b, ops::BinaryOp::mul);  // depends on the first op
+  graph.end();
+  EXPECT_EQ(device->recording_graph(), nullptr);
+  EXPECT_EQ(graph.op_count(), 2u);
+  graph.replay();
+  EXPECT_EQ(values_of(product), (std::vector<float>{110, 440, 990}));
+  const std::vector<float> next{-1, 0, 1};
+  a.upload(next.data(), next.size() * sizeof(float));
+  graph.replay();
+  EXPECT_EQ(values_of(product), (std::vector<float>{90, 400, 930}));
+  EXPECT_THROW(graph.begin(), ArgumentError);  // recorded once
+}
+
+TEST(Graph, ChecksRunAfterEveryReplayWithCountersZeroedBefore) {
+  auto device = Device::default_device();
+  Tensor x = from_values(device, {1, 2, 3, 4});
+  Graph graph(device, Timing::off);
+  graph.begin();
+  ops::quantize_rows(x.reshaped({1, 4}), 8, true);
+  graph.end();
+  graph.replay();
+  const std::vector<float> bad{1, NAN, 3, 4};
+  x.upload(bad.data(), bad.size() * sizeof(float));
+  EXPECT_THROW(graph.replay(), ArgumentError);
+  const std::vector<float> good{4, 3, 2, 1};
+  x.upload(good.data(), good.size() * sizeof(float));
+  EXPECT_NO_THROW(graph.replay());
+}
+
+TEST(Graph, AnOpThatFailsHalfwaySpoilsTheGraph) {
+  auto device = Device::default_device();
+  Tensor a = from_values(device, {1, 2, 3});
+  Graph graph(device, Timing::off);
+  graph.begin();
+  {
+    ops::OpSequence op(device);
+    op.sequence().fill(a.binding(), 0);
+    // leaves without run(): as when an op throws after recording part of its work
+  }
+  graph.end();
+  EXPECT_THROW(graph.replay(), ArgumentError);
+  // Ops outside the graph run at once again.
+  EXPECT_EQ(values_of(ops::binary(a, a, ops::BinaryOp::add)), (std::vector<float>{2, 4, 6}));
 }

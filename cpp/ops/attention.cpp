@@ -1,5 +1,6 @@
 #include "ops/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -13,13 +14,78 @@
 namespace bitnet::ops {
 namespace {
 
-constexpr int64_t kSplitKeys = 256;  // SPLIT in shaders/ops/attention_split.comp
+constexpr int64_t kSplitKeys = 16;  // SPLIT in shaders/ops/attention_split.comp
 
 // A few queries over many keys (decode) split the keys over workgroups; BITNET_GPU_ATTENTION_SPLIT
 // = 0 or 1 overrides, for tests and tuning.
 bool use_split(int64_t tq, int64_t l) {
   if (auto forced = environment_switch("BITNET_GPU_ATTENTION_SPLIT")) return *forced && l > 0;
   return tq <= 8 && l >= 512;
+}
+
+}  // namespace
+
+namespace {
+
+// Where the keys come from: L keys per sequence of `seq_tokens` query rows, each sequence's keys
+// at rows [b * cache_rows, ...) of k and v; with `start`, L = start[0] + seq_tokens on the GPU.
+struct KeyLayout {
+  int64_t l = 0;
+  int64_t seq_tokens = 1;
+  int64_t cache_rows = 0;
+  const Tensor* start = nullptr;
+};
+
+void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                      const KeyLayout& keys, bool split, const Tensor& out) {
+  const auto& device = q.device_ptr();
+  const int64_t tq = q.shape()[0], hq = q.shape()[1], d = q.shape()[2];
+  const int64_t hkv = k.shape()[k.shape().size() - 2];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const bool from_start = keys.start != nullptr;
+  const BufferBinding start = (from_start ? *keys.start : k).binding();
+  const std::string what = "attention over " + std::to_string(tq) + " queries x " + std::to_string(hq) + " heads";
+  Sequence& sequence = op.sequence();
+  if (split) {
+    // Decode: the keys split over many workgroups, then one pass merging the splits.
+    const int64_t most_keys = from_start ? keys.cache_rows : keys.l;
+    const int64_t splits = std::max<int64_t>(1, (most_keys + kSplitKeys - 1) / kSplitKeys);
+    Tensor partial = Tensor::empty(device, std::vector<int64_t>{tq, hq, splits, d + 2}, DType::float32);
+    struct {
+      uint32_t tq, hq, hkv, d, l;
+      float scale;
+      uint32_t splits, seq_tokens, cache_rows;
+    } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
+           static_cast<uint32_t>(d), static_cast<uint32_t>(keys.l), scale, static_cast<uint32_t>(splits),
+           static_cast<uint32_t>(keys.seq_tokens), static_cast<uint32_t>(keys.cache_rows)};
+    const auto grid = checked_grid(*device, {static_cast<uint64_t>(splits), static_cast<uint64_t>(hq),
+                                             static_cast<uint64_t>(tq)}, what);
+    BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), partial.binding(), start};
+    for (bool combine : {false, true}) {
+      Kernel kernel = Kernel::builtin(device, float_variant("attention_split", q.dtype()),
+                                      {{0, causal}, {1, combine}, {2, from_start}});
+      sequence.dispatch(kernel, {combine ? 1u : grid[0], grid[1], grid[2]}, bindings, push_bytes(push));
+    }
+    return;
+  }
+  Kernel kernel = Kernel::builtin(device, float_variant("attention", q.dtype()), {{0, causal}, {1, from_start}});
+  struct {
+    uint32_t tq, hq, hkv, d, l;
+    float scale;
+    uint32_t seq_tokens, cache_rows;
+  } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
+         static_cast<uint32_t>(d), static_cast<uint32_t>(keys.l), scale,
+         static_cast<uint32_t>(keys.seq_tokens), static_cast<uint32_t>(keys.cache_rows)};
+  const auto grid = checked_grid(*device, {static_cast<uint64_t>(tq), static_cast<uint64_t>(hq), 1}, what);
+  BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), start};
+  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+}
+
+void require_start(const Tensor& start, const Tensor& q) {
+  if ((start.dtype() != DType::int32 && start.dtype() != DType::uint32) || start.size() != 1)
+    throw DTypeError("start: expected one int32 value (a tensor of shape (1,)), got " +
+                     std::string(dtype_name(start.dtype())) + " " + shape_text(start.shape()));
+  if (&start.device() != &q.device()) throw ArgumentError("start must live on the device of q");
 }
 
 }  // namespace
@@ -47,45 +113,68 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   const auto& device = q.device_ptr();
   Tensor out = output(device, given, q.shape(), q.dtype(), "out", {&q, &k, &v});
   if (tq == 0 || hq == 0) return out;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  if (use_split(tq, l)) {
-    // Decode: the keys split over many workgroups, then one pass merging the splits.
-    const int64_t splits = (l + kSplitKeys - 1) / kSplitKeys;
-    Tensor partial = Tensor::empty(device, std::vector<int64_t>{tq, hq, splits, d + 2}, DType::float32);
-    struct {
-      uint32_t tq, hq, hkv, d, l;
-      float scale;
-      uint32_t splits;
-    } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
-           static_cast<uint32_t>(d), static_cast<uint32_t>(l), scale, static_cast<uint32_t>(splits)};
-    const auto grid = checked_grid(*device, {static_cast<uint64_t>(splits), static_cast<uint64_t>(hq),
-                                             static_cast<uint64_t>(tq)},
-                                   "attention over " + std::to_string(tq) + " queries x " +
-                                       std::to_string(hq) + " heads");
-    BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), partial.binding()};
-    Sequence sequence(device, Timing::off);
-    for (bool combine : {false, true}) {
-      Kernel kernel = Kernel::builtin(device, float_variant("attention_split", q.dtype()),
-                                      {{0, causal}, {1, combine}});
-      sequence.dispatch(kernel, {combine ? 1u : grid[0], grid[1], grid[2]}, bindings, push_bytes(push));
-    }
-    sequence.run();
-    return out;
-  }
-  Kernel kernel = Kernel::builtin(device, float_variant("attention", q.dtype()), {{0, causal}});
-  struct {
-    uint32_t tq, hq, hkv, d, l;
-    float scale;
-  } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
-         static_cast<uint32_t>(d), static_cast<uint32_t>(l), scale};
-  const auto grid = checked_grid(*device, {static_cast<uint64_t>(tq), static_cast<uint64_t>(hq), 1},
-                                 "attention over " + std::to_string(tq) + " queries x " +
-                                     std::to_string(hq) + " heads");
-  BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding()};
-  Sequence sequence(device, Timing::off);
-  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
-  sequence.run();
+  OpSequence op(device);
+  record_attention(op, q, k, v, causal, {l, std::max<int64_t>(tq, 1), rows, nullptr}, use_split(tq, l), out);
+  op.run();
   return out;
+}
+
+Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& start, bool causal, const std::optional<Tensor>& given) {
+  require_float(q, "q");
+  require_same_kind(q, "q", k_cache, "k_cache");
+  require_same_kind(q, "q", v_cache, "v_cache");
+  require_start(start, q);
+  if (q.shape().size() != 3 || k_cache.shape().size() != 4 || v_cache.shape() != k_cache.shape())
+    throw ShapeError("expected q [B * T, HQ, D] and caches [B, ROWS, HKV, D], got q " +
+                     shape_text(q.shape()) + ", k_cache " + shape_text(k_cache.shape()) +
+                     ", v_cache " + shape_text(v_cache.shape()));
+  const int64_t rows_q = q.shape()[0], hq = q.shape()[1], d = q.shape()[2];
+  const int64_t batch = k_cache.shape()[0], cache_rows = k_cache.shape()[1], hkv = k_cache.shape()[2];
+  if (k_cache.shape()[3] != d || hkv == 0 || hq % hkv != 0 || batch == 0 || rows_q % batch != 0)
+    throw ShapeError("q " + shape_text(q.shape()) + " and caches " + shape_text(k_cache.shape()) +
+                     ": head dims must match, HQ must be a multiple of HKV and q's rows a multiple of B");
+  if (d == 0 || d > 256) throw UnsupportedError("head dim " + std::to_string(d) + ": expected 1 to 256");
+  const int64_t seq_tokens = rows_q / batch;
+  if (seq_tokens > cache_rows)
+    throw ShapeError(std::to_string(seq_tokens) + " tokens a sequence do not fit caches of " +
+                     std::to_string(cache_rows) + " rows");
+  const auto& device = q.device_ptr();
+  Tensor out = output(device, given, q.shape(), q.dtype(), "out", {&q, &k_cache, &v_cache});
+  if (rows_q == 0 || hq == 0) return out;
+  OpSequence op(device);
+  record_attention(op, q, k_cache, v_cache, causal, {0, seq_tokens, cache_rows, &start},
+                   seq_tokens <= 8, out);
+  op.run();
+  return out;
+}
+
+void write_rows_at(const Tensor& rows, const Tensor& cache, const Tensor& start) {
+  require_start(start, rows);
+  if (rows.dtype() != cache.dtype() || rows.shape().empty() || cache.shape().size() != rows.shape().size() + 1 ||
+      std::vector<int64_t>(rows.shape().begin() + 1, rows.shape().end()) !=
+          std::vector<int64_t>(cache.shape().begin() + 2, cache.shape().end()))
+    throw ShapeError("rows " + shape_text(rows.shape()) + " " + std::string(dtype_name(rows.dtype())) +
+                     " do not fit the rows of caches " + shape_text(cache.shape()) + " " +
+                     std::string(dtype_name(cache.dtype())));
+  const int64_t batch = cache.shape()[0], cache_rows = cache.shape()[1];
+  if (batch == 0 || rows.shape()[0] % batch != 0)
+    throw ShapeError("rows " + shape_text(rows.shape()) + ": expected a multiple of the caches' " +
+                     std::to_string(batch) + " sequences");
+  if (&rows.device() != &cache.device()) throw ArgumentError("rows and cache: two devices");
+  if (rows.nbytes() == 0) return;
+  const uint64_t row_bytes = rows.nbytes() / static_cast<uint64_t>(rows.shape()[0]);
+  if (row_bytes % 4 != 0) throw UnsupportedError("rows of " + std::to_string(row_bytes) + " bytes: expected a multiple of 4");
+  const auto& device = rows.device_ptr();
+  struct {
+    uint32_t rows, row_words, period, cache_rows;
+  } push{static_cast<uint32_t>(rows.shape()[0]), static_cast<uint32_t>(row_bytes / 4),
+         static_cast<uint32_t>(rows.shape()[0] / batch), static_cast<uint32_t>(cache_rows)};
+  Kernel kernel = Kernel::builtin(device, "write_rows");
+  BufferBinding bindings[] = {rows.binding(), cache.binding(), start.binding()};
+  OpSequence op(device);
+  op.sequence().dispatch(kernel, {workgroups(*device, rows.nbytes() / 4), 1, 1}, bindings, push_bytes(push));
+  op.run();
 }
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const std::optional<Tensor>& given) {
@@ -106,9 +195,39 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const std::op
     uint32_t t, h, d;
   } push{static_cast<uint32_t>(t), static_cast<uint32_t>(h), static_cast<uint32_t>(d)};
   BufferBinding bindings[] = {x.binding(), cos.binding(), sin.binding(), out.binding()};
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, {workgroups(*device, x.size() / 2), 1, 1}, bindings, push_bytes(push));
-  sequence.run();
+  op_sequence.run();
+  return out;
+}
+
+Tensor rope_at(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& start,
+               int64_t period, const std::optional<Tensor>& given) {
+  require_float(x, "x");
+  require_start(start, x);
+  if (x.shape().size() != 3 || x.shape()[2] % 2 != 0)
+    throw ShapeError("x: expected [T, H, D] with D even, got " + shape_text(x.shape()));
+  const int64_t t = x.shape()[0], h = x.shape()[1], d = x.shape()[2];
+  if (period <= 0 || t % period != 0)
+    throw ShapeError("period " + std::to_string(period) + " must divide x's " + std::to_string(t) + " rows");
+  for (const Tensor* c : {&cos, &sin})
+    if (c->dtype() != DType::float32 || c->shape().size() != 2 || c->shape()[1] != d / 2 || c->shape()[0] == 0)
+      throw ShapeError("angle tables: expected float32 [positions, " + std::to_string(d / 2) + "], got " +
+                       std::string(dtype_name(c->dtype())) + " " + shape_text(c->shape()));
+  if (cos.shape() != sin.shape()) throw ShapeError("angle tables: cos and sin differ in shape");
+  const auto& device = x.device_ptr();
+  Tensor out = output(device, given, x.shape(), x.dtype(), "y", {&x});
+  if (x.size() == 0) return out;
+  Kernel kernel = Kernel::builtin(device, float_variant("rope", x.dtype()) + "_start");
+  struct {
+    uint32_t t, h, d, period, table_rows;
+  } push{static_cast<uint32_t>(t), static_cast<uint32_t>(h), static_cast<uint32_t>(d),
+         static_cast<uint32_t>(period), static_cast<uint32_t>(cos.shape()[0])};
+  BufferBinding bindings[] = {x.binding(), cos.binding(), sin.binding(), out.binding(), start.binding()};
+  OpSequence op(device);
+  op.sequence().dispatch(kernel, {workgroups(*device, x.size() / 2), 1, 1}, bindings, push_bytes(push));
+  op.run();
   return out;
 }
 
@@ -126,10 +245,11 @@ void copy_rows(const Tensor& rows, const Tensor& destination, int64_t first_row)
   if (&rows.device() != &destination.device()) throw ArgumentError("rows and destination: two devices");
   if (rows.nbytes() == 0) return;
   const uint64_t row_bytes = rows.nbytes() / static_cast<uint64_t>(rows.shape()[0]);
-  Sequence sequence(rows.device_ptr(), Timing::off);
+  OpSequence op_sequence(rows.device_ptr());
+  Sequence& sequence = op_sequence.sequence();
   sequence.copy(rows.binding(), {destination.allocation(), static_cast<uint64_t>(first_row) * row_bytes,
                                  rows.nbytes()});
-  sequence.run();
+  op_sequence.run();
 }
 
 }  // namespace bitnet::ops

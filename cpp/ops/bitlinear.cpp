@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ops/dispatch.hpp"
+#include "ops/elementwise.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/kernel.hpp"
@@ -194,18 +195,34 @@ bool split_prepare(int64_t m, int64_t k, BitLinearAlgorithm algorithm) {
 }
 
 // x [m, k] to interleaved int8 rows, their sums and their scales (bitlinear_prepare*.comp).
+// The inputs the single-pass pre-pass can fuse in front of the quantization: relu(x)^2 * up, then an
+// RMS norm (see bitlinear_prepare.comp; only for rows it keeps in registers).
+struct FusedInput {
+  const Tensor* up = nullptr;
+  const Tensor* norm_weight = nullptr;
+  float norm_eps = 0.0f;
+  bool any() const { return up || norm_weight; }
+};
+
+bool can_fuse_input(int64_t k) { return k % 4 == 0 && padded(k) <= 16 * 256 * 4; }
+
 void record_prepare(Sequence& sequence, const Tensor& x, int64_t m, int64_t k,
                     const PreparedRows& prepared, const Tensor& scales, const Tensor& nonfinite,
-                    BitLinearAlgorithm algorithm) {
+                    BitLinearAlgorithm algorithm, const FusedInput& fused = {}) {
   const auto& device = x.device_ptr();
-  if (!split_prepare(m, k, algorithm)) {
+  if (fused.any() || !split_prepare(m, k, algorithm)) {
     Kernel prepare = Kernel::builtin(device, float_variant("bitlinear_prepare", x.dtype()),
-                                     {{0, double{kEps}}});
+                                     {{0, double{kEps}}, {1, fused.norm_weight != nullptr},
+                                      {2, fused.up != nullptr}});
     struct {
       uint32_t rows, k, padded_k;
-    } push{static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(padded(k))};
+      float norm_eps;
+    } push{static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(padded(k)),
+           fused.norm_eps};
     BufferBinding bindings[] = {x.binding(), x.binding(), prepared.values.binding(),
-                                scales.binding(), prepared.row_sums.binding(), nonfinite.binding()};
+                                scales.binding(), prepared.row_sums.binding(), nonfinite.binding(),
+                                (fused.norm_weight ? *fused.norm_weight : x).binding(),
+                                (fused.up ? *fused.up : x).binding()};
     sequence.dispatch(prepare, {workgroups(*device, m, 1), 1, 1}, bindings, push_bytes(push));
     return;
   }
@@ -226,7 +243,126 @@ void record_prepare(Sequence& sequence, const Tensor& x, int64_t m, int64_t k,
   }
 }
 
+// The activation pre-pass's results: int8 rows with their sums, per-row scales, and the NaN/Inf
+// counter the caller checks once the sequence has run.
+struct Prepared {
+  PreparedRows rows;
+  Tensor scales;
+  Tensor nonfinite;
+};
+
+Prepared prepare_rows(Sequence& sequence, const Tensor& x, int64_t m, int64_t k,
+                      BitLinearAlgorithm algorithm, const FusedInput& fused = {}) {
+  const auto& device = x.device_ptr();
+  Prepared p{{Tensor::empty(device, std::vector<int64_t>{m, padded(k)}, DType::uint8),
+              Tensor::empty(device, std::vector<int64_t>{m}, DType::int32)},
+             Tensor::empty(device, std::vector<int64_t>{m}, DType::float32),
+             zeroed_counter(device)};
+  record_prepare(sequence, x, m, k, p.rows, p.scales, p.nonfinite, algorithm, fused);
+  return p;
+}
+
+// y = acc * gamma / s (+ bias [N], or + residual [M, N]) for up to kMatvecMaxRows prepared rows.
+void record_matvec(Sequence& sequence, const QuantizedWeights& w, const PreparedRows& prepared,
+                   const Tensor& scales, int64_t m, const std::optional<Tensor>& bias, bool residual,
+                   const Tensor& y, const std::optional<Tensor>& accumulators, bool hardware) {
+  const auto& device = y.device_ptr();
+  const int64_t k = w.cols, n = w.rows;
+  const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
+  const bool vectors = words % 4 == 0;
+  const uint32_t rows = matvec_rows(m, k), unroll = matvec_unroll();
+  Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware),
+                                  {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
+                                   {3, accumulators.has_value()}, {4, vectors}, {5, int64_t{unroll}},
+                                   {6, residual}});
+  // Each subgroup takes `rows` rows at a time; a workgroup one round of its subgroups.
+  const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
+  const uint32_t rows_per_group = rows * subgroups;
+  struct {
+    uint32_t n, words_per_row, rows_per_group;
+  } push{static_cast<uint32_t>(n), words, rows_per_group};
+  const Tensor& acc = accumulators ? *accumulators : y;
+  BufferBinding bindings[] = {w.packed.binding(), w.packed.binding(), prepared.values.binding(),
+                              prepared.row_sums.binding(), scales.binding(), w.scales.binding(),
+                              (bias ? *bias : w.scales).binding(), y.binding(), acc.binding()};
+  const auto grid = checked_grid(*device, {(static_cast<uint64_t>(n) + rows_per_group - 1) / rows_per_group, 1, 1},
+                                 "N = " + std::to_string(n));
+  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+}
+
 }  // namespace
+
+std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>& up,
+                                    const std::optional<Tensor>& norm_weight, double norm_eps,
+                                    const std::vector<const QuantizedWeights*>& weights,
+                                    const std::vector<std::optional<Tensor>>& residuals) {
+  require_float(x, "x");
+  if (weights.empty()) throw ArgumentError("bitlinear_group: expected at least one weight");
+  if (residuals.size() != weights.size())
+    throw ArgumentError("bitlinear_group: expected one residual (or None) per weight");
+  const int64_t k = weights[0]->cols;
+  if (x.shape().empty() || x.shape().back() != k)
+    throw ShapeError("x of shape " + shape_text(x.shape()) + " does not match weights with K = " +
+                     std::to_string(k));
+  const auto& device = x.device_ptr();
+  if (up) {
+    require_same_kind(x, "gate", *up, "up");
+    if (up->shape() != x.shape())
+      throw ShapeError("gate " + shape_text(x.shape()) + " and up " + shape_text(up->shape()) + " differ in shape");
+  }
+  if (norm_weight && (norm_weight->dtype() != DType::float32 || norm_weight->shape() != std::vector<int64_t>{k} ||
+                      &norm_weight->device() != device.get()))
+    throw ShapeError("norm weight: expected float32 (" + std::to_string(k) + ",) on x's device, got " +
+                     std::string(dtype_name(norm_weight->dtype())) + " " + shape_text(norm_weight->shape()));
+  const int64_t m = static_cast<int64_t>(x.size()) / std::max<int64_t>(k, 1);
+  std::vector<Tensor> outputs;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const QuantizedWeights& w = *weights[i];
+    require_ternary(w);
+    if (w.cols != k) throw ShapeError("bitlinear_group: every weight must have K = " + std::to_string(k));
+    if (&w.packed.device() != device.get()) throw ArgumentError("x and the weights must live on one device");
+    std::vector<int64_t> shape(x.shape().begin(), x.shape().end() - 1);
+    shape.push_back(w.rows);
+    if (residuals[i] && (residuals[i]->dtype() != DType::float32 || residuals[i]->shape() != shape))
+      throw ShapeError("residual " + std::to_string(i) + ": expected float32 " + shape_text(shape) + ", got " +
+                       std::string(dtype_name(residuals[i]->dtype())) + " " + shape_text(residuals[i]->shape()));
+    outputs.push_back(Tensor::empty(device, shape, DType::float32));
+  }
+  if (m == 0 || k == 0) {
+    if (m > 0)
+      for (size_t i = 0; i < outputs.size(); ++i)
+        outputs[i] = residuals[i] ? binary(outputs[i], *residuals[i], BinaryOp::add) : outputs[i];
+    return outputs;
+  }
+  // Inputs the pre-pass cannot fuse run as their own ops first.
+  Tensor input = x;
+  FusedInput fused;
+  if (can_fuse_input(k)) {
+    fused = {up ? &*up : nullptr, norm_weight ? &*norm_weight : nullptr, static_cast<float>(norm_eps)};
+  } else {
+    if (up) input = gated_activation(x, *up, Activation::relu2);
+    if (norm_weight) input = row_op(input, RowOp::rms_norm, norm_weight, std::nullopt, norm_eps);
+  }
+  const BitLinearAlgorithm algorithm =
+      m <= kMatvecMaxRows ? BitLinearAlgorithm::matvec : matmul_path(*device, BitLinearAlgorithm::automatic);
+  const bool hardware = use_hardware_dot(*device, std::nullopt);
+  OpSequence op(device);
+  Sequence& sequence = op.sequence();
+  const auto [prepared, scales, nonfinite] = prepare_rows(sequence, input, m, k, algorithm, fused);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (algorithm == BitLinearAlgorithm::matvec)
+      record_matvec(sequence, *weights[i], prepared, scales, m, residuals[i], residuals[i].has_value(),
+                    outputs[i], std::nullopt, hardware);
+    else
+      record_matmul(algorithm, sequence, weights[i]->packed, prepared, m, weights[i]->rows, k, true, scales,
+                    weights[i]->scales, std::nullopt, {outputs[i], std::nullopt}, hardware);
+  }
+  op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
+  if (algorithm != BitLinearAlgorithm::matvec)
+    for (size_t i = 0; i < outputs.size(); ++i)
+      if (residuals[i]) outputs[i] = binary(outputs[i], *residuals[i], BinaryOp::add);
+  return outputs;
+}
 
 BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std::optional<Tensor>& bias,
                           bool with_accumulators, BitLinearAlgorithm algorithm,
@@ -264,38 +400,16 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
                            " rows; x has " + std::to_string(m));
   const bool hardware = use_hardware_dot(*device, hardware_dot);
 
-  Sequence sequence(device, Timing::off);
-  Tensor nonfinite = zeroed_counter(device);
-  PreparedRows prepared{Tensor::empty(device, std::vector<int64_t>{m, padded(k)}, DType::uint8),
-                        Tensor::empty(device, std::vector<int64_t>{m}, DType::int32)};
-  Tensor scales = Tensor::empty(device, std::vector<int64_t>{m}, DType::float32);
-  record_prepare(sequence, x, m, k, prepared, scales, nonfinite, algorithm);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
+  const auto [prepared, scales, nonfinite] = prepare_rows(sequence, x, m, k, algorithm);
   if (algorithm == BitLinearAlgorithm::matvec) {
-    const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
-    const bool vectors = words % 4 == 0;
-    const uint32_t rows = matvec_rows(m, k), unroll = matvec_unroll();
-    Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware),
-                                    {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
-                                     {3, with_accumulators}, {4, vectors}, {5, int64_t{unroll}}});
-    // Each subgroup takes `rows` rows at a time; a workgroup one round of its subgroups.
-    const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
-    const uint32_t rows_per_group = rows * subgroups;
-    struct {
-      uint32_t n, words_per_row, rows_per_group;
-    } push{static_cast<uint32_t>(n), words, rows_per_group};
-    const Tensor& acc = result.accumulators ? *result.accumulators : result.y;
-    BufferBinding bindings[] = {w.packed.binding(), w.packed.binding(), prepared.values.binding(),
-                                prepared.row_sums.binding(), scales.binding(), w.scales.binding(),
-                                (bias ? *bias : w.scales).binding(), result.y.binding(), acc.binding()};
-    const auto grid = checked_grid(*device, {(static_cast<uint64_t>(n) + rows_per_group - 1) / rows_per_group, 1, 1},
-                                   "N = " + std::to_string(n));
-    sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+    record_matvec(sequence, w, prepared, scales, m, bias, false, result.y, result.accumulators, hardware);
   } else {
     record_matmul(algorithm, sequence, w.packed, prepared, m, n, k, true, scales, w.scales, bias,
                   {result.y, result.accumulators}, hardware);
   }
-  sequence.run();
-  raise_if_nonfinite(nonfinite, "x");
+  op_sequence.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
   return result;
 }
 
@@ -312,19 +426,21 @@ Tensor int8_matmul(const Tensor& a, const Tensor& b, BitLinearAlgorithm algorith
   Tensor out = Tensor::empty(device, std::vector<int64_t>{m, n}, DType::int32);
   if (m == 0 || n == 0) return out;
   if (k == 0) {
-    Sequence zero(device, Timing::off);
+    OpSequence op_zero(device);
+    Sequence& zero = op_zero.sequence();
     zero.fill(out.binding(), 0);
-    zero.run();
+    op_zero.run();
     return out;
   }
   const BitLinearAlgorithm path = matmul_path(*device, algorithm);
   const bool hardware = use_hardware_dot(*device, hardware_dot);
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   PreparedRows pa = interleave_int8(sequence, a, m, k, false);
   PreparedRows pb = interleave_int8(sequence, b, n, k, true);
   record_matmul(path, sequence, pb.values, pa, m, n, k, false, pa.row_sums, pa.row_sums,
                 std::nullopt, {std::nullopt, out}, hardware);
-  sequence.run();
+  op_sequence.run();
   return out;
 }
 
@@ -342,11 +458,12 @@ Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, BitLinearAlgor
   if (m == 0) return out;
   const BitLinearAlgorithm path = matmul_path(*device, algorithm);
   const bool hardware = use_hardware_dot(*device, hardware_dot);
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   PreparedRows pa = interleave_int8(sequence, a, m, k, false);
   record_matmul(path, sequence, w.packed, pa, m, n, k, true, w.scales, w.scales, std::nullopt,
                 {std::nullopt, out}, hardware);
-  sequence.run();
+  op_sequence.run();
   return out;
 }
 
@@ -370,10 +487,11 @@ Tensor bitlinear_backward_input(const Tensor& grad_y, const QuantizedWeights& w)
   } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k),
          static_cast<uint32_t>(padded(k) / 16)};
   BufferBinding bindings[] = {w.packed.binding(), w.scales.binding(), grad_y.binding(), out.binding()};
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, {workgroups(*device, static_cast<uint64_t>(m * k)), 1, 1}, bindings,
                     push_bytes(push));
-  sequence.run();
+  op_sequence.run();
   return out;
 }
 

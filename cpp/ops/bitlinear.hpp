@@ -1,5 +1,6 @@
 #pragma once
 #include <optional>
+#include <vector>
 
 #include "ops/quantize.hpp"
 #include "runtime/tensor.hpp"
@@ -27,6 +28,15 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
                           std::optional<bool> hardware_dot = std::nullopt,
                           const std::optional<Tensor>& out_y = {},
                           const std::optional<Tensor>& out_accumulators = {});
+
+// A decoder's projections that share one input, in one pre-pass: v = x (or relu(x)^2 * up), then
+// v = rms_norm(v, norm_weight, norm_eps) when a norm weight is given; y_i = bitlinear(v, W_i) (+
+// residual_i, float32 [..., N_i]). The norm and the gating are fused into the activation pre-pass
+// where K % 4 == 0 and K <= 16384, and the residual into the matvec for up to kMatvecMaxRows rows.
+std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>& up,
+                                    const std::optional<Tensor>& norm_weight, double norm_eps,
+                                    const std::vector<const QuantizedWeights*>& weights,
+                                    const std::vector<std::optional<Tensor>>& residuals);
 
 // int8 [M, K] x int8 [K, N] -> int32 [M, N], exactly.
 // algorithm: automatic, tiled or coopmat (matvec is taken as automatic).

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/device.hpp"
+#include "runtime/graph.hpp"
 #include "runtime/error.hpp"
 #include "runtime/sequence.hpp"
 
@@ -110,7 +111,33 @@ std::string float_variant(const char* base, DType dtype) {
 Tensor zeroed_counter(const std::shared_ptr<Device>& device) {
   Tensor tensor = Tensor::empty(device, std::vector<int64_t>{1}, DType::uint32, Placement::host);
   std::memset(tensor.mapped_data(), 0, sizeof(uint32_t));  // host-coherent memory: no flush
+  if (Graph* graph = device->recording_graph()) graph->zero_before_replay(tensor);
   return tensor;
+}
+
+OpSequence::OpSequence(const std::shared_ptr<Device>& device) : graph_(device->recording_graph()) {
+  if (graph_)
+    ops_before_ = graph_->op_count();
+  else
+    own_.emplace(device, Timing::off);
+}
+
+OpSequence::~OpSequence() {
+  // An op that raised after recording part of its work leaves the graph unusable.
+  if (graph_ && !ran_ && graph_->op_count() != ops_before_)
+    graph_->spoil("an op raised after recording part of its work");
+}
+
+Sequence& OpSequence::sequence() { return graph_ ? graph_->sequence() : *own_; }
+
+void OpSequence::run(std::function<void()> check) {
+  ran_ = true;
+  if (graph_) {
+    if (check) graph_->check_after_replay(std::move(check));
+    return;
+  }
+  own_->run();
+  if (check) check();
 }
 
 uint32_t read_counter(const Tensor& counter) {

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -11,14 +12,36 @@
 #include <vector>
 
 #include "runtime/memory.hpp"
+#include "runtime/sequence.hpp"
 #include "runtime/tensor.hpp"
 
 namespace bitnet {
 class Device;
-class Sequence;
+class Graph;
 }
 
 namespace bitnet::ops {
+
+// The sequence an op records into: the graph this thread is recording on the op's device, or a
+// sequence of its own, which run() submits and waits for.
+class OpSequence {
+ public:
+  explicit OpSequence(const std::shared_ptr<Device>& device);
+  ~OpSequence();
+  OpSequence(const OpSequence&) = delete;
+  OpSequence& operator=(const OpSequence&) = delete;
+
+  Sequence& sequence();
+  bool in_graph() const { return graph_ != nullptr; }
+  // Runs its own sequence, then `check`; in a graph, `check` runs after every replay instead.
+  void run(std::function<void()> check = {});
+
+ private:
+  Graph* graph_;
+  std::optional<Sequence> own_;
+  size_t ops_before_ = 0;
+  bool ran_ = false;
+};
 
 struct RowRange {
   uint64_t first = 0;
@@ -68,7 +91,7 @@ std::string float_variant(const char* base, DType dtype);
 
 // A uint32 counter in host memory, zeroed by the CPU (a host write before the submission is
 // visible to it, so no GPU fill and no barrier), for the integer atomics that count NaN/Inf (or
-// invalid) values; read it once the sequence has run.
+// invalid) values; read it once the sequence has run. In a graph it is zeroed before every replay.
 Tensor zeroed_counter(const std::shared_ptr<Device>& device);
 uint32_t read_counter(const Tensor& counter);
 // ArgumentError "<name> contains N NaN or Inf value(s)" when the counter is not zero.

@@ -39,7 +39,8 @@ Tensor run_elementwise(const Tensor& x, const Tensor* other, Activation op, Mode
   Kernel kernel = Kernel::builtin(device, float_variant("elementwise", x.dtype()),
                                   {{0, int64_t{static_cast<uint32_t>(op)}}, {1, int64_t{mode}}});
   const uint64_t element = dtype_size(x.dtype());
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   // Chunks of whole 16-byte vectors (row_ranges keeps every view inside the binding limit).
   for (const RowRange& range : row_ranges(*device, (x.size() + 3) / 4, {4 * element})) {
     RowRange elements{range.first * 4, std::min<uint64_t>(range.count * 4, x.size() - range.first * 4)};
@@ -56,7 +57,7 @@ Tensor run_elementwise(const Tensor& x, const Tensor* other, Activation op, Mode
     sequence.dispatch(kernel, {workgroups(*device, (elements.count + 3) / 4), 1, 1}, bindings,
                       push_bytes(push));
   }
-  sequence.run();
+  op_sequence.run();
   return y;
 }
 
@@ -79,7 +80,8 @@ void run_rows(uint32_t op, const Tensor& x, const Tensor* grad, const Tensor* we
   Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()), {{0, int64_t{op}}});
   const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
   const uint64_t float_row = static_cast<uint64_t>(k) * 4;
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   for (const RowRange& range : row_ranges(*device, rows, {row_bytes, gxhat ? float_row : 0})) {
     struct {
       uint32_t rows, k;
@@ -91,7 +93,7 @@ void run_rows(uint32_t op, const Tensor& x, const Tensor* grad, const Tensor* we
                                 gxhat ? rows_of(*gxhat, range, float_row) : result};
     sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
   }
-  sequence.run();
+  op_sequence.run();
 }
 
 }  // namespace
@@ -171,10 +173,11 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional
                                   {{0, int64_t{static_cast<uint32_t>(op)}}, {1, same}});
   BufferBinding bindings[] = {a.binding(), a.binding(), b.binding(), b.binding(), y.binding(),
                               y.binding()};
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, {workgroups(*device, same ? (y.size() + 3) / 4 : y.size()), 1, 1},
                     bindings, push_bytes(push));
-  sequence.run();
+  op_sequence.run();
   return y;
 }
 
@@ -218,7 +221,8 @@ Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Te
   const auto& device = x.device_ptr();
   Tensor y = output(device, given, shape, x.dtype(), "y", {&x});
   if (y.size() == 0) return y;
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   auto record = [&](const Tensor& from, const Tensor& to, int64_t o, int64_t c, int64_t in) {
     Kernel kernel = Kernel::builtin(device, float_variant("reduce", x.dtype()),
                                     {{0, int64_t{static_cast<uint32_t>(op)}}, {1, in == 1}});
@@ -243,7 +247,7 @@ Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Te
     record(x, partial, outer * (count / chunk), chunk, inner);
     record(partial, y, outer, count / chunk, inner);
   }
-  sequence.run();
+  op_sequence.run();
   return y;
 }
 
@@ -262,9 +266,10 @@ Tensor transpose(const Tensor& x, const std::optional<Tensor>& given) {
     uint32_t rows, cols;
   } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(cols)};
   BufferBinding bindings[] = {x.binding(), y.binding()};
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
-  sequence.run();
+  op_sequence.run();
   return y;
 }
 
@@ -286,9 +291,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, const std::optional<Tensor>& giv
     uint32_t m, n, k;
   } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k)};
   BufferBinding bindings[] = {a.binding(), b.binding(), c.binding()};
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
-  sequence.run();
+  op_sequence.run();
   return c;
 }
 

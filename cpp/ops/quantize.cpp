@@ -93,7 +93,8 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
                           make(device, {groups}, DType::float32),
                           rows, cols, group_size, binary};
 
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   Tensor nonfinite = zeroed_counter(device);
   Tensor stats = record_stats(sequence, w, segment, nonfinite);
   const uint64_t segments = static_cast<uint64_t>(stats.shape()[0]);
@@ -114,8 +115,7 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
     sequence.dispatch(pack, {workgroups(*device, range.count * (row_bytes / 4)), 1, 1}, bindings,
                       push_bytes(push));
   }
-  sequence.run();
-  raise_if_nonfinite(nonfinite, "w");
+  op_sequence.run([nonfinite] { raise_if_nonfinite(nonfinite, "w"); });
   return result;
 }
 
@@ -149,7 +149,8 @@ Tensor dequantize_weights(const QuantizedWeights& weights, const std::optional<T
                       {&weights.packed, &weights.scales});
   const uint64_t row_bytes = static_cast<uint64_t>(weights.packed.shape()[1]);
   Kernel kernel = Kernel::builtin(device, "dequantize_weights", {{0, weights.binary}});
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   for (const RowRange& range :
        row_ranges(*device, weights.rows, {row_bytes, static_cast<uint64_t>(weights.cols) * 4})) {
     PackPush push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(weights.cols),
@@ -160,7 +161,7 @@ Tensor dequantize_weights(const QuantizedWeights& weights, const std::optional<T
     sequence.dispatch(kernel, {workgroups(*device, range.count * (row_bytes / 4)), 1, 1}, bindings,
                       push_bytes(push));
   }
-  sequence.run();
+  op_sequence.run();
   return out;
 }
 
@@ -177,7 +178,8 @@ Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols,
   Tensor out = output(device, given, {rows, cols}, DType::int8, "values", {&packed});
   if (rows == 0 || cols == 0) return out;
   Kernel kernel = Kernel::builtin(device, "ternary_unpack");
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   for (const RowRange& range : row_ranges(*device, rows, {static_cast<uint64_t>(row_bytes),
                                                           static_cast<uint64_t>(cols)})) {
     struct {
@@ -188,7 +190,7 @@ Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols,
     sequence.dispatch(kernel, {workgroups(*device, range.count * (row_bytes / 4)), 1, 1}, bindings,
                       push_bytes(push));
   }
-  sequence.run();
+  op_sequence.run();
   return out;
 }
 
@@ -204,7 +206,8 @@ Tensor pack_ternary(const Tensor& values, const std::optional<Tensor>& given) {
   Tensor packed = output(device, given, {rows, row_bytes}, DType::uint8, "packed", {&values});
   if (rows == 0 || cols == 0) return packed;
   Kernel kernel = Kernel::builtin(device, "ternary_pack");
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   Tensor invalid = zeroed_counter(device);
   for (const RowRange& range : row_ranges(*device, rows, {static_cast<uint64_t>(cols),
                                                           static_cast<uint64_t>(row_bytes)})) {
@@ -217,10 +220,11 @@ Tensor pack_ternary(const Tensor& values, const std::optional<Tensor>& given) {
     sequence.dispatch(kernel, {workgroups(*device, range.count * (row_bytes / 4)), 1, 1}, bindings,
                       push_bytes(push));
   }
-  sequence.run();
-  if (uint32_t found = read_counter(invalid))
-    throw ArgumentError("q: ternary values must be -1, 0 or 1; " + std::to_string(found) +
-                        " value" + (found == 1 ? " is" : "s are") + " not");
+  op_sequence.run([invalid] {
+    if (uint32_t found = read_counter(invalid))
+      throw ArgumentError("q: ternary values must be -1, 0 or 1; " + std::to_string(found) +
+                          " value" + (found == 1 ? " is" : "s are") + " not");
+  });
   return packed;
 }
 
@@ -246,7 +250,8 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric, const Row
   if (rows == 0) return result;
   Kernel kernel = Kernel::builtin(device, float_variant("quantize_rows", x.dtype()),
                                   {{0, symmetric}, {1, double(qmax)}, {2, double{kEps}}});
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   Tensor nonfinite = zeroed_counter(device);
   Tensor unused = make(device, {1}, DType::uint8);
   const uint64_t element = dtype_size(x.dtype());
@@ -264,8 +269,7 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric, const Row
     sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings,
                       push_bytes(push));
   }
-  sequence.run();
-  raise_if_nonfinite(nonfinite, "x");
+  op_sequence.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
   return result;
 }
 
@@ -292,7 +296,8 @@ Tensor dequantize_rows(const Tensor& q, const Tensor& scales,
                       zero_points ? &*zero_points : nullptr});
   if (rows == 0) return out;
   Kernel kernel = Kernel::builtin(device, "dequantize_rows", {{0, symmetric}});
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   for (const RowRange& range :
        row_ranges(*device, rows, {static_cast<uint64_t>(cols), static_cast<uint64_t>(cols) * 4})) {
     struct {
@@ -305,7 +310,7 @@ Tensor dequantize_rows(const Tensor& q, const Tensor& scales,
     sequence.dispatch(kernel, {workgroups(*device, range.count * cols), 1, 1}, bindings,
                       push_bytes(push));
   }
-  sequence.run();
+  op_sequence.run();
   return out;
 }
 
@@ -321,7 +326,8 @@ QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint
   QuantizedTensor result{output(device, given_q, g.shape(), DType::int8, "q", {&g}),
                          output(device, given_scale, {1}, DType::float32, "scale", {&g})};
   Tensor means = make(device, {1}, DType::float32);
-  Sequence sequence(device, Timing::off);
+  OpSequence op_sequence(device);
+  Sequence& sequence = op_sequence.sequence();
   Tensor nonfinite = zeroed_counter(device);
   Tensor stats = record_stats(sequence, g, tensor_segment(g.size()), nonfinite);
   record_scales(sequence, stats, static_cast<uint64_t>(stats.shape()[0]), 1, 1, float(qmax),
@@ -338,8 +344,7 @@ QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint
                                 rows_of(result.q, range, 1)};
     sequence.dispatch(kernel, {workgroups(*device, range.count), 1, 1}, bindings, push_bytes(push));
   }
-  sequence.run();
-  raise_if_nonfinite(nonfinite, "g");
+  op_sequence.run([nonfinite] { raise_if_nonfinite(nonfinite, "g"); });
   return result;
 }
 

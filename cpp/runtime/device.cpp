@@ -301,11 +301,28 @@ void Device::add_profile(const std::vector<std::pair<std::string, double>>& timi
   if (profiling_) profile_.insert(profile_.end(), timings.begin(), timings.end());
 }
 
+namespace {
+
+// The top of this thread's stack in a per-thread map of stacks (active sequences, recording graphs).
+template <typename T>
+T* top_of_thread(const std::unordered_map<std::thread::id, std::vector<T*>>& stacks) {
+  auto found = stacks.find(std::this_thread::get_id());
+  return found == stacks.end() || found->second.empty() ? nullptr : found->second.back();
+}
+
+template <typename T>
+void remove_everywhere(std::unordered_map<std::thread::id, std::vector<T*>>& stacks, T* item) {
+  for (auto& [thread, stack] : stacks) {
+    auto found = std::find(stack.begin(), stack.end(), item);
+    if (found != stack.end()) stack.erase(found);
+  }
+}
+
+}  // namespace
+
 Sequence* Device::active_sequence() const {
   std::lock_guard lock(active_mutex_);
-  auto found = active_sequences_.find(std::this_thread::get_id());
-  if (found == active_sequences_.end() || found->second.empty()) return nullptr;
-  return found->second.back();
+  return top_of_thread(active_sequences_);
 }
 
 void Device::push_active_sequence(Sequence* sequence) {
@@ -315,10 +332,22 @@ void Device::push_active_sequence(Sequence* sequence) {
 
 void Device::pop_active_sequence(Sequence* sequence) {
   std::lock_guard lock(active_mutex_);
-  for (auto& [thread, stack] : active_sequences_) {
-    auto found = std::find(stack.begin(), stack.end(), sequence);
-    if (found != stack.end()) stack.erase(found);
-  }
+  remove_everywhere(active_sequences_, sequence);
+}
+
+Graph* Device::recording_graph() const {
+  std::lock_guard lock(active_mutex_);
+  return top_of_thread(recording_graphs_);
+}
+
+void Device::push_recording_graph(Graph* graph) {
+  std::lock_guard lock(active_mutex_);
+  recording_graphs_[std::this_thread::get_id()].push_back(graph);
+}
+
+void Device::pop_recording_graph(Graph* graph) {
+  std::lock_guard lock(active_mutex_);
+  remove_everywhere(recording_graphs_, graph);
 }
 
 }  // namespace bitnet

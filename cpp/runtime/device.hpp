@@ -19,6 +19,7 @@ namespace bitnet {
 struct CommandContext;
 class PipelineCache;
 class Sequence;
+class Graph;
 
 // A logical Vulkan device with one compute queue: owns the memory pool, the pipeline cache and the
 // recycled command contexts that sequences record into. Tensors, kernels and sequences hold a
@@ -76,6 +77,10 @@ class Device : public std::enable_shared_from_this<Device> {
   Sequence* active_sequence() const;
   void push_active_sequence(Sequence* sequence);
   void pop_active_sequence(Sequence* sequence);
+  // The graph that ops on this thread record into, or null.
+  Graph* recording_graph() const;
+  void push_recording_graph(Graph* graph);
+  void pop_recording_graph(Graph* graph);
 
   // While profiling, every sequence records a timestamp after each op (also the ones that
   // operations run internally), and the GPU times of everything that completes are collected.
@@ -112,6 +117,7 @@ class Device : public std::enable_shared_from_this<Device> {
   std::vector<std::unique_ptr<CommandContext>> free_contexts_;
   mutable std::mutex active_mutex_;
   std::unordered_map<std::thread::id, std::vector<Sequence*>> active_sequences_;
+  std::unordered_map<std::thread::id, std::vector<Graph*>> recording_graphs_;
 };
 
 }  // namespace bitnet

@@ -12,6 +12,7 @@
 
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
+#include "runtime/graph.hpp"
 #include "runtime/sequence.hpp"
 #include "runtime/shaders.hpp"
 
@@ -304,6 +305,10 @@ void Kernel::dispatch(std::array<uint32_t, 3> groups, std::span<const BufferBind
                       std::span<const std::byte> push_constants) const {
   if (Sequence* active = device_->active_sequence()) {
     active->dispatch(*this, groups, bindings, push_constants);
+    return;
+  }
+  if (Graph* graph = device_->recording_graph()) {
+    graph->sequence().dispatch(*this, groups, bindings, push_constants);
     return;
   }
   Sequence sequence(device_, Timing::off);

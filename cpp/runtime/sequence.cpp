@@ -46,45 +46,49 @@ Submission::~Submission() {
   device_->recycle_context(std::move(context_));
 }
 
+std::vector<OpTiming> read_timings(Device& device, CommandContext& context,
+                                   const std::vector<std::string>& labels, Timing timing) {
+  std::vector<OpTiming> timings;
+  if (timing == Timing::off || labels.empty()) return timings;
+  const uint32_t count = context.queries_used;
+  std::vector<uint64_t> stamps(count);
+  for (uint32_t first = 0; first < count; first += CommandContext::kQueriesPerPool) {
+    const uint32_t n = std::min(CommandContext::kQueriesPerPool, count - first);
+    device.check(vkGetQueryPoolResults(device.handle(),
+                                       context.query_pools[first / CommandContext::kQueriesPerPool].get(),
+                                       0, n, n * sizeof(uint64_t), stamps.data() + first,
+                                       sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+                 "vkGetQueryPoolResults");
+  }
+  const uint32_t bits = device.timestamp_valid_bits();
+  const uint64_t mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
+  const double period = device.info().timestamp_period_ns * 1e-9;
+  auto seconds = [&](size_t from, size_t to) {
+    return static_cast<double>(((stamps[to] & mask) - (stamps[from] & mask)) & mask) * period;
+  };
+  if (timing == Timing::total && stamps.size() == 2) {
+    timings.push_back({"sequence of " + std::to_string(labels.size()) + " ops", seconds(0, 1)});
+  } else {
+    // Query 0 is written before the first op; query i+1 after op i.
+    for (size_t i = 0; i < labels.size() && i + 1 < stamps.size(); ++i)
+      timings.push_back({labels[i], seconds(i, i + 1)});
+  }
+  if (device.profiling() && timing == Timing::per_op) {
+    std::vector<std::pair<std::string, double>> collected;
+    for (const auto& t : timings) collected.emplace_back(t.label, t.seconds);
+    device.add_profile(collected);
+  }
+  return timings;
+}
+
 void Submission::finish_locked() {
   if (finished_) return;
   device_->ensure_usable();
   VkFence fence = context_->fence.get();
   device_->check(device_->wait_for_fence(fence), "vkWaitForFences");
-  if (timing_ != Timing::off && !labels_.empty()) {
-    std::vector<uint64_t> stamps;
-    const uint32_t count = context_->queries_used;
-    stamps.resize(count);
-    for (uint32_t first = 0; first < count; first += CommandContext::kQueriesPerPool) {
-      const uint32_t n = std::min(CommandContext::kQueriesPerPool, count - first);
-      device_->check(vkGetQueryPoolResults(device_->handle(),
-                                           context_->query_pools[first / CommandContext::kQueriesPerPool].get(),
-                                           0, n, n * sizeof(uint64_t), stamps.data() + first,
-                                           sizeof(uint64_t),
-                                           VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
-                     "vkGetQueryPoolResults");
-    }
-    const uint32_t bits = device_->timestamp_valid_bits();
-    const uint64_t mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
-    const double period = device_->info().timestamp_period_ns * 1e-9;
-    auto seconds = [&](size_t from, size_t to) {
-      return static_cast<double>(((stamps[to] & mask) - (stamps[from] & mask)) & mask) * period;
-    };
-    if (timing_ == Timing::total && stamps.size() == 2) {
-      timings_.push_back({"sequence of " + std::to_string(labels_.size()) + " ops", seconds(0, 1)});
-    } else {
-      // Query 0 is written before the first op; query i+1 after op i.
-      for (size_t i = 0; i < labels_.size() && i + 1 < stamps.size(); ++i)
-        timings_.push_back({labels_[i], seconds(i, i + 1)});
-    }
-  }
+  timings_ = read_timings(*device_, *context_, labels_, timing_);
   context_->keep_alive.clear();  // the GPU is done: give buffers back to the pool now
   finished_ = true;
-  if (device_->profiling() && timing_ == Timing::per_op) {
-    std::vector<std::pair<std::string, double>> collected;
-    for (const auto& t : timings_) collected.emplace_back(t.label, t.seconds);
-    device_->add_profile(collected);
-  }
 }
 
 void Submission::wait() {
@@ -112,14 +116,15 @@ std::vector<OpTiming> Submission::timings() {
   return timings_;
 }
 
-Sequence::Sequence(std::shared_ptr<Device> device, Timing timing)
+Sequence::Sequence(std::shared_ptr<Device> device, Timing timing, Reuse reuse)
     : device_(std::move(device)),
       context_(device_->acquire_context()),
-      timing_(timing == Timing::off && device_->profiling() ? Timing::per_op : timing) {
+      timing_(timing == Timing::off && device_->profiling() ? Timing::per_op : timing),
+      reuse_(reuse) {
   if (timing_ != Timing::off && !device_->has_timestamps())
     throw UnsupportedError("device '" + device_->info().name + "' has no timestamp queries");
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  begin.flags = reuse == Reuse::once ? VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT : 0;
   try {
     device_->check(vkBeginCommandBuffer(context_->commands, &begin), "vkBeginCommandBuffer");
   } catch (...) {
@@ -150,6 +155,7 @@ void Sequence::deactivate() {
 
 void Sequence::ensure_recording() const {
   if (!context_) throw ArgumentError("this sequence was already submitted or discarded; record into a new one");
+  if (closed_) throw ArgumentError("this graph is closed: it can be replayed, not recorded into");
   device_->ensure_usable();
 }
 
@@ -157,22 +163,28 @@ void Sequence::keep(std::shared_ptr<const void> object) {
   if (kept_.insert(object.get()).second) context_->keep_alive.push_back(std::move(object));
 }
 
-void Sequence::before_op(std::span<const VkBuffer> reads, std::span<const VkBuffer> writes) {
+void Sequence::before_op(std::span<const VkBuffer> reads, std::span<const VkBuffer> writes, bool transfer) {
   bool hazard = false;
   for (VkBuffer buffer : reads) hazard = hazard || pending_writes_.count(buffer);
   for (VkBuffer buffer : writes)
     hazard = hazard || pending_writes_.count(buffer) || pending_reads_.count(buffer);
   if (hazard) {
-    memory_barrier(context_->commands, kWorkStages,
-                   VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT, kWorkStages,
-                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+    // Only the stages involved: compute to compute is the common case and the cheapest wait.
+    const VkPipelineStageFlags src = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
+                                     (pending_transfer_ ? VK_PIPELINE_STAGE_TRANSFER_BIT : 0);
+    const VkAccessFlags src_access = VK_ACCESS_SHADER_WRITE_BIT | (pending_transfer_ ? VK_ACCESS_TRANSFER_WRITE_BIT : 0);
+    const VkPipelineStageFlags dst = transfer ? VK_PIPELINE_STAGE_TRANSFER_BIT : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+    const VkAccessFlags dst_access = transfer ? VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT
+                                              : VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    memory_barrier(context_->commands, src, src_access, dst, dst_access);
     ++barriers_;
     pending_reads_.clear();
     pending_writes_.clear();
+    pending_transfer_ = false;
   }
   pending_reads_.insert(reads.begin(), reads.end());
   pending_writes_.insert(writes.begin(), writes.end());
+  pending_transfer_ = pending_transfer_ || transfer;
 }
 
 void Sequence::write_timestamp() {
@@ -287,7 +299,7 @@ void Sequence::dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups,
     vkUpdateDescriptorSets(device_->handle(), static_cast<uint32_t>(descriptor_writes.size()),
                            descriptor_writes.data(), 0, nullptr);
   }
-  before_op(reads, writes);
+  before_op(reads, writes, false);
   vkCmdBindPipeline(commands, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline.get());
   if (set != VK_NULL_HANDLE)
     vkCmdBindDescriptorSets(commands, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout.get(), 0, 1,
@@ -311,7 +323,7 @@ void Sequence::copy(const BufferBinding& source, const BufferBinding& destinatio
   if (source.size == 0) return;
   VkBuffer reads[] = {source.allocation->buffer()};
   VkBuffer writes[] = {destination.allocation->buffer()};
-  before_op(reads, writes);
+  before_op(reads, writes, true);
   VkBufferCopy region{source.offset, destination.offset, source.size};
   vkCmdCopyBuffer(context_->commands, reads[0], writes[0], 1, &region);
   keep(source.allocation);
@@ -326,7 +338,7 @@ void Sequence::fill(const BufferBinding& destination, uint32_t word) {
   if (destination.offset % 4 != 0)
     throw ArgumentError("fill destination offset must be a multiple of 4");
   VkBuffer writes[] = {destination.allocation->buffer()};
-  before_op({}, writes);
+  before_op({}, writes, true);
   // vkCmdFillBuffer writes whole words: round the size up inside the block's capacity.
   const uint64_t size = std::min((destination.size + 3) / 4 * 4,
                                  destination.allocation->capacity() - destination.offset);
@@ -335,14 +347,42 @@ void Sequence::fill(const BufferBinding& destination, uint32_t word) {
   after_op("fill");
 }
 
+namespace {
+
+void end_commands(Device& device, VkCommandBuffer commands) {
+  // Make every write visible to the host, which may read mapped memory after the fence.
+  memory_barrier(commands, kWorkStages, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                 VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+  device.check(vkEndCommandBuffer(commands), "vkEndCommandBuffer");
+}
+
+}  // namespace
+
+void Sequence::close() {
+  if (reuse_ != Reuse::replay) throw ArgumentError("only a replayable sequence (a graph) can be closed");
+  ensure_recording();
+  deactivate();
+  if (timing_ == Timing::total) write_timestamp();
+  end_commands(*device_, context_->commands);
+  closed_ = true;
+}
+
+void Sequence::replay() {
+  if (!closed_ || !context_) throw ArgumentError("a graph replays once its recording is closed");
+  device_->ensure_usable();
+  device_->submit(*context_);
+  VkFence fence = context_->fence.get();
+  device_->check(device_->wait_for_fence(fence), "vkWaitForFences");
+  context_->submitted = false;
+  device_->check(vkResetFences(device_->handle(), 1, &fence), "vkResetFences");
+  replay_timings_ = read_timings(*device_, *context_, labels_, timing_);
+}
+
 std::shared_ptr<Submission> Sequence::submit() {
+  if (reuse_ == Reuse::replay) throw ArgumentError("a graph is replayed (close(), then replay()), not submitted");
   ensure_recording();
   if (timing_ == Timing::total) write_timestamp();
-  // Make every write visible to the host, which may read mapped memory after the fence.
-  memory_barrier(context_->commands, kWorkStages,
-                 VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                 VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
-  device_->check(vkEndCommandBuffer(context_->commands), "vkEndCommandBuffer");
+  end_commands(*device_, context_->commands);
   device_->submit(*context_);
   submission_ = std::make_shared<Submission>(device_, std::move(context_), labels_, timing_);
   return submission_;
@@ -356,6 +396,10 @@ void Sequence::discard() {
 }
 
 std::vector<OpTiming> Sequence::timings() {
+  if (reuse_ == Reuse::replay) {
+    if (timing_ == Timing::off) throw UnsupportedError("this graph was recorded without timings");
+    return replay_timings_;
+  }
   if (!submission_) throw ArgumentError("timings are available after the sequence is submitted");
   return submission_->timings();
 }

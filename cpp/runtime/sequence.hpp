@@ -25,6 +25,14 @@ struct OpTiming {
   double seconds = 0.0;
 };
 
+// Whether a sequence's command buffer is submitted once, or closed and then replayed any number
+// of times (a Graph).
+enum class Reuse : uint8_t { once, replay };
+
+// The timestamps a finished command buffer wrote, as per-op (or whole-sequence) times.
+std::vector<OpTiming> read_timings(Device& device, CommandContext& context,
+                                   const std::vector<std::string>& labels, Timing timing);
+
 // A recorded command buffer in flight. Waiting is the only way to observe completion; the
 // buffers and pipelines it uses stay alive until then.
 class Submission {
@@ -55,7 +63,7 @@ class Submission {
 // wrote (WAW) or writes what it read (WAR); independent ops may overlap on the GPU.
 class Sequence {
  public:
-  Sequence(std::shared_ptr<Device> device, Timing timing);
+  Sequence(std::shared_ptr<Device> device, Timing timing, Reuse reuse = Reuse::once);
   ~Sequence();
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
@@ -69,7 +77,14 @@ class Sequence {
   void run();  // submit and wait
   // Drops what was recorded; the sequence can record no more.
   void discard();
+  // Timings of the submission, or of the last replay.
   std::vector<OpTiming> timings();
+
+  // Reuse::replay only: close() ends recording; replay() then submits the recorded commands again
+  // and waits for them, as often as wanted.
+  void close();
+  void replay();
+  bool closed() const { return closed_; }
 
   size_t op_count() const { return labels_.size(); }
   size_t barrier_count() const { return barriers_; }
@@ -83,7 +98,7 @@ class Sequence {
 
  private:
   void ensure_recording() const;
-  void before_op(std::span<const VkBuffer> reads, std::span<const VkBuffer> writes);
+  void before_op(std::span<const VkBuffer> reads, std::span<const VkBuffer> writes, bool transfer);
   void write_timestamp();
   void after_op(std::string label);
   void keep(std::shared_ptr<const void> object);
@@ -92,10 +107,14 @@ class Sequence {
   std::shared_ptr<Device> device_;
   std::unique_ptr<CommandContext> context_;
   Timing timing_;
+  Reuse reuse_;
+  bool closed_ = false;
+  std::vector<OpTiming> replay_timings_;
   bool active_ = false;
   size_t barriers_ = 0;
   std::vector<std::string> labels_;
   std::unordered_set<VkBuffer> pending_reads_, pending_writes_;
+  bool pending_transfer_ = false;  // a copy or fill since the last barrier
   std::unordered_set<const void*> kept_;
   std::shared_ptr<Submission> submission_;
 };

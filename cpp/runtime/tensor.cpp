@@ -86,4 +86,30 @@ void Tensor::download(void* destination, uint64_t bytes) const {
   std::memcpy(destination, staging->mapped(), bytes);
 }
 
+Tensor Tensor::reshaped(std::vector<int64_t> shape) const {
+  int64_t known = 1, unknown = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (unknown >= 0) throw ShapeError("reshape: only one dimension can be -1");
+      unknown = static_cast<int64_t>(i);
+    } else if (shape[i] < 0) {
+      throw ShapeError("reshape: negative dimension " + std::to_string(shape[i]));
+    } else {
+      known *= shape[i];
+    }
+  }
+  const auto count = static_cast<int64_t>(size_);
+  if (unknown >= 0) {
+    if (known == 0 || count % known != 0)
+      throw ShapeError("cannot reshape a tensor of " + std::to_string(count) + " elements with a -1 dimension");
+    shape[static_cast<size_t>(unknown)] = count / known;
+  }
+  if (static_cast<uint64_t>(element_count(shape, dtype_)) != size_) {
+    std::string text;
+    for (int64_t d : shape) text += (text.empty() ? "" : ", ") + std::to_string(d);
+    throw ShapeError("cannot reshape a tensor of " + std::to_string(count) + " elements into shape (" + text + ")");
+  }
+  return Tensor(allocation_, std::move(shape), dtype_);
+}
+
 }  // namespace bitnet

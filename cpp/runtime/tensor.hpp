@@ -35,6 +35,8 @@ class Tensor {
   const std::shared_ptr<Device>& device_ptr() const { return allocation_->device_ptr(); }
   const std::shared_ptr<Allocation>& allocation() const { return allocation_; }
   BufferBinding binding() const { return {allocation_, 0, nbytes()}; }
+  // The same memory under another shape with as many elements (one dimension may be -1).
+  Tensor reshaped(std::vector<int64_t> shape) const;
 
   // Host <-> tensor copies of exactly nbytes(); through a staging buffer where the memory is
   // not mapped, or (for reads) not host-cached, where reading it directly would be slow.

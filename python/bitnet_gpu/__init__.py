@@ -111,6 +111,16 @@ def builtin_kernel(name: str, device: Device | None = None, specialization=None)
 
 
 from . import nn  # noqa: E402
+from .graph import Graph  # noqa: E402
+from . import models  # noqa: E402
+
+
+def _device_graph(self, *, timings=False) -> Graph:
+    """A new Graph on this device: ``with device.graph() as g: ...`` records, ``g.run()`` replays."""
+    return Graph(self, timings=timings)
+
+
+Device.graph = _device_graph
 
 
 @atexit.register
@@ -146,4 +156,5 @@ def profile(device=None) -> Profile:
 
 
 __all__ += ["Profile", "profile", "ops", "tensor_ops", "layer_norm_backward", "matmul", "mean",
-            "rms_norm_backward", "transpose", "max", "sum", "KVCache", "attention", "rope", "rope_tables"] + ops.__all__
+            "rms_norm_backward", "transpose", "max", "sum", "KVCache", "attention", "rope", "rope_tables",
+            "Graph", "models"] + ops.__all__

@@ -1,5 +1,7 @@
 """Command line: ``python -m bitnet_gpu info`` lists devices; ``python -m bitnet_gpu demo`` runs
-a few kernels on NumPy arrays on the chosen device and checks them against NumPy."""
+a few kernels on NumPy arrays on the chosen device and checks them against NumPy;
+``python -m bitnet_gpu generate --config 2b4t --random-weights --tokens 64`` generates tokens with
+the BitNet decoder (``--weights file.safetensors`` for a real checkpoint) and reports tokens/s."""
 
 from __future__ import annotations
 
@@ -88,13 +90,68 @@ def demo(_args) -> int:
     return 0 if ok else 1
 
 
+def generate(args) -> int:
+    from bitnet_gpu.models import BitNetConfig, BitNetModel
+    if bool(args.weights) == bool(args.random_weights):
+        print("generate: pass exactly one of --weights FILE and --random-weights", file=sys.stderr)
+        return 2
+    config = BitNetConfig.preset(args.config) if args.config else None
+    max_tokens = args.max_tokens
+    start = time.perf_counter()
+    if args.random_weights:
+        model = BitNetModel.random(config or BitNetConfig.preset("tiny"), seed=args.seed, max_tokens=max_tokens)
+    else:
+        model = BitNetModel.from_weights(args.weights, config, max_tokens=max_tokens)
+    print(f"model: {model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}, "
+          f"{_size(model.nbytes)} on {model.device.name}; loaded in {time.perf_counter() - start:.1f} s")
+    if args.prompt:
+        prompt = np.array([int(t) for t in args.prompt.split(",")], np.int64)
+    else:
+        prompt = np.random.default_rng(args.seed).integers(0, model.config.vocab_size, args.prompt_tokens)
+    tokens = []
+    times = []
+    begin = time.perf_counter()
+    width = 30
+
+    def progress(step, ids):
+        times.append(time.perf_counter())
+        tokens.append(int(ids[0]))
+        done = step + 1
+        filled = width * done // args.tokens
+        rate = (done - 1) / (times[-1] - times[0]) if done > 1 else 0.0
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{args.tokens} tokens, "
+              f"{rate:.1f} tokens/s", end="", flush=True)
+
+    model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
+                   seed=args.seed, callback=progress)
+    print()
+    first = times[0] - begin if times else float("nan")
+    decode = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
+    print(f"prompt {len(prompt)} tokens: first token after {first * 1e3:.1f} ms; "
+          f"decode {decode:.1f} tokens/s ({len(times)} tokens)")
+    print("token ids:", " ".join(str(t) for t in tokens))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bitnet_gpu", description=__doc__)
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("info", help="list Vulkan devices and their capabilities")
     sub.add_parser("demo", help="run kernels on NumPy arrays and check them against NumPy")
+    gen = sub.add_parser("generate", help="generate tokens with the BitNet b1.58 decoder")
+    gen.add_argument("--config", choices=["tiny", "2b4t"], help="model preset (default: from the "
+                     "checkpoint's config.json, or tiny with --random-weights)")
+    gen.add_argument("--weights", help="a safetensors file, or a checkpoint directory")
+    gen.add_argument("--random-weights", action="store_true", help="random ternary weights")
+    gen.add_argument("--tokens", type=int, default=64, help="new tokens to generate")
+    gen.add_argument("--prompt", help="comma-separated prompt token ids")
+    gen.add_argument("--prompt-tokens", type=int, default=8, help="random prompt length without --prompt")
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-k", type=int, default=None)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
     args = parser.parse_args(argv)
-    handlers = {"info": info, "demo": demo}
+    handlers = {"info": info, "demo": demo, "generate": generate}
     return handlers.get(args.command or "info")(args)
 
 

@@ -7,12 +7,15 @@
 
 #include "ops/attention.hpp"
 #include "ops/bitlinear.hpp"
+#include "ops/dispatch.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/model.hpp"
 #include "ops/quantize.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/fault.hpp"
 #include "runtime/instance.hpp"
+#include "runtime/graph.hpp"
 #include "runtime/kernel.hpp"
 #include "runtime/sequence.hpp"
 #include "runtime/shaders.hpp"
@@ -236,6 +239,19 @@ ops::BitLinearAlgorithm parse_algorithm(const std::string& name, bool matvec = t
                       "'tiled' or 'coopmat', got '" + name + "'");
 }
 
+// [(label, seconds)] from timings read without the GIL (reading them may wait for the GPU).
+template <typename Read>
+py::list timing_list(Read read) {
+  std::vector<OpTiming> timings;
+  {
+    py::gil_scoped_release release;
+    timings = read();
+  }
+  py::list result;
+  for (const auto& timing : timings) result.append(py::make_tuple(timing.label, timing.seconds));
+  return result;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -438,6 +454,47 @@ PYBIND11_MODULE(_core, m) {
                                buffer_format(t.dtype()), static_cast<py::ssize_t>(shape.size()),
                                shape, c_strides(t), false);
       })
+      .def(
+          "copy_from",
+          [](Tensor& t, py::object source) {
+            if (py::isinstance<Tensor>(source)) {
+              const Tensor& from = source.cast<const Tensor&>();
+              if (from.dtype() != t.dtype() || from.shape() != t.shape())
+                throw ShapeError("copy_from: expected " + std::string(dtype_name(t.dtype())) + " " +
+                                 ops::shape_text(t.shape()) + ", got " + std::string(dtype_name(from.dtype())) +
+                                 " " + ops::shape_text(from.shape()));
+              py::gil_scoped_release release;
+              const std::vector<int64_t> flat{static_cast<int64_t>(t.size())};
+              ops::copy_rows(from.reshaped(flat), t.reshaped(flat), 0);
+              return;
+            }
+            py::array array = py::array::ensure(source);
+            if (!array) throw DTypeError("copy_from: expected a NumPy array or a Tensor");
+            if (to_dtype(array.dtype(), "copy_from") != t.dtype())
+              throw DTypeError("copy_from: expected " + std::string(dtype_name(t.dtype())) + ", got " +
+                               py::str(array.dtype()).cast<std::string>());
+            std::vector<int64_t> shape(array.shape(), array.shape() + array.ndim());
+            if (shape != t.shape())
+              throw ShapeError("copy_from: expected shape " + ops::shape_text(t.shape()) + ", got " +
+                               ops::shape_text(shape));
+            py::array contiguous = py::array::ensure(array, py::array::c_style);
+            const void* data = contiguous.data();
+            py::gil_scoped_release release;
+            t.upload(data, t.nbytes());
+          },
+          py::arg("source"),
+          "Overwrites the tensor with a NumPy array or a Tensor of its dtype and shape (a Tensor "
+          "is copied on the device, and inside a graph the copy is recorded).")
+      .def("reshape",
+           [](const Tensor& t, py::args args) {
+             std::vector<int64_t> shape;
+             py::sequence dims = (args.size() == 1 && py::isinstance<py::sequence>(args[0]))
+                                     ? args[0].cast<py::sequence>() : py::sequence(args);
+             for (auto dim : dims) shape.push_back(dim.cast<int64_t>());
+             return t.reshaped(shape);
+           },
+           "A view of the same memory with another shape (one dimension may be -1), as "
+           "ndarray.reshape of a C-contiguous array; writes through either are seen by both.")
       .def("__len__",
            [](const Tensor& t) {
              if (t.shape().empty()) throw py::type_error("len() of a 0-d tensor");
@@ -496,16 +553,7 @@ PYBIND11_MODULE(_core, m) {
                                                       "A submitted sequence running on the GPU.")
       .def("wait", &Submission::wait, py::call_guard<py::gil_scoped_release>())
       .def("done", &Submission::done, py::call_guard<py::gil_scoped_release>())
-      .def("timings", [](Submission& s) {
-        std::vector<OpTiming> timings;
-        {
-          py::gil_scoped_release release;
-          timings = s.timings();
-        }
-        py::list result;
-        for (const auto& timing : timings) result.append(py::make_tuple(timing.label, timing.seconds));
-        return result;
-      });
+      .def("timings", [](Submission& s) { return timing_list([&] { return s.timings(); }); });
 
   py::class_<Sequence>(m, "Sequence", "Records ops into one command buffer and submits them once.")
       .def("__enter__", [](Sequence& s) -> Sequence& {
@@ -542,20 +590,31 @@ PYBIND11_MODULE(_core, m) {
              s.fill(destination.binding(), word);
            }, py::arg("destination"), py::arg("word"))
       .def("submit", &Sequence::submit)
-      .def("timings", [](Sequence& s) {
-        std::vector<OpTiming> timings;
-        {
-          py::gil_scoped_release release;
-          timings = s.timings();
-        }
-        py::list result;
-        for (const auto& timing : timings) result.append(py::make_tuple(timing.label, timing.seconds));
-        return result;
-      })
+      .def("timings", [](Sequence& s) { return timing_list([&] { return s.timings(); }); })
       .def_property_readonly("op_count", &Sequence::op_count)
       .def_property_readonly("barrier_count", &Sequence::barrier_count)
       .def_property_readonly("submitted", &Sequence::submitted)
       .def_property_readonly("timings_enabled", &Sequence::timings_enabled);
+
+  py::class_<Graph, std::shared_ptr<Graph>>(m, "_Graph", "Ops recorded once, replayed in one submission.")
+      .def(py::init([](std::shared_ptr<Device> device, const std::string& timings) {
+             if (timings != "off" && timings != "per_op" && timings != "total")
+               throw ArgumentError("timings: expected 'off', 'per_op' or 'total', got '" + timings + "'");
+             return std::make_shared<Graph>(std::move(device), timings == "per_op" ? Timing::per_op
+                                                              : timings == "total" ? Timing::total
+                                                                                   : Timing::off);
+           }),
+           py::arg("device"), py::arg("timings") = "off")
+      .def("begin", &Graph::begin)
+      .def("end", &Graph::end)
+      .def("replay", &Graph::replay, py::call_guard<py::gil_scoped_release>())
+      .def("timings", [](Graph& g) { return timing_list([&] { return g.timings(); }); })
+      .def_property_readonly("recording", &Graph::recording)
+      .def_property_readonly("closed", &Graph::closed)
+      .def_property_readonly("op_count", &Graph::op_count)
+      .def_property_readonly("device", &Graph::device);
+  m.def("_recording", [](const std::shared_ptr<Device>& device) { return device->recording_graph() != nullptr; },
+        py::arg("device"));
 
   py::class_<ops::QuantizedWeights>(m, "QuantizedWeights",
                                     "Packed ternary or binary weights and their scales.")
@@ -654,6 +713,18 @@ PYBIND11_MODULE(_core, m) {
         py::arg("kv_length"), py::arg("out") = py::none(), release);
   m.def("rope", &ops::rope, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("out") = py::none(),
         release);
+  m.def("attention_cached", &ops::attention_cached, py::arg("q"), py::arg("k_cache"), py::arg("v_cache"),
+        py::arg("start"), py::arg("causal"), py::arg("out") = py::none(), release);
+  m.def("write_rows_at", &ops::write_rows_at, py::arg("rows"), py::arg("cache"), py::arg("start"), release);
+  m.def("rope_at", &ops::rope_at, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("start"),
+        py::arg("period"), py::arg("out") = py::none(), release);
+  m.def("bitlinear_group", &ops::bitlinear_group, py::arg("x"), py::arg("up"), py::arg("norm_weight"),
+        py::arg("norm_eps"), py::arg("weights"), py::arg("residuals"), release);
+  m.def("rope_append", &ops::rope_append, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cos"),
+        py::arg("sin"), py::arg("start"), py::arg("k_cache"), py::arg("v_cache"), release);
+  m.def("embedding", &ops::embedding, py::arg("table"), py::arg("ids"), py::arg("out") = py::none(), release);
+  m.def("linear_rows", &ops::linear_rows, py::arg("x"), py::arg("w"), py::arg("out") = py::none(), release);
+  m.def("argmax_rows", &ops::argmax_rows, py::arg("x"), py::arg("out") = py::none(), release);
   m.def("copy_rows", &ops::copy_rows, py::arg("rows"), py::arg("destination"), py::arg("first_row"),
         release);
   py::enum_<ops::BinaryOp>(m, "BinaryOp")

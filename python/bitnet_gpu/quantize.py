@@ -49,7 +49,9 @@ def _float32(value, device, name):
 
 
 def _out(t, as_tensor):
-    return t if as_tensor else t.numpy()
+    """A result as the input came: a Tensor, or NumPy. Inside a recording graph results are always
+    Tensors: their values exist only once the graph runs."""
+    return t if as_tensor or _core._recording(t.device) else t.numpy()
 
 
 class _Outputs:
@@ -97,6 +99,9 @@ class _Outputs:
         values = []
         for target, t in zip(self.targets, tensors):
             if isinstance(target, np.ndarray):
+                if _core._recording(t.device):
+                    raise _core.ArgumentError("out: inside a recording graph, targets must be Tensors "
+                                              "(a NumPy array would be filled before the graph runs)")
                 values.append(t.numpy(out=target))
             elif target is not None:
                 values.append(target)

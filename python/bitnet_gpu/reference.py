@@ -312,3 +312,61 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal=True, kv_lengt
             scores = np.where(visible, scores, -np.inf)
         out[:, h, :] = softmax(scores) @ v[:, h // group, :]
     return out
+
+
+def tie_distance(x: np.ndarray) -> np.ndarray:
+    """Per row of x [M, K]: how close x * s came to a rounding tie (.5) in int8 activation
+    quantization, relative to |x * s| (NUMERICS.md lets the GPU round the other way below 1e-6)."""
+    x = np.asarray(x, np.float32)
+    v = x.astype(np.float64) * activation_scale(x).astype(np.float64).reshape(-1, 1)
+    return (np.abs(v - np.floor(v) - 0.5) / np.maximum(np.abs(v), 1.0)).min(axis=-1)
+
+
+def bitnet_forward(params: dict, config, token_ids: np.ndarray, return_ties=False):
+    """Logits [B, T, vocab] of the BitNet b1.58 decoder (bitnet_gpu.models) from an empty cache,
+    in NumPy: params as BitNetModel.reference_params() gives them (ternary values and gammas,
+    norm weights, the embedding and head as float32). return_ties=True also returns, per
+    sequence, the smallest tie_distance of any activation it quantized: where that is below
+    1e-6 an int8 may round the other way on the GPU, and that sequence's logits move with it."""
+    ids = np.asarray(token_ids)
+    ids = ids[None, :] if ids.ndim == 1 else ids
+    batch, tokens = ids.shape
+    h, heads, kv_heads = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+    d, eps = config.head_dim, config.rms_norm_eps
+    positions = np.arange(tokens)
+    ties = np.full(batch, np.inf)
+
+    def linear(x, weights):
+        np.minimum(ties, tie_distance(x).reshape(batch, tokens).min(axis=1), out=ties)
+        return bitlinear(x, *weights)[0]
+
+    x = np.asarray(params["embed"], np.float32)[ids.reshape(-1)]
+    for layer in params["layers"]:
+        w, n = layer["proj"], layer["norms"]
+        a = rms_norm(x, n["input_layernorm"], eps).astype(np.float32)
+        q = linear(a, w["q"]).reshape(batch, tokens, heads, d)
+        k = linear(a, w["k"]).reshape(batch, tokens, kv_heads, d)
+        v = linear(a, w["v"]).reshape(batch, tokens, kv_heads, d)
+        out = np.concatenate([attention(rope(q[b], positions, config.rope_theta),
+                                         rope(k[b], positions, config.rope_theta), v[b], causal=True)
+                              for b in range(batch)]).astype(np.float32)
+        out = rms_norm(out.reshape(batch * tokens, h), n["self_attn.attn_sub_norm"], eps).astype(np.float32)
+        x = (x + linear(out, w["o"])).astype(np.float32)
+        m = rms_norm(x, n["post_attention_layernorm"], eps).astype(np.float32)
+        f = (activation("relu2", linear(m, w["gate"])) * linear(m, w["up"])).astype(np.float32)
+        f = rms_norm(f, n["mlp.ffn_sub_norm"], eps).astype(np.float32)
+        x = (x + linear(f, w["down"])).astype(np.float32)
+    x = rms_norm(x, params["norm"], eps)
+    logits = (x @ np.asarray(params["lm_head"], np.float64).T).astype(np.float32).reshape(batch, tokens, -1)
+    return (logits, ties) if return_ties else logits
+
+
+def bitnet_generate(params: dict, config, token_ids: np.ndarray, max_new_tokens: int) -> np.ndarray:
+    """Greedy generation with bitnet_forward over the whole sequence at every step."""
+    ids = np.asarray(token_ids)
+    squeeze = ids.ndim == 1
+    ids = ids[None, :] if squeeze else ids
+    for _ in range(max_new_tokens):
+        nxt = bitnet_forward(params, config, ids)[:, -1, :].argmax(axis=-1)
+        ids = np.concatenate([ids, nxt[:, None].astype(ids.dtype)], axis=1)
+    return ids[0] if squeeze else ids

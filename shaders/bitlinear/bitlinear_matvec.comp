@@ -17,6 +17,7 @@ layout(constant_id = 2) const bool HAS_BIAS = false;
 layout(constant_id = 3) const bool WITH_ACCUMULATOR = false;
 layout(constant_id = 4) const bool VECTORS = true;  // rows of W are whole 16-byte vectors
 layout(constant_id = 5) const uint UNROLL = 1;      // vectors of each row a lane loads at once
+layout(constant_id = 6) const bool RESIDUAL = false;  // bias is a residual [M, N] added to y
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
 layout(std430, binding = 1) readonly buffer Weights4 { uvec4 w4[]; };  // the same tensor
 layout(std430, binding = 2) readonly buffer Activations { uvec4 x4[]; };
@@ -80,7 +81,7 @@ void main() {
       if (lane == i % width && n < group_end) {
         const int a = total - row_sums[m];
         float value = float(a) * gamma[0] / scales[m];
-        if (HAS_BIAS) value += bias[n];
+        if (HAS_BIAS) value += bias[RESIDUAL ? m * p.n + n : n];
         y[m * p.n + n] = value;
         if (WITH_ACCUMULATOR) accumulators[m * p.n + n] = a;
       }

@@ -9,6 +9,10 @@
 // of invocations holds one 16-value block, and a 4 x 4 byte transpose across the quad turns its
 // four quantized vectors into the block's four interleaved words, written one per invocation.
 // Other rows: one value per invocation, written to its interleaved byte.
+// Fused inputs (the cached path only; ops/bitlinear.cpp checks): GATED quantizes
+// relu(x)^2 * up (BitNet's gated FFN) instead of x, and NORM quantizes the RMS-normalized row
+// v / sqrt(mean(v^2) + norm_eps) * norm_weight, so a decoder's norm and its BitLinear pre-pass are
+// one dispatch.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_quad : require
@@ -17,19 +21,35 @@
 #include "prepare_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const float EPS = 1e-5;
+layout(constant_id = 1) const bool NORM = false;
+layout(constant_id = 2) const bool GATED = false;
 layout(std430, binding = 0) readonly buffer Input { ELEMENT x[]; };
 layout(std430, binding = 1) readonly buffer Input4 { ELEMENT4 x4[]; };  // the same tensor
 layout(std430, binding = 2) writeonly buffer Quantized { uint xq[]; };   // [rows, padded_k / 4]
 layout(std430, binding = 3) writeonly buffer Scales { float scales[]; };
 layout(std430, binding = 4) writeonly buffer RowSums { int row_sums[]; };
 layout(std430, binding = 5) buffer Counter { uint nonfinite_total; };
-layout(push_constant) uniform Push { uint rows; uint k; uint padded_k; } p;
+layout(std430, binding = 6) readonly buffer NormWeight { vec4 norm_weight4[]; };  // [K] with NORM
+layout(std430, binding = 7) readonly buffer Up { ELEMENT4 up4[]; };  // [rows, K] with GATED
+layout(push_constant) uniform Push { uint rows; uint k; uint padded_k; float norm_eps; } p;
 
 const uint CACHED = 16;  // vectors per invocation held in registers
 
 shared float s_max[256];
 shared int s_sum[256];
 shared uint s_bad[256];
+shared float s_squares[256];
+
+// sum of squares of the row (float32, in a fixed order: lanes, subgroups, then subgroup by subgroup).
+float row_sum_of_squares(float partial) {
+  partial = subgroupAdd(partial);
+  if (subgroupElect()) s_squares[gl_SubgroupID] = partial;
+  barrier();
+  float total = 0.0;
+  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_squares[s];
+  barrier();
+  return total;
+}
 
 // max|x| (and the NaN/Inf count) of the workgroup's values, in every invocation.
 float reduce_row(float absmax, uint bad) {
@@ -75,6 +95,19 @@ void main() {
       [[unroll]] for (uint c = 0; c < CACHED; ++c) {
         const uint v = lane + c * 256;
         cache[c] = v < vectors ? vec4(x4[row * vectors + v]) : vec4(0.0);
+        if (GATED && v < vectors) {
+          const vec4 g = max(cache[c], vec4(0.0));
+          cache[c] = g * g * vec4(up4[row * vectors + v]);
+        }
+      }
+      if (NORM) {
+        float squares = 0.0;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[c], cache[c]);
+        const float r = 1.0 / sqrt(row_sum_of_squares(squares) / float(p.k) + p.norm_eps);
+        [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+          const uint v = lane + c * 256;
+          if (v < vectors) cache[c] = cache[c] * r * norm_weight4[v];
+        }
       }
       [[unroll]] for (uint c = 0; c < CACHED; ++c)
         if (lane + c * 256 < vectors)

@@ -7,6 +7,9 @@
 // j <= L - TQ + i (query i sits at position L - TQ + i). Keys go in chunks of 2048 with the
 // running max and sum of an online softmax, so any L works; D <= 256, one output value an
 // invocation. Sums and maxima run in a fixed order: the same input gives the same output.
+// Batched caches: query row i belongs to sequence b = i / SEQ_TOKENS, whose keys are rows
+// [b * CACHE_ROWS, ...) of k and v; with FROM_START, L = start[0] + SEQ_TOKENS is read from a
+// tensor (a KV cache whose length changes between replays of a graph).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -15,35 +18,47 @@
 #include "group_reduce.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool CAUSAL = true;
+layout(constant_id = 1) const bool FROM_START = false;
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
 layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
 layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };   // [>= L, HKV, D]
 layout(std430, binding = 3) writeonly buffer O { ELEMENT o[]; };  // [TQ, HQ, D]
-layout(push_constant) uniform Push { uint tq; uint hq; uint hkv; uint d; uint l; float scale; } p;
+layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] with FROM_START
+layout(push_constant) uniform Push {
+  uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint seq_tokens; uint cache_rows;
+} p;
 
 const uint CHUNK = 2048;
 shared float s_q[256];
 shared float s_p[CHUNK];
+shared float s_acc[256];
 
 void main() {
   const uint lane = gl_LocalInvocationID.x;
   const uint i = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
   const uint g = h / (p.hq / p.hkv);
-  const uint keys = CAUSAL ? min(p.l, p.l - p.tq + i + 1) : p.l;  // keys this query sees
+  const uint b = i / p.seq_tokens, at = i % p.seq_tokens;
+  const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
+  // Keys this query sees (it sits at position l - SEQ_TOKENS + at).
+  const uint keys = CAUSAL ? (l + at + 1 > p.seq_tokens ? min(l, l + at + 1 - p.seq_tokens) : 0) : l;
+  const uint base = b * p.cache_rows;
   if (lane < p.d) s_q[lane] = float(q[(i * p.hq + h) * p.d + lane]);
   barrier();
   float running_max = -3.402823466e38, running_sum = 0.0, acc = 0.0;
   for (uint first = 0; first < keys; first += CHUNK) {
     const uint count = min(CHUNK, keys - first);
-    float chunk_max = -3.402823466e38;
-    for (uint j = lane; j < count; j += 256) {
-      const uint row = ((first + j) * p.hkv + g) * p.d;
+    // Scores: each subgroup takes keys in turn, its lanes splitting the head dimension
+    // (coalesced reads of a key row).
+    for (uint j = gl_SubgroupID; j < count; j += gl_NumSubgroups) {
+      const uint row = ((base + first + j) * p.hkv + g) * p.d;
       float s = 0.0;
-      for (uint e = 0; e < p.d; ++e) s += s_q[e] * float(k[row + e]);
-      s *= p.scale;
-      s_p[j] = s;
-      chunk_max = max(chunk_max, s);
+      for (uint e = gl_SubgroupInvocationID; e < p.d; e += gl_SubgroupSize) s += s_q[e] * float(k[row + e]);
+      s = subgroupAdd(s) * p.scale;
+      if (subgroupElect()) s_p[j] = s;
     }
+    barrier();
+    float chunk_max = -3.402823466e38;
+    for (uint j = lane; j < count; j += 256) chunk_max = max(chunk_max, s_p[j]);
     const float new_max = max(running_max, group_max(chunk_max));
     float chunk_sum = 0.0;
     for (uint j = lane; j < count; j += 256) {
@@ -54,12 +69,19 @@ void main() {
     const float correction = exp(running_max - new_max);
     running_sum = running_sum * correction + group_sum(chunk_sum);  // group_sum's barrier: s_p ready
     running_max = new_max;
+    // Values: 256 / D key subsets in parallel, each lane one dimension, then summed in order.
+    const uint subsets = max(1u, 256 / p.d), e = lane % p.d, subset = lane / p.d;
+    float a = 0.0;
+    if (subset < subsets)
+      for (uint j = subset; j < count; j += subsets) a += s_p[j] * float(v[((base + first + j) * p.hkv + g) * p.d + e]);
+    s_acc[lane] = a;
+    barrier();
     if (lane < p.d) {
-      float a = 0.0;
-      for (uint j = 0; j < count; ++j) a += s_p[j] * float(v[((first + j) * p.hkv + g) * p.d + lane]);
-      acc = acc * correction + a;
+      float chunk_acc = 0.0;
+      for (uint t = 0; t < subsets; ++t) chunk_acc += s_acc[t * p.d + lane];
+      acc = acc * correction + chunk_acc;
     }
-    barrier();  // s_p is rewritten by the next chunk
+    barrier();  // s_p and s_acc are rewritten by the next chunk
   }
   if (lane < p.d) o[(i * p.hq + h) * p.d + lane] = ELEMENT(keys == 0 ? 0.0 : acc / running_sum);
 }

@@ -6,7 +6,8 @@
 // layouts and the causal rule). Each subgroup scores keys in turn, its lanes splitting the head
 // dimension (coalesced reads of each key row); the workgroup then writes its max m, sum of
 // exp(score - m), and sum of exp(score - m) v for the COMBINE pass, which merges the splits in
-// order: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+// order: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M). Batched caches and FROM_START
+// as in attention.comp (splits past the keys a query sees are empty).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -15,48 +16,66 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool CAUSAL = true;
 layout(constant_id = 1) const bool COMBINE = false;
+layout(constant_id = 2) const bool FROM_START = false;
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };
 layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };
 layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };
 layout(std430, binding = 3) writeonly buffer O { ELEMENT o[]; };
 layout(std430, binding = 4) buffer Partial { float partial[]; };  // [TQ, HQ, splits, D + 2]
+layout(std430, binding = 5) readonly buffer Start { uint start[]; };  // [1] with FROM_START
 layout(push_constant) uniform Push {
-  uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint splits;
+  uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint splits; uint seq_tokens; uint cache_rows;
 } p;
 
-const uint SPLIT = 256;
+const uint SPLIT = 16;
 const float LOWEST = -3.402823466e38;
 shared float s_q[256];
 shared float s_p[SPLIT];
+shared float s_acc[256];
+shared float s_w[256];
 
 void main() {
   const uint lane = gl_LocalInvocationID.x;
   const uint split = gl_WorkGroupID.x, h = gl_WorkGroupID.y, i = gl_WorkGroupID.z;
   const uint record = ((i * p.hq + h) * p.splits) * (p.d + 2);  // split 0 of (i, h)
   if (COMBINE) {  // one workgroup per (i, h): gl_WorkGroupID.x is 0
-    float m = LOWEST;
-    for (uint s = 0; s < p.splits; ++s) m = max(m, partial[record + s * (p.d + 2)]);
-    if (lane < p.d) {
-      float total = 0.0, acc = 0.0;
-      for (uint s = 0; s < p.splits; ++s) {
-        const uint at = record + s * (p.d + 2);
-        const float w = partial[at + 1] > 0.0 ? exp(partial[at] - m) : 0.0;
-        total += partial[at + 1] * w;
-        acc += partial[at + 2 + lane] * w;
+    // Splits 256 at a time: each lane reads one split's (m, l) and the lanes < D then weigh the
+    // splits' sums (independent loads, in order), rescaling as the running max grows.
+    float running_max = LOWEST, total = 0.0, acc = 0.0;
+    for (uint first = 0; first < p.splits; first += 256) {
+      const uint s = first + lane;
+      const float m_s = s < p.splits ? partial[record + s * (p.d + 2)] : LOWEST;
+      const float l_s = s < p.splits ? partial[record + s * (p.d + 2) + 1] : 0.0;
+      const float new_max = max(running_max, group_max(l_s > 0.0 ? m_s : LOWEST));
+      const float w = l_s > 0.0 ? exp(m_s - new_max) : 0.0;
+      s_w[lane] = w;
+      const float chunk_total = group_sum(l_s * w);  // its barriers also publish s_w
+      const float correction = exp(running_max - new_max);
+      total = total * correction + chunk_total;
+      if (lane < p.d) {
+        float a = 0.0;
+        const uint count = min(256u, p.splits - first);
+        for (uint j = 0; j < count; ++j) a += s_w[j] * partial[record + (first + j) * (p.d + 2) + 2 + lane];
+        acc = acc * correction + a;
       }
-      o[(i * p.hq + h) * p.d + lane] = ELEMENT(total > 0.0 ? acc / total : 0.0);
+      running_max = new_max;
+      barrier();  // s_w is rewritten by the next round
     }
+    if (lane < p.d) o[(i * p.hq + h) * p.d + lane] = ELEMENT(total > 0.0 ? acc / total : 0.0);
     return;
   }
   const uint g = h / (p.hq / p.hkv);
-  const uint keys = CAUSAL ? min(p.l, p.l - p.tq + i + 1) : p.l;
+  const uint b = i / p.seq_tokens, at_token = i % p.seq_tokens;
+  const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
+  const uint keys = CAUSAL ? (l + at_token + 1 > p.seq_tokens ? min(l, l + at_token + 1 - p.seq_tokens) : 0) : l;
+  const uint base = b * p.cache_rows;
   const uint first = split * SPLIT;
   const uint count = first < keys ? min(SPLIT, keys - first) : 0;
   if (lane < p.d) s_q[lane] = float(q[(i * p.hq + h) * p.d + lane]);
   barrier();
   const uint width = gl_SubgroupSize, sub_lane = gl_SubgroupInvocationID;
   for (uint j = gl_SubgroupID; j < count; j += gl_NumSubgroups) {
-    const uint row = ((first + j) * p.hkv + g) * p.d;
+    const uint row = ((base + first + j) * p.hkv + g) * p.d;
     float s = 0.0;
     for (uint e = sub_lane; e < p.d; e += width) s += s_q[e] * float(k[row + e]);
     s = subgroupAdd(s) * p.scale;
@@ -74,9 +93,16 @@ void main() {
   }
   const float total = group_sum(local_sum);  // its barriers also publish s_p
   const uint at = record + split * (p.d + 2);
+  // Values: 256 / D key subsets in parallel, each lane one dimension, then summed in order.
+  const uint subsets = max(1u, 256 / p.d), e = lane % p.d, subset = lane / p.d;
+  float a = 0.0;
+  if (subset < subsets)
+    for (uint j = subset; j < count; j += subsets) a += s_p[j] * float(v[((base + first + j) * p.hkv + g) * p.d + e]);
+  s_acc[lane] = a;
+  barrier();
   if (lane < p.d) {
     float acc = 0.0;
-    for (uint j = 0; j < count; ++j) acc += s_p[j] * float(v[((first + j) * p.hkv + g) * p.d + lane]);
+    for (uint t = 0; t < subsets; ++t) acc += s_acc[t * p.d + lane];
     partial[at + 2 + lane] = acc;
   }
   if (lane == 0) {

@@ -1,0 +1,262 @@
+"""The BitNet b1.58 decoder end to end: decode and prefill tokens/s, GPU memory, where the time
+goes, beside the same architecture in PyTorch eager (CUDA, float16 dense weights) in the same run.
+
+    python3 benchmarks/bench_model.py [--config 2b4t] [--contexts 128,2048] [--prefill 512]
+                                      [--json FILE]
+
+Random ternary weights of the config's shape. A decode step is one replay of the recorded graph
+(embedding .. 30 layers .. head .. argmax) at a given context length: its wall time includes
+copying the token id in, the submission, the wait and reading the next token id back. GPU time
+comes from Vulkan timestamps (the whole graph, and per op for the split). The physical limit is
+the bytes a step must read (packed projections, and the float16 head) over PyTorch's measured
+device copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+
+import numpy as np
+
+import bitnet_gpu as bg
+from bitnet_gpu.models import BitNetConfig, BitNetModel
+from common import arguments, median_wall, torch_copy_gbps, torch_cuda, write_results
+
+
+def op_kind(label):
+    """Groups kernel labels: bitlinear pre-pass and matvec/matmul, norms, attention, ..."""
+    rules = [("bitlinear_prepare", "bitlinear: activation int8 pre-pass"),
+             ("bitlinear_(matvec|tiled|coopmat)|int8_interleave", "bitlinear: ternary matvec/matmul"),
+             ("row_op|row_ops", "rms_norm"), ("attention", "attention"), ("rope", "rope"),
+             ("write_rows", "KV cache append"), ("binary", "residual add"),
+             ("gated|elementwise", "relu2 * up"), ("linear_rows", "LM head (float16)"),
+             ("embedding", "embedding / gather"), ("argmax", "argmax")]
+    for pattern, kind in rules:
+        if re.search(pattern, label):
+            return kind
+    return label
+
+
+def split(timings):
+    kinds = {}
+    for label, seconds in timings:
+        kind = op_kind(label)
+        kinds[kind] = kinds.get(kind, 0.0) + seconds
+    return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+
+def gpu_seconds(model, run, repeats):
+    """Median GPU seconds of run() with the graph timed as a whole (one timestamp pair)."""
+    model.timings = "total"
+    model.reset_graphs()
+    run()
+    times = []
+    for _ in range(repeats):
+        run()
+        graph = list(model._graphs.values())[-1]
+        times.append(graph.timings()[0][1])
+    model.timings = False
+    model.reset_graphs()
+    return statistics.median(times)
+
+
+def per_op(model, run):
+    model.timings = True
+    model.reset_graphs()
+    run()
+    run()
+    timings = list(model._graphs.values())[-1].timings()
+    model.timings = False
+    model.reset_graphs()
+    return timings
+
+
+class TorchBitNet:
+    """The same decoder in PyTorch eager, float16 dense weights (ternary values times gamma),
+    with BitNet's per-token activation fake-quantization before every projection when
+    quantize_activations (as transformers' BitNetForCausalLM runs a float checkpoint)."""
+
+    def __init__(self, torch, config, max_tokens, quantize_activations=True):
+        self.torch, self.c, self.quant = torch, config, quantize_activations
+        f16, dev = torch.float16, "cuda"
+        gen = torch.Generator(device=dev).manual_seed(0)
+        h, i, kv = config.hidden_size, config.intermediate_size, config.kv_size
+
+        def ternary(rows, cols):
+            w = torch.randint(0, 3, (rows, cols), device=dev, dtype=torch.int8, generator=gen)
+            return ((w.to(f16) - 1) * (1.0 / math.sqrt(cols))).contiguous()
+
+        ones = lambda n: torch.ones(n, device=dev, dtype=f16)  # noqa: E731
+        self.layers = [dict(q=ternary(h, h), k=ternary(kv, h), v=ternary(kv, h), o=ternary(h, h),
+                            gate=ternary(i, h), up=ternary(i, h), down=ternary(h, i), n1=ones(h),
+                            n2=ones(h), sa=ones(h), sf=ones(i)) for _ in range(config.num_hidden_layers)]
+        self.embed = torch.randn(config.vocab_size, h, device=dev, dtype=f16, generator=gen)
+        self.norm = ones(h)
+        shape = (config.num_hidden_layers, max_tokens, config.num_key_value_heads, config.head_dim)
+        self.kc = torch.zeros(shape, device=dev, dtype=f16)
+        self.vc = torch.zeros(shape, device=dev, dtype=f16)
+        cos, sin = bg.rope_tables(np.arange(max_tokens), config.head_dim, config.rope_theta)
+        self.cos = torch.tensor(cos, device=dev).to(f16)
+        self.sin = torch.tensor(sin, device=dev).to(f16)
+        self.nbytes = sum(t.numel() * t.element_size() for layer in self.layers for t in layer.values()) \
+            + self.embed.numel() * 2
+
+    def rms(self, x, w):
+        x32 = x.float()
+        return (x32 * self.torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.c.rms_norm_eps)).to(x.dtype) * w
+
+    def lin(self, x, w):
+        if self.quant:
+            s = 127.0 / x.abs().amax(-1, keepdim=True).clamp(min=1e-5)
+            x = (x * s).round().clamp(-128, 127) / s
+        return self.torch.nn.functional.linear(x, w)
+
+    def rope(self, x, positions):
+        d = x.shape[-1] // 2
+        c, s = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+        a, b = x[..., :d], x[..., d:]
+        return self.torch.cat([a * c - b * s, a * s + b * c], dim=-1)
+
+    def step(self, ids, start):
+        torch, c = self.torch, self.c
+        F = torch.nn.functional
+        t = ids.shape[0]
+        positions = torch.arange(start, start + t, device="cuda")
+        x = self.embed[ids]
+        group = c.num_attention_heads // c.num_key_value_heads
+        for index, w in enumerate(self.layers):
+            n = self.rms(x, w["n1"])
+            q = self.rope(self.lin(n, w["q"]).view(t, c.num_attention_heads, c.head_dim), positions)
+            k = self.rope(self.lin(n, w["k"]).view(t, c.num_key_value_heads, c.head_dim), positions)
+            v = self.lin(n, w["v"]).view(t, c.num_key_value_heads, c.head_dim)
+            self.kc[index, start:start + t] = k
+            self.vc[index, start:start + t] = v
+            keys = self.kc[index, :start + t].transpose(0, 1).repeat_interleave(group, 0)
+            values = self.vc[index, :start + t].transpose(0, 1).repeat_interleave(group, 0)
+            a = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys[None], values[None],
+                                               is_causal=t > 1)
+            a = self.rms(a[0].transpose(0, 1).reshape(t, c.hidden_size), w["sa"])
+            x = x + self.lin(a, w["o"])
+            m = self.rms(x, w["n2"])
+            f = self.rms(torch.relu(self.lin(m, w["gate"])).square() * self.lin(m, w["up"]), w["sf"])
+            x = x + self.lin(f, w["down"])
+        logits = F.linear(self.rms(x[-1:], self.norm), self.embed)
+        return logits.argmax(-1)
+
+
+def main():
+    args = arguments(__doc__, lambda p: (
+        p.add_argument("--config", default="2b4t"),
+        p.add_argument("--contexts", default="128,2048"),
+        p.add_argument("--prefill", type=int, default=512),
+        p.add_argument("--steps", type=int, default=30)))
+    contexts = [int(c) for c in args.contexts.split(",")]
+    config = BitNetConfig.preset(args.config)
+    device = bg.default_device()
+    torch = torch_cuda()
+    results = {"device": device.name, "config": args.config, "rows": []}
+    copy_gbps = torch_copy_gbps(torch, args.repeats) if torch else None
+    results["copy_gbps"] = copy_gbps
+
+    max_tokens = max(contexts + [args.prefill]) + 8
+    before = device.memory_stats()["in_use_bytes"]
+    start = time.perf_counter()
+    model = BitNetModel.random(config, seed=0, max_tokens=max_tokens)
+    results["load_seconds"] = time.perf_counter() - start
+    one = np.array([[17]], np.int32)
+    # Real keys and values in the cache up to the longest context (a prefill), then decode there.
+    fill = np.random.default_rng(2).integers(0, config.vocab_size, (1, max(contexts))).astype(np.int32)
+    model._step(fill, 0, "last")
+    model.reset_graphs()
+    results["weights_bytes"] = model.nbytes
+    results["projection_bytes"] = model.projection_nbytes
+    results["head_bytes"] = model.lm_head.nbytes
+    results["kv_cache_bytes"] = model.cache_nbytes
+    step_bytes = model.projection_nbytes + model.lm_head.nbytes
+    print(f"device {device.name}; config {args.config}: weights {model.nbytes / 1e9:.3f} GB "
+          f"(packed projections {model.projection_nbytes / 1e9:.3f} GB, float16 head "
+          f"{model.lm_head.nbytes / 1e9:.3f} GB), KV cache {model.cache_nbytes / 1e9:.3f} GB")
+    if copy_gbps:
+        print(f"copy bandwidth {copy_gbps:.0f} GB/s: limit {model.projection_nbytes / copy_gbps / 1e3:.0f} us/token "
+              f"for the packed projections, {step_bytes / copy_gbps / 1e3:.0f} us with the head")
+
+    model._step(one, contexts[0], "last")
+    results["decode_memory_in_use_bytes"] = device.memory_stats()["in_use_bytes"] - before
+    peer = TorchBitNet(torch, config, max_tokens) if torch else None
+    if peer:
+        peer.step(torch.tensor(fill[0], device="cuda"), 0)
+    for context in contexts:
+        def step():
+            return model._step(one, context, "last")["next"].numpy()
+        step()
+        wall = median_wall(step, args.steps)
+        gpu = gpu_seconds(model, step, args.steps)
+        ops = split(per_op(model, step))
+        row = {"phase": "decode", "context": context, "wall_s": wall, "gpu_s": gpu,
+               "tokens_per_s": 1 / wall, "split_s": ops}
+        if copy_gbps:
+            limit = model.projection_nbytes / (copy_gbps * 1e9)
+            row.update(limit_s=limit, limit_with_head_s=step_bytes / (copy_gbps * 1e9),
+                       gpu_over_limit=gpu / limit, wall_over_limit=wall / limit)
+        if peer:
+            ids = torch.tensor([17], device="cuda")
+            torch_step = lambda: peer.step(ids, context).item()  # noqa: E731
+            torch_step()
+            row["torch_wall_s"] = median_wall(torch_step, args.steps)
+            row["speedup_vs_torch"] = row["torch_wall_s"] / wall
+            peer.quant = False
+            row["torch_plain_wall_s"] = median_wall(torch_step, args.steps)
+            row["speedup_vs_torch_plain"] = row["torch_plain_wall_s"] / wall
+            peer.quant = True
+        results["rows"].append(row)
+        print(f"decode, context {context}: {1 / wall:.0f} tokens/s ({wall * 1e6:.0f} us wall, "
+              f"{gpu * 1e6:.0f} us GPU)" + (f"; {row['gpu_over_limit']:.2f}x the limit (GPU), "
+                                           f"{row['wall_over_limit']:.2f}x (wall)" if copy_gbps else "")
+              + (f"; PyTorch eager float16 {row['torch_wall_s'] * 1e6:.0f} us "
+                 f"({row['speedup_vs_torch']:.2f}x), without activation quant "
+                 f"{row['torch_plain_wall_s'] * 1e6:.0f} us ({row['speedup_vs_torch_plain']:.2f}x)" if peer else ""))
+        total = sum(ops.values())
+        for kind, seconds in ops.items():
+            print(f"    {kind:40s} {seconds * 1e6:9.1f} us  {100 * seconds / total:5.1f}%")
+
+    if args.prefill:
+        prompt = np.random.default_rng(1).integers(0, config.vocab_size, (1, args.prefill)).astype(np.int32)
+
+        def prefill():
+            return model._step(prompt, 0, "last")["next"].numpy()
+        prefill()
+        wall = median_wall(prefill, max(3, args.repeats // 2))
+        gpu = gpu_seconds(model, prefill, 3)
+        ops = split(per_op(model, prefill))
+        row = {"phase": "prefill", "tokens": args.prefill, "wall_s": wall, "gpu_s": gpu,
+               "tokens_per_s": args.prefill / wall, "split_s": ops}
+        if peer:
+            ids = torch.tensor(prompt[0], device="cuda")
+            torch_prefill = lambda: peer.step(ids, 0).item()  # noqa: E731
+            torch_prefill()
+            row["torch_wall_s"] = median_wall(torch_prefill, max(3, args.repeats // 2))
+            row["speedup_vs_torch"] = row["torch_wall_s"] / wall
+        results["rows"].append(row)
+        print(f"prefill {args.prefill} tokens: {args.prefill / wall:.0f} tokens/s ({wall * 1e3:.2f} ms wall, "
+              f"{gpu * 1e3:.2f} ms GPU)" + (f"; PyTorch eager float16 {row['torch_wall_s'] * 1e3:.2f} ms "
+                                            f"({row['speedup_vs_torch']:.2f}x)" if peer else ""))
+        total = sum(ops.values())
+        for kind, seconds in ops.items():
+            print(f"    {kind:40s} {seconds * 1e6:9.1f} us  {100 * seconds / total:5.1f}%")
+
+    stats = device.memory_stats()
+    results["device_memory_in_use_bytes"] = stats["in_use_bytes"] - before
+    print(f"GPU memory in use by bitnet_gpu: {results['decode_memory_in_use_bytes'] / 1e9:.3f} GB while "
+          f"decoding (weights, KV cache, one decode graph); {results['device_memory_in_use_bytes'] / 1e9:.3f} GB "
+          f"with the prefill graph"
+          + (f"; PyTorch float16 weights {peer.nbytes / 1e9:.3f} GB" if peer else ""))
+    if peer:
+        results["torch_weights_bytes"] = peer.nbytes
+    write_results(args.json, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+#include "ops/model.hpp"
+
+#include <string>
+#include <vector>
+
+#include "ops/dispatch.hpp"
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
+#include "runtime/kernel.hpp"
+
+namespace bitnet::ops {
+
+Tensor embedding(const Tensor& table, const Tensor& ids, const std::optional<Tensor>& given) {
+  require_float(table, "table");
+  if (ids.dtype() != DType::int32)
+    throw DTypeError("ids: expected int32, got " + std::string(dtype_name(ids.dtype())));
+  if (table.shape().size() != 2 || ids.shape().size() != 1)
+    throw ShapeError("expected table [V, H] and ids [T], got table " + shape_text(table.shape()) +
+                     " and ids " + shape_text(ids.shape()));
+  if (&table.device() != &ids.device()) throw ArgumentError("table and ids must live on one device");
+  const int64_t t = ids.shape()[0], v = table.shape()[0], h = table.shape()[1];
+  const auto& device = table.device_ptr();
+  Tensor out = output(device, given, {t, h}, DType::float32, "out", {&table, &ids});
+  if (out.size() == 0) return out;
+  OpSequence op(device);
+  Tensor invalid = zeroed_counter(device);
+  Kernel kernel = Kernel::builtin(device, float_variant("embedding", table.dtype()));
+  struct {
+    uint32_t t, h, v;
+  } push{static_cast<uint32_t>(t), static_cast<uint32_t>(h), static_cast<uint32_t>(v)};
+  BufferBinding bindings[] = {table.binding(), ids.binding(), out.binding(), invalid.binding()};
+  op.sequence().dispatch(kernel, {workgroups(*device, out.size()), 1, 1}, bindings, push_bytes(push));
+  op.run([invalid, v] {
+    if (uint32_t found = read_counter(invalid))
+      throw ArgumentError("ids: " + std::to_string(found) + " token id" + (found == 1 ? " is" : "s are") +
+                          " outside [0, " + std::to_string(v) + ")");
+  });
+  return out;
+}
+
+Tensor linear_rows(const Tensor& x, const Tensor& w, const std::optional<Tensor>& given) {
+  require_float(w, "w");
+  if (x.dtype() != DType::float32) throw DTypeError("x: expected float32, got " + std::string(dtype_name(x.dtype())));
+  if (x.shape().size() != 2 || w.shape().size() != 2 || x.shape()[1] != w.shape()[1])
+    throw ShapeError("expected x [M, K] and w [N, K], got x " + shape_text(x.shape()) + " and w " +
+                     shape_text(w.shape()));
+  if (&x.device() != &w.device()) throw ArgumentError("x and w must live on one device");
+  const int64_t m = x.shape()[0], k = x.shape()[1], n = w.shape()[0];
+  const auto& device = x.device_ptr();
+  Tensor out = output(device, given, {m, n}, DType::float32, "out", {&x, &w});
+  if (out.size() == 0) return out;
+  OpSequence op(device);
+  if (k == 0) {
+    op.sequence().fill(out.binding(), 0);
+    op.run();
+    return out;
+  }
+  Kernel kernel = Kernel::builtin(device, float_variant("linear_rows", w.dtype()), {{0, k % 4 == 0}});
+  struct {
+    uint32_t m, n, k;
+  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k)};
+  BufferBinding bindings[] = {x.binding(), x.binding(), w.binding(), w.binding(), out.binding()};
+  const auto grid = checked_grid(*device, {(static_cast<uint64_t>(n) + 7) / 8, (static_cast<uint64_t>(m) + 3) / 4, 1},
+                                 "linear_rows of " + shape_text(out.shape()));
+  op.sequence().dispatch(kernel, grid, bindings, push_bytes(push));
+  op.run();
+  return out;
+}
+
+Tensor argmax_rows(const Tensor& x, const std::optional<Tensor>& given) {
+  if (x.dtype() != DType::float32) throw DTypeError("x: expected float32, got " + std::string(dtype_name(x.dtype())));
+  if (x.shape().size() != 2) throw ShapeError("x: expected [M, N], got " + shape_text(x.shape()));
+  const int64_t m = x.shape()[0], n = x.shape()[1];
+  if (n == 0) throw ShapeError("argmax of empty rows: x has shape " + shape_text(x.shape()));
+  const auto& device = x.device_ptr();
+  Tensor out = output(device, given, {m}, DType::int32, "out", {&x});
+  if (m == 0) return out;
+  constexpr int64_t kChunk = 4096;  // CHUNK in shaders/model/argmax.comp
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  Tensor partial = Tensor::empty(device, std::vector<int64_t>{m, chunks, 2}, DType::uint32);
+  struct {
+    uint32_t m, n, chunks;
+  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(chunks)};
+  BufferBinding bindings[] = {x.binding(), partial.binding(), out.binding()};
+  const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), static_cast<uint64_t>(m), 1},
+                                 "argmax over " + shape_text(x.shape()));
+  OpSequence op(device);
+  for (int64_t phase : {0, 1}) {
+    Kernel kernel = Kernel::builtin(device, "argmax", {{0, phase}});
+    op.sequence().dispatch(kernel, {phase == 0 ? grid[0] : 1u, grid[1], 1}, bindings, push_bytes(push));
+  }
+  op.run();
+  return out;
+}
+
+Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos, const Tensor& sin,
+                   const Tensor& start, const Tensor& k_cache, const Tensor& v_cache) {
+  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&k_cache, "k_cache"},
+                                {&v_cache, "v_cache"}, {&cos, "cos"}, {&sin, "sin"}})
+    if (t->dtype() != DType::float32)
+      throw DTypeError(std::string(name) + ": expected float32, got " + std::string(dtype_name(t->dtype())));
+  if (start.dtype() != DType::int32 || start.size() != 1)
+    throw DTypeError("start: expected one int32 value, got " + std::string(dtype_name(start.dtype())) + " " +
+                     shape_text(start.shape()));
+  if (q.shape().size() != 3 || k.shape().size() != 3 || v.shape() != k.shape() || k_cache.shape().size() != 4 ||
+      v_cache.shape() != k_cache.shape())
+    throw ShapeError("expected q [B * T, HQ, D], k and v [B * T, HKV, D] and caches [B, ROWS, HKV, D], got q " +
+                     shape_text(q.shape()) + ", k " + shape_text(k.shape()) + ", v " + shape_text(v.shape()) +
+                     ", caches " + shape_text(k_cache.shape()));
+  const int64_t rows = q.shape()[0], hq = q.shape()[1], d = q.shape()[2], hkv = k.shape()[1];
+  const int64_t batch = k_cache.shape()[0], cache_rows = k_cache.shape()[1];
+  if (k.shape()[0] != rows || k.shape()[2] != d || d % 2 != 0 || k_cache.shape()[2] != hkv ||
+      k_cache.shape()[3] != d || batch == 0 || rows % batch != 0)
+    throw ShapeError("q " + shape_text(q.shape()) + ", k " + shape_text(k.shape()) + " and caches " +
+                     shape_text(k_cache.shape()) + " do not fit: rows must be a multiple of B, D even and shared");
+  const std::vector<int64_t> table_tail{d / 2};
+  if (cos.shape().size() != 2 || cos.shape()[1] != d / 2 || cos.shape()[0] == 0 || sin.shape() != cos.shape())
+    throw ShapeError("angle tables: expected [positions, " + std::to_string(d / 2) + "], got " +
+                     shape_text(cos.shape()) + " and " + shape_text(sin.shape()));
+  const auto& device = q.device_ptr();
+  for (const Tensor* t : {&k, &v, &cos, &sin, &start, &k_cache, &v_cache})
+    if (&t->device() != device.get()) throw ArgumentError("rope_append: every tensor must live on q's device");
+  Tensor q_out = Tensor::empty(device, q.shape(), DType::float32);
+  if (rows == 0) return q_out;
+  struct {
+    uint32_t rows, hq, hkv, d, period, cache_rows, table_rows;
+  } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
+         static_cast<uint32_t>(d), static_cast<uint32_t>(rows / batch), static_cast<uint32_t>(cache_rows),
+         static_cast<uint32_t>(cos.shape()[0])};
+  const uint64_t total = static_cast<uint64_t>(rows) * ((hq + hkv) * (d / 2) + hkv * d);
+  Kernel kernel = Kernel::builtin(device, "rope_append");
+  BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), cos.binding(), sin.binding(),
+                              q_out.binding(), k_cache.binding(), v_cache.binding(), start.binding()};
+  OpSequence op(device);
+  op.sequence().dispatch(kernel, {workgroups(*device, total), 1, 1}, bindings, push_bytes(push));
+  op.run();
+  return q_out;
+}
+
+}  // namespace bitnet::ops

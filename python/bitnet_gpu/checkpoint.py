@@ -1,0 +1,100 @@
+"""Reading and writing safetensors files with NumPy alone (no torch, no safetensors package).
+
+The format: an 8-byte little-endian header length, a JSON header {name: {"dtype", "shape",
+"data_offsets": [begin, end]}} (offsets into the data after the header), then the data. bfloat16
+tensors are widened to float32 on reading (NumPy has no bfloat16).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["load_safetensors", "save_safetensors"]
+
+_DTYPES = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+    "I16": np.int16, "I8": np.int8, "U8": np.uint8, "U16": np.uint16, "U32": np.uint32,
+    "U64": np.uint64, "BOOL": np.bool_,
+}
+_NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
+
+
+def _files(path):
+    if os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+        if not names:
+            raise _core.ArgumentError(f"{path}: no .safetensors file in this directory")
+        return [os.path.join(path, n) for n in names]
+    return [path]
+
+
+def load_safetensors(path) -> dict[str, np.ndarray]:
+    """{name: array} from a .safetensors file, or from every one in a directory (a sharded
+    checkpoint). Arrays are memory-mapped where the dtype allows; bfloat16 becomes float32."""
+    result = {}
+    for file in _files(os.fspath(path)):
+        with open(file, "rb") as f:
+            head = f.read(8)
+            if len(head) != 8:
+                raise _core.ArgumentError(f"{file}: not a safetensors file (too short)")
+            (length,) = struct.unpack("<Q", head)
+            if length > 100 * 2**20:
+                raise _core.ArgumentError(f"{file}: not a safetensors file (header of {length} bytes)")
+            try:
+                header = json.loads(f.read(length))
+            except ValueError as e:
+                raise _core.ArgumentError(f"{file}: not a safetensors file ({e})") from None
+        data_start = 8 + length
+        size = os.path.getsize(file)
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            kind = info.get("dtype")
+            shape = tuple(int(d) for d in info.get("shape", ()))
+            begin, end = (int(o) for o in info.get("data_offsets", (0, 0)))
+            if data_start + end > size or begin > end:
+                raise _core.ArgumentError(f"{file}: tensor {name!r} lies past the end of the file")
+            count = int(np.prod(shape, dtype=np.int64))
+            if kind == "BF16":
+                if end - begin != 2 * count:
+                    raise _core.ArgumentError(f"{file}: tensor {name!r} has {end - begin} bytes for {shape}")
+                raw = np.memmap(file, np.uint16, "r", data_start + begin, (count,)) if count else \
+                    np.zeros(0, np.uint16)
+                result[name] = (raw.astype(np.uint32) << 16).view(np.float32).reshape(shape)
+                continue
+            if kind not in _DTYPES:
+                raise _core.DTypeError(f"{file}: tensor {name!r} has dtype {kind}, which bitnet_gpu cannot read")
+            dtype = np.dtype(_DTYPES[kind])
+            if end - begin != dtype.itemsize * count:
+                raise _core.ArgumentError(f"{file}: tensor {name!r} has {end - begin} bytes for {kind} {shape}")
+            result[name] = (np.memmap(file, dtype, "r", data_start + begin, shape) if count
+                            else np.zeros(shape, dtype))
+    return result
+
+
+def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
+    """Writes {name: array} as a safetensors file (the dtypes in _DTYPES)."""
+    header, offset, arrays = {}, 0, []
+    for name, value in tensors.items():
+        a = np.ascontiguousarray(value)
+        if a.dtype not in _NAMES:
+            raise _core.DTypeError(f"{name}: dtype {a.dtype} has no safetensors name here")
+        header[name] = {"dtype": _NAMES[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+        arrays.append(a)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for a in arrays:
+            f.write(a.tobytes())

@@ -1,0 +1,471 @@
+"""A BitNet b1.58 decoder (the 2B4T architecture) on the GPU, run as recorded graphs.
+
+    config = BitNetConfig.preset("2b4t")
+    model = BitNetModel.random(config, seed=0)                 # or BitNetModel.from_weights(...)
+    logits = model.forward(token_ids)                          # [B, T, vocab] float32
+    ids = model.generate(prompt, max_new_tokens=64)            # prompt + 64 new token ids
+
+Architecture (transformers' BitNetForCausalLM): token embedding; per layer
+    h = x + o_proj(attn_sub_norm(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))))
+        with n = input_layernorm(x)
+    x = h + down_proj(ffn_sub_norm(relu2(gate_proj(m)) * up_proj(m))),  m = post_attention_layernorm(h)
+then norm and the (float) language-model head, tied to the embedding unless lm_head.weight is
+given. Every projection is a BitLinear: per-token int8 activations times ternary weights
+(docs/NUMERICS.md). RMSNorm eps and RoPE theta come from the config; attention is causal with
+grouped-query heads and a KV cache on the device.
+
+Each distinct step shape (batch, new tokens) is recorded once as a Graph; a decode step is one
+queue submission that reads the token ids and the cache length from two small input tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+
+import numpy as np
+
+from . import _core, ops
+from ._core import Tensor
+from .attention import rope_tables
+from .checkpoint import load_safetensors
+from .graph import Graph
+from .quantize import TernaryWeights, quantize_weights
+from . import reference
+
+__all__ = ["BitNetConfig", "BitNetModel", "PROJECTIONS", "weight_names", "unpack_hf_ternary"]
+
+# (module path, short name) of the seven BitLinear projections of a layer.
+PROJECTIONS = [("self_attn.q_proj", "q"), ("self_attn.k_proj", "k"), ("self_attn.v_proj", "v"),
+               ("self_attn.o_proj", "o"), ("mlp.gate_proj", "gate"), ("mlp.up_proj", "up"),
+               ("mlp.down_proj", "down")]
+_NORMS = ["input_layernorm", "self_attn.attn_sub_norm", "post_attention_layernorm", "mlp.ffn_sub_norm"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BitNetConfig:
+    """Sizes of a BitNet b1.58 decoder; field names as in transformers' BitNetConfig."""
+
+    vocab_size: int = 128256
+    hidden_size: int = 2560
+    intermediate_size: int = 6912
+    num_hidden_layers: int = 30
+    num_attention_heads: int = 20
+    num_key_value_heads: int = 5
+    max_position_embeddings: int = 4096
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
+            if int(getattr(self, name)) <= 0:
+                raise _core.ArgumentError(f"BitNetConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.hidden_size % self.num_attention_heads:
+            raise _core.ArgumentError(f"hidden_size {self.hidden_size} is not a multiple of "
+                                      f"num_attention_heads {self.num_attention_heads}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise _core.ArgumentError(f"num_attention_heads {self.num_attention_heads} is not a multiple of "
+                                      f"num_key_value_heads {self.num_key_value_heads}")
+        if self.head_dim % 2 or self.head_dim > 256:
+            raise _core.ArgumentError(f"head dim {self.head_dim} must be even and at most 256")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    @classmethod
+    def preset(cls, name: str, **changes) -> "BitNetConfig":
+        """'tiny' (for tests), '2b4t' (microsoft/bitnet-b1.58-2B-4T), with any field changed."""
+        presets = {
+            "2b4t": {},
+            "tiny": dict(vocab_size=384, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         rope_theta=10000.0),
+        }
+        if name not in presets:
+            raise _core.ArgumentError(f"unknown preset {name!r}: expected one of {', '.join(presets)}")
+        return cls(**{**presets[name], **changes})
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "BitNetConfig":
+        """From a transformers config.json dict (unknown keys are ignored)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in fields})
+
+    def parameter_count(self) -> int:
+        h, i, kv = self.hidden_size, self.intermediate_size, self.kv_size
+        per_layer = h * (2 * h + 2 * kv) + 3 * h * i + 3 * h + i
+        head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        return self.vocab_size * h + self.num_hidden_layers * per_layer + h + head
+
+
+def weight_names(config: BitNetConfig) -> dict[str, tuple]:
+    """{checkpoint name: shape} of every tensor the model needs (as float weights)."""
+    h, i, kv, v = config.hidden_size, config.intermediate_size, config.kv_size, config.vocab_size
+    shapes = {"q": (h, h), "k": (kv, h), "v": (kv, h), "o": (h, h), "gate": (i, h), "up": (i, h),
+              "down": (h, i)}
+    names = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
+    for layer in range(config.num_hidden_layers):
+        p = f"model.layers.{layer}."
+        for module, short in PROJECTIONS:
+            names[p + module + ".weight"] = shapes[short]
+        for norm in _NORMS:
+            names[p + norm + ".weight"] = (i,) if norm == "mlp.ffn_sub_norm" else (h,)
+    if not config.tie_word_embeddings:
+        names["lm_head.weight"] = (v, h)
+    return names
+
+
+def unpack_hf_ternary(packed: np.ndarray, rows: int) -> np.ndarray:
+    """int8 [rows, K] from transformers' packed BitNet weights uint8 [rows / 4, K]: row
+    i * (rows / 4) + r holds bits 2i..2i+1 of packed row r, minus one."""
+    packed = np.asarray(packed, np.uint8)
+    quarter = packed.shape[0]
+    out = np.empty((4 * quarter,) + packed.shape[1:], np.int8)
+    for i in range(4):
+        out[i * quarter:(i + 1) * quarter] = ((packed >> (2 * i)) & 3).astype(np.int8) - 1
+    return out[:rows]
+
+
+# The packed byte (docs/NUMERICS.md layout) of four ternary codes c0 + 3 c1 + 9 c2 + 27 c3.
+_BYTE_OF_CODES = np.array([sum(((n // 3**j) % 3) << (2 * j) for j in range(4)) for n in range(81)], np.uint8)
+
+
+def _random_packed(rng, rows, cols):
+    """Packed bytes of uniformly random ternary weights [rows, cols] (padding codes are zero)."""
+    row_bytes = -(-cols // 16) * 4
+    packed = _BYTE_OF_CODES[rng.integers(0, 81, size=(rows, row_bytes), dtype=np.uint8)]
+    if cols % 4 or row_bytes * 4 != cols:
+        values = reference.unpack_ternary(packed, (rows, row_bytes * 4))
+        values[:, cols:] = 0
+        packed = reference.pack_ternary(values[:, :cols])
+    return packed
+
+
+class _Layer:
+    def __init__(self):
+        self.proj = {}
+        self.norms = {}
+
+
+class BitNetModel:
+    """BitNet b1.58 decoder on the GPU (see the module docstring). Build it with
+    ``from_weights`` (a dict of arrays or a safetensors file, names as in transformers'
+    BitNetForCausalLM) or ``random``."""
+
+    def __init__(self, config: BitNetConfig, *, device=None, max_tokens=None,
+                 embedding_dtype=np.float16):
+        from . import default_device
+        self.config = config
+        self.device = device or default_device()
+        self.max_tokens = int(max_tokens or config.max_position_embeddings)
+        self.embedding_dtype = np.dtype(embedding_dtype)
+        if self.embedding_dtype not in (np.dtype(np.float16), np.dtype(np.float32)):
+            raise _core.DTypeError(f"embedding_dtype: expected float16 or float32, got {self.embedding_dtype}")
+        self.layers = [_Layer() for _ in range(config.num_hidden_layers)]
+        self.embed = self.lm_head = self.norm = None
+        cos, sin = rope_tables(np.arange(self.max_tokens), config.head_dim, config.rope_theta)
+        self._cos = Tensor.from_numpy(cos, self.device)
+        self._sin = Tensor.from_numpy(sin, self.device)
+        self._graphs = {}
+        self._caches = {}
+        self.timings = False  # record graphs with per-op timestamps (benchmarks)
+
+    # ----------------------------------------------------------------------------- weights
+    @classmethod
+    def from_weights(cls, weights, config: BitNetConfig | None = None, **kwargs) -> "BitNetModel":
+        """weights: {name: array} or the path of a safetensors file (or of a directory holding a
+        checkpoint with config.json). Projections may be float matrices [out, in] (quantized on
+        load: absmean, per tensor), transformers' packed uint8 [out / 4, in] with a
+        ``.weight_scale`` (W = values / weight_scale, as transformers' BitLinear), or int8 ternary
+        values [out, in] with a ``.weight_scale`` in the same sense."""
+        if isinstance(weights, (str, os.PathLike)):
+            path = os.fspath(weights)
+            if config is None and os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
+                import json
+                with open(os.path.join(path, "config.json")) as f:
+                    config = BitNetConfig.from_dict(json.load(f))
+            weights = load_safetensors(path)
+        if config is None:
+            raise _core.ArgumentError("from_weights: pass a config (BitNetConfig.preset(...))")
+        if "lm_head.weight" in weights and config.tie_word_embeddings:
+            config = dataclasses.replace(config, tie_word_embeddings=False)
+        model = cls(config, **kwargs)
+        model._load(weights)
+        return model
+
+    @classmethod
+    def random(cls, config: BitNetConfig, seed=0, **kwargs) -> "BitNetModel":
+        """Random ternary weights (uniform over {-1, 0, 1}, gamma = 1 / sqrt(in_features)),
+        embedding N(0, 1), norm weights near one: for tests and benchmarks."""
+        model = cls(config, **kwargs)
+        rng = np.random.default_rng(seed)
+        h = config.hidden_size
+        model.embed = Tensor.from_numpy(
+            rng.standard_normal((config.vocab_size, h), np.float32).astype(model.embedding_dtype), model.device)
+        model.lm_head = model.embed if config.tie_word_embeddings else Tensor.from_numpy(
+            (rng.standard_normal((config.vocab_size, h), np.float32) / np.float32(math.sqrt(h))).astype(
+                model.embedding_dtype), model.device)
+        model.norm = Tensor.from_numpy((1 + 0.1 * rng.standard_normal(h)).astype(np.float32), model.device)
+        for layer, shapes in zip(model.layers, model._layer_shapes()):
+            for short, (rows, cols) in shapes["proj"].items():
+                packed = _random_packed(rng, rows, cols)
+                scale = np.array([1.0 / math.sqrt(cols)], np.float32)
+                layer.proj[short] = TernaryWeights(_core.weights_from_packed(
+                    Tensor.from_numpy(packed, model.device), Tensor.from_numpy(scale, model.device),
+                    rows, cols, 0, False))
+            for norm, size in shapes["norms"].items():
+                layer.norms[norm] = Tensor.from_numpy(
+                    (1 + 0.1 * rng.standard_normal(size)).astype(np.float32), model.device)
+        return model
+
+    def _layer_shapes(self):
+        c = self.config
+        h, i, kv = c.hidden_size, c.intermediate_size, c.kv_size
+        proj = {"q": (h, h), "k": (kv, h), "v": (kv, h), "o": (h, h), "gate": (i, h), "up": (i, h), "down": (h, i)}
+        norms = {norm: (i if norm == "mlp.ffn_sub_norm" else h) for norm in _NORMS}
+        return [{"proj": proj, "norms": norms} for _ in range(c.num_hidden_layers)]
+
+    def _load(self, weights):
+        expected = weight_names(self.config)
+        problems = []
+        for name, shape in expected.items():
+            if name not in weights:
+                problems.append(f"missing {name} {shape}")
+                continue
+            got = tuple(np.shape(weights[name]))
+            packed_shape = (-(-shape[0] // 4), shape[1]) if len(shape) == 2 else None
+            is_packed = np.asarray(weights[name]).dtype == np.uint8 and got == packed_shape
+            if got != shape and not is_packed:
+                problems.append(f"{name}: expected shape {shape}, got {got}")
+            elif (np.asarray(weights[name]).dtype in (np.uint8, np.int8)) and \
+                    name.replace(".weight", ".weight_scale") not in weights:
+                problems.append(f"{name}: ternary weights need {name.replace('.weight', '.weight_scale')}")
+        if problems:
+            raise _core.ShapeError("checkpoint does not fit " + repr(self.config) + ":\n  " + "\n  ".join(problems))
+        dev = self.device
+        self.embed = Tensor.from_numpy(np.asarray(weights["model.embed_tokens.weight"]).astype(self.embedding_dtype), dev)
+        self.lm_head = self.embed if self.config.tie_word_embeddings else Tensor.from_numpy(
+            np.asarray(weights["lm_head.weight"]).astype(self.embedding_dtype), dev)
+        self.norm = Tensor.from_numpy(np.asarray(weights["model.norm.weight"], np.float32), dev)
+        for index, layer in enumerate(self.layers):
+            p = f"model.layers.{index}."
+            for module, short in PROJECTIONS:
+                layer.proj[short] = self._projection(weights, p + module, expected[p + module + ".weight"])
+            for norm in _NORMS:
+                layer.norms[norm] = Tensor.from_numpy(np.asarray(weights[p + norm + ".weight"], np.float32), dev)
+
+    def _projection(self, weights, prefix, shape) -> TernaryWeights:
+        w = np.asarray(weights[prefix + ".weight"])
+        if w.dtype in (np.uint8, np.int8):
+            values = unpack_hf_ternary(w, shape[0]) if w.dtype == np.uint8 else w
+            if not np.isin(values, (-1, 0, 1)).all():
+                raise _core.ArgumentError(f"{prefix}.weight: ternary values must be -1, 0 or 1")
+            scale = float(np.asarray(weights[prefix + ".weight_scale"], np.float32).reshape(-1)[0])
+            if not (np.isfinite(scale) and scale > 0):
+                raise _core.ArgumentError(f"{prefix}.weight_scale must be positive and finite, got {scale}")
+            return TernaryWeights.from_packed(reference.pack_ternary(values), np.float32(1.0 / scale),
+                                              shape, device=self.device)
+        if w.dtype not in (np.float32, np.float16):
+            w = w.astype(np.float32)
+        return quantize_weights(np.ascontiguousarray(w), device=self.device)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the weights on the device (packed projections, embedding, head, norms)."""
+        total = self.embed.nbytes + self.norm.nbytes
+        if self.lm_head is not self.embed:
+            total += self.lm_head.nbytes
+        for layer in self.layers:
+            total += sum(w.nbytes for w in layer.proj.values())
+            total += sum(t.nbytes for t in layer.norms.values())
+        return total
+
+    @property
+    def projection_nbytes(self) -> int:
+        """Bytes of the packed ternary projections alone (what a decode step must read)."""
+        return sum(w.nbytes for layer in self.layers for w in layer.proj.values())
+
+    def reference_params(self) -> dict:
+        """The model's parameters as NumPy (ternary values and gammas), for reference.bitnet_forward."""
+        layers = []
+        for layer in self.layers:
+            layers.append({
+                "proj": {k: (w.unpack(), float(np.asarray(w.scale).reshape(-1)[0])) for k, w in layer.proj.items()},
+                "norms": {k: t.numpy() for k, t in layer.norms.items()},
+            })
+        return {"embed": self.embed.numpy().astype(np.float32), "lm_head": self.lm_head.numpy().astype(np.float32),
+                "norm": self.norm.numpy(), "layers": layers}
+
+    # ----------------------------------------------------------------------------- running
+    def _cache(self, batch):
+        if batch not in self._caches:
+            c = self.config
+            shape = (batch, self.max_tokens, c.num_key_value_heads, c.head_dim)
+            self._caches[batch] = [(self.device.empty(shape, np.float32), self.device.empty(shape, np.float32))
+                                   for _ in self.layers]
+        return self._caches[batch]
+
+    @property
+    def cache_nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for caches in self._caches.values() for k, v in caches)
+
+    def _record(self, batch, tokens, logits):
+        """Records one step of `tokens` new tokens for `batch` sequences after `start` cached ones.
+        logits: 'last' (each sequence's last token, and its argmax) or 'all'."""
+        c = self.config
+        rows = batch * tokens
+        graph = Graph(self.device, timings=self.timings)
+        caches = self._cache(batch)
+        eps = c.rms_norm_eps
+        with graph:
+            ids = graph.input("ids", (rows,), np.int32)
+            start = graph.input("start", (1,), np.int32)
+            x = _core.embedding(self.embed, ids)
+            for layer, (k_cache, v_cache) in zip(self.layers, caches):
+                w, norms = layer.proj, layer.norms
+                # norm + int8 pre-pass once, then q, k and v (bitlinear_group fuses them).
+                q, k, v = _core.bitlinear_group(x, None, norms["input_layernorm"], eps,
+                                                [w["q"]._core, w["k"]._core, w["v"]._core], [None] * 3)
+                kv_shape = (rows, c.num_key_value_heads, c.head_dim)
+                q = _core.rope_append(q.reshape(rows, c.num_attention_heads, c.head_dim), k.reshape(*kv_shape),
+                                      v.reshape(*kv_shape), self._cos, self._sin, start, k_cache, v_cache)
+                a = _core.attention_cached(q, k_cache, v_cache, start, True)
+                (x,) = _core.bitlinear_group(a.reshape(rows, c.hidden_size), None,
+                                             norms["self_attn.attn_sub_norm"], eps, [w["o"]._core], [x])
+                g, u = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
+                                             [w["gate"]._core, w["up"]._core], [None, None])
+                (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
+            x = ops.rms_norm(x, self.norm, eps)
+            if logits == "last":
+                last = graph.input("last_rows", (batch,), np.int32,
+                                   value=np.arange(1, batch + 1, dtype=np.int32) * tokens - 1)
+                x = _core.embedding(x, last)  # gathers each sequence's last row
+            out = _core.linear_rows(x, self.lm_head)
+            graph.output("logits", out)
+            if logits == "last":
+                graph.output("next", _core.argmax_rows(out))
+        return graph
+
+    def _graph(self, batch, tokens, logits):
+        key = (batch, tokens, logits)
+        if key not in self._graphs:
+            self._graphs[key] = self._record(batch, tokens, logits)
+        return self._graphs[key]
+
+    def _ids(self, token_ids):
+        ids = np.asarray(token_ids)
+        if ids.dtype.kind not in "iu":
+            raise _core.DTypeError(f"token_ids: expected integers, got {ids.dtype}")
+        squeeze = ids.ndim == 1
+        ids = ids[None, :] if squeeze else ids
+        if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
+            raise _core.ShapeError(f"token_ids: expected [T] or [B, T] with B, T > 0, got shape {np.shape(token_ids)}")
+        if ids.min() < 0 or ids.max() >= self.config.vocab_size:
+            raise _core.ArgumentError(f"token_ids: ids must lie in [0, {self.config.vocab_size})")
+        return ids.astype(np.int32), squeeze
+
+    def _step(self, ids, start, logits):
+        batch, tokens = ids.shape
+        if start + tokens > self.max_tokens:
+            raise _core.ShapeError(f"{start} cached + {tokens} new tokens exceed max_tokens={self.max_tokens}")
+        graph = self._graph(batch, tokens, logits)
+        return graph.run(ids=ids.reshape(-1), start=np.array([start], np.int32))
+
+    def forward(self, token_ids) -> np.ndarray:
+        """logits float32 [B, T, vocab] (or [T, vocab] for 1-D token_ids) of a prefill from an
+        empty cache; the cache then holds these tokens."""
+        ids, squeeze = self._ids(token_ids)
+        logits = self._step(ids, 0, "all")["logits"].numpy().reshape(ids.shape + (self.config.vocab_size,))
+        return logits[0] if squeeze else logits
+
+    def stream(self, token_ids, max_new_tokens, temperature=0.0, top_k=None, seed=0, eos_token_id=None):
+        """Yields the next token ids (int32 [B]) one step at a time: a prefill of the prompt, then
+        one graph replay per token. temperature 0 is greedy (argmax on the GPU); otherwise
+        softmax(logits / temperature) over the top_k largest (all if None), drawn with seed."""
+        ids, _ = self._ids(token_ids)
+        batch, tokens = ids.shape
+        if max_new_tokens < 0:
+            raise _core.ArgumentError("max_new_tokens must be >= 0")
+        if tokens + max_new_tokens > self.max_tokens:
+            raise _core.ShapeError(f"{tokens} prompt + {max_new_tokens} new tokens exceed max_tokens={self.max_tokens}")
+        if temperature < 0 or not np.isfinite(temperature):
+            raise _core.ArgumentError(f"temperature must be >= 0, got {temperature}")
+        if top_k is not None and not 0 < int(top_k) <= self.config.vocab_size:
+            raise _core.ArgumentError(f"top_k must lie in [1, {self.config.vocab_size}], got {top_k}")
+        rng = np.random.default_rng(seed)
+        done = np.zeros(batch, bool)
+        position, current = 0, ids
+        for _ in range(max_new_tokens):
+            result = self._step(current, position, "last")
+            position += current.shape[1]
+            if temperature == 0:
+                chosen = result["next"].numpy()
+            else:
+                chosen = _sample(result["logits"].numpy(), temperature, top_k, rng)
+            if eos_token_id is not None:
+                chosen = np.where(done, eos_token_id, chosen).astype(np.int32)
+                done |= chosen == eos_token_id
+            yield chosen
+            if eos_token_id is not None and done.all():
+                return
+            current = chosen.reshape(batch, 1)
+
+    def generate(self, token_ids, max_new_tokens, temperature=0.0, top_k=None, seed=0,
+                 eos_token_id=None, callback=None) -> np.ndarray:
+        """The prompt followed by up to max_new_tokens generated ids ([T + n] or [B, T + n]).
+        callback(step, ids [B]) is called as each token arrives (streaming)."""
+        ids, squeeze = self._ids(token_ids)
+        new = []
+        for step, chosen in enumerate(self.stream(ids, max_new_tokens, temperature, top_k, seed, eos_token_id)):
+            new.append(chosen)
+            if callback is not None:
+                callback(step, chosen)
+        out = np.concatenate([ids] + [n.reshape(-1, 1) for n in new], axis=1) if new else ids
+        return out[0] if squeeze else out
+
+    def decode_timings(self):
+        """[(kernel, seconds)] of the last decode step (needs model.timings = True before the
+        step's graph was recorded)."""
+        graphs = [g for (b, t, kind), g in self._graphs.items() if t == 1 and kind == "last"]
+        if not graphs:
+            raise _core.ArgumentError("no decode step has run yet")
+        return graphs[-1].timings()
+
+    def reset_graphs(self):
+        """Drops the recorded graphs (they are recorded again on the next call)."""
+        self._graphs.clear()
+
+    def __repr__(self):
+        c = self.config
+        return (f"<bitnet_gpu.models.BitNetModel layers={c.num_hidden_layers} hidden={c.hidden_size} "
+                f"vocab={c.vocab_size} max_tokens={self.max_tokens} nbytes={self.nbytes}>")
+
+
+def _sample(logits, temperature, top_k, rng):
+    out = np.empty(logits.shape[0], np.int32)
+    for b, row in enumerate(np.asarray(logits, np.float64)):
+        if top_k is not None and top_k < row.size:
+            keep = np.argpartition(row, -top_k)[-top_k:]
+        else:
+            keep = np.arange(row.size)
+        z = row[keep] / temperature
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        out[b] = keep[rng.choice(keep.size, p=p)]
+    return out
+
+
+def timed(fn, *args, **kwargs):
+    """(result, seconds) of one call: a helper for the command line and benchmarks."""
+    begin = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - begin

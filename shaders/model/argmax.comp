@@ -1,0 +1,55 @@
+#version 450
+// Index of the largest value of each row, as np.argmax: x float32 [M, N] -> int32 [M]; the
+// first of equal maxima, and the first NaN where a row has one. Two passes: PHASE 0, workgroup
+// (c, row) takes the c-th chunk of CHUNK values of the row and writes its best (value, index);
+// PHASE 1, one workgroup a row picks the best of the chunks. Picking is order-independent
+// (NaN first, then larger, then lower index), so the result is exact.
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint PHASE = 0;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) buffer Partial { uvec2 partial[]; };  // [M, chunks]: (value bits, index)
+layout(std430, binding = 2) writeonly buffer Out { int index_out[]; };
+layout(push_constant) uniform Push { uint m; uint n; uint chunks; } p;
+
+const uint CHUNK = 4096;
+shared float s_value[256];
+shared uint s_index[256];
+
+// Whether (a, ai) comes before (b, bi).
+bool before(float a, uint ai, float b, uint bi) {
+  if (isnan(a) != isnan(b)) return isnan(a);
+  if (!isnan(a) && a != b) return a > b;
+  return ai < bi;
+}
+
+void main() {
+  const uint id = gl_LocalInvocationID.x, row = gl_WorkGroupID.y;
+  float best = -1.0 / 0.0;
+  uint best_index = 0xffffffffu;
+  if (PHASE == 0) {
+    const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.n);
+    for (uint j = first + id; j < end; j += 256) {
+      const float v = x[row * p.n + j];
+      if (before(v, j, best, best_index)) { best = v; best_index = j; }
+    }
+  } else {
+    for (uint c = id; c < p.chunks; c += 256) {
+      const uvec2 e = partial[row * p.chunks + c];
+      if (before(uintBitsToFloat(e.x), e.y, best, best_index)) { best = uintBitsToFloat(e.x); best_index = e.y; }
+    }
+  }
+  s_value[id] = best;
+  s_index[id] = best_index;
+  barrier();
+  for (uint s = 128; s > 0; s >>= 1) {
+    if (id < s && before(s_value[id + s], s_index[id + s], s_value[id], s_index[id])) {
+      s_value[id] = s_value[id + s];
+      s_index[id] = s_index[id + s];
+    }
+    barrier();
+  }
+  if (id == 0) {
+    if (PHASE == 0) partial[row * p.chunks + gl_WorkGroupID.x] = uvec2(floatBitsToUint(s_value[0]), s_index[0]);
+    else index_out[row] = int(s_index[0]);
+  }
+}

@@ -1,0 +1,54 @@
+#version 450
+//! variant f32
+//! variant f16 INPUT_F16
+// A float linear layer for few rows (a language-model head): y[m, n] = sum_k x[m, k] w[n, k],
+// x float32 [M, K], w [N, K] float32 or float16, y float32 [M, N]. A team of 32 invocations
+// takes one row of w (coalesced reads, four values at a time with VEC4) against MB rows of x,
+// then sums its lanes in shared memory in a fixed order (the same input gives the same output).
+#extension GL_GOOGLE_include_directive : require
+#include "../ops/ops_common.glsl"
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const bool VEC4 = false;  // K % 4 == 0
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) readonly buffer X4 { vec4 x4[]; };
+layout(std430, binding = 2) readonly buffer W { ELEMENT w[]; };
+layout(std430, binding = 3) readonly buffer W4 { ELEMENT4 w4[]; };
+layout(std430, binding = 4) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform Push { uint m; uint n; uint k; } p;
+
+const uint TEAM = 32, TEAMS = 8, MB = 4;
+shared float partial[MB][256];
+
+void main() {
+  const uint id = gl_LocalInvocationID.x, lane = id % TEAM;
+  const uint row = gl_WorkGroupID.x * TEAMS + id / TEAM;
+  const uint m0 = gl_WorkGroupID.y * MB;
+  float acc[MB];
+  for (uint r = 0; r < MB; ++r) acc[r] = 0.0;
+  if (row < p.n) {
+    if (VEC4) {
+      const uint k4 = p.k / 4;
+      for (uint c = lane; c < k4; c += TEAM) {
+        const vec4 wv = vec4(w4[row * k4 + c]);
+        for (uint r = 0; r < MB; ++r)
+          if (m0 + r < p.m) acc[r] += dot(wv, x4[(m0 + r) * k4 + c]);
+      }
+    } else {
+      for (uint c = lane; c < p.k; c += TEAM) {
+        const float wv = float(w[row * p.k + c]);
+        for (uint r = 0; r < MB; ++r)
+          if (m0 + r < p.m) acc[r] += wv * x[(m0 + r) * p.k + c];
+      }
+    }
+  }
+  for (uint r = 0; r < MB; ++r) partial[r][id] = acc[r];
+  barrier();
+  for (uint s = TEAM / 2; s > 0; s >>= 1) {
+    if (lane < s)
+      for (uint r = 0; r < MB; ++r) partial[r][id] += partial[r][id + s];
+    barrier();
+  }
+  if (lane == 0 && row < p.n)
+    for (uint r = 0; r < MB; ++r)
+      if (m0 + r < p.m) y[(m0 + r) * p.n + row] = partial[r][id];
+}

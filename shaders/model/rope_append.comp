@@ -1,0 +1,51 @@
+#version 450
+// One decoder step's rotary embedding and KV-cache append in one dispatch (float32): for rows
+// [B * T] of new tokens, row t of sequence b = t / T at position start[0] + t % T,
+//   q_out = rope(q)                      [B * T, HQ, D]
+//   k_cache[b, position] = rope(k)       caches [B, CACHE_ROWS, HKV, D]
+//   v_cache[b, position] = v
+// with rope as in shaders/ops/rope.comp (half-split, float64 angle tables [TABLE_ROWS, D / 2]).
+// Rows that would land past a cache's end are not written.
+layout(local_size_x = 256) in;
+layout(std430, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, binding = 1) readonly buffer K { float k[]; };
+layout(std430, binding = 2) readonly buffer V { float v[]; };
+layout(std430, binding = 3) readonly buffer Cos { float cos_table[]; };
+layout(std430, binding = 4) readonly buffer Sin { float sin_table[]; };
+layout(std430, binding = 5) writeonly buffer QOut { float q_out[]; };
+layout(std430, binding = 6) writeonly buffer KCache { float k_cache[]; };
+layout(std430, binding = 7) writeonly buffer VCache { float v_cache[]; };
+layout(std430, binding = 8) readonly buffer Start { uint start[]; };
+layout(push_constant) uniform Push {
+  uint rows; uint hq; uint hkv; uint d; uint period; uint cache_rows; uint table_rows;
+} p;
+
+void main() {
+  const uint half_d = p.d / 2, first = start[0];
+  const uint q_pairs = p.rows * p.hq * half_d, k_pairs = p.rows * p.hkv * half_d;
+  const uint kv_row = p.hkv * p.d, total = q_pairs + k_pairs + p.rows * kv_row;
+  for (uint index = gl_GlobalInvocationID.x; index < total; index += gl_NumWorkGroups.x * 256) {
+    if (index < q_pairs + k_pairs) {
+      const bool is_q = index < q_pairs;
+      const uint j = is_q ? index : index - q_pairs, heads = is_q ? p.hq : p.hkv;
+      const uint i = j % half_d, th = j / half_d, t = th / heads, h = th % heads;
+      const uint position = first + t % p.period;
+      const uint table = min(position, p.table_rows - 1) * half_d + i;
+      const float c = cos_table[table], s = sin_table[table];
+      const uint at = th * p.d + i;
+      const float a = is_q ? q[at] : k[at], b = is_q ? q[at + half_d] : k[at + half_d];
+      if (is_q) {
+        q_out[at] = a * c - b * s;
+        q_out[at + half_d] = a * s + b * c;
+      } else if (position < p.cache_rows) {
+        const uint to = (((t / p.period) * p.cache_rows + position) * p.hkv + h) * p.d + i;
+        k_cache[to] = a * c - b * s;
+        k_cache[to + half_d] = a * s + b * c;
+      }
+    } else {
+      const uint j = index - q_pairs - k_pairs, t = j / kv_row, e = j % kv_row;
+      const uint position = first + t % p.period;
+      if (position < p.cache_rows) v_cache[((t / p.period) * p.cache_rows + position) * kv_row + e] = v[j];
+    }
+  }
+}

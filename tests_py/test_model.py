@@ -1,0 +1,424 @@
+"""The BitNet b1.58 decoder and its kernels: parity with bitnet_gpu.reference."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bitnet_gpu as bg
+from bitnet_gpu import _core, reference
+from bitnet_gpu.checkpoint import load_safetensors, save_safetensors
+from bitnet_gpu.models import BitNetConfig, BitNetModel, PROJECTIONS, unpack_hf_ternary, weight_names
+
+rng = np.random.default_rng()
+FLOAT_TOL = {np.float32: 1e-5, np.float16: 2e-3}
+
+
+def _tensor(a):
+    return bg.Tensor.from_numpy(np.ascontiguousarray(a))
+
+
+def _poisoned(shape, dtype):
+    return _tensor(np.full(shape, np.nan if np.dtype(dtype).kind == "f" else -7, dtype))
+
+
+def _rel(out, ref):
+    ref = np.asarray(ref, np.float64)
+    return np.linalg.norm(np.asarray(out, np.float64) - ref) / max(np.linalg.norm(ref), 1e-30)
+
+
+# ----------------------------------------------------------------------------------- kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("v,h,t", [(1, 1, 1), (7, 33, 7), (33, 4097, 3), (500, 64, 33)])
+def test_embedding(dtype, v, h, t):
+    table = rng.standard_normal((v, h)).astype(dtype)
+    ids = rng.integers(0, v, t).astype(np.int32)
+    out = _poisoned((t, h), np.float32)
+    _core.embedding(_tensor(table), _tensor(ids), out)
+    np.testing.assert_array_equal(out.numpy(), table[ids].astype(np.float32))
+
+
+def test_embedding_rejects_ids_out_of_range():
+    table = _tensor(rng.standard_normal((5, 4)).astype(np.float32))
+    with pytest.raises(bg.ArgumentError, match="2 token ids are outside"):
+        _core.embedding(table, _tensor(np.array([0, 5, -1, 4], np.int32)))
+    with pytest.raises(bg.DTypeError):
+        _core.embedding(table, _tensor(np.array([0], np.int64)))
+    np.testing.assert_array_equal(_core.embedding(table, _tensor(np.array([4], np.int32))).numpy(),
+                                  table.numpy()[[4]])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 33), (3, 64, 1000), (5, 4097, 7), (9, 36, 17)])
+def test_linear_rows(dtype, m, k, n):
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(dtype)
+    out = _poisoned((m, n), np.float32)
+    _core.linear_rows(_tensor(x), _tensor(w), out)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    assert _rel(out.numpy(), ref) <= 1e-5
+
+
+def test_argmax_rows_follows_numpy():
+    x = rng.standard_normal((6, 1000)).astype(np.float32)
+    x[1, [3, 700]] = 50.0            # equal maxima: the first
+    x[2, :] = -np.inf
+    x[3, [10, 20]] = np.nan           # NaN wins, the first one
+    x[4, :] = 0.0
+    x[5, 999] = 1e30
+    out = _poisoned((6,), np.int32)
+    _core.argmax_rows(_tensor(x), out)
+    np.testing.assert_array_equal(out.numpy(), np.argmax(x, axis=1))
+    one = rng.standard_normal((1, 1)).astype(np.float32)
+    assert _core.argmax_rows(_tensor(one)).numpy()[0] == 0
+    with pytest.raises(bg.ShapeError):
+        _core.argmax_rows(_tensor(np.zeros((2, 0), np.float32)))
+
+
+def test_argmax_over_many_chunks():
+    x = rng.standard_normal((3, 4096 * 3 + 7)).astype(np.float32)
+    x[0, [5000, 9000]] = 80.0   # equal maxima in two chunks: the first
+    x[1, -1] = np.inf
+    x[2, [100, 8200]] = np.nan  # the first NaN, in the first chunk
+    np.testing.assert_array_equal(_core.argmax_rows(_tensor(x)).numpy(), np.argmax(x, axis=1))
+
+
+@pytest.mark.parametrize("batch,tokens,start", [(1, 1, 0), (2, 3, 9), (3, 1, 62)])
+def test_rope_append(batch, tokens, start):
+    hq, hkv, d, rows = 4, 2, 16, 64
+    q = rng.standard_normal((batch * tokens, hq, d)).astype(np.float32)
+    k = rng.standard_normal((batch * tokens, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((batch * tokens, hkv, d)).astype(np.float32)
+    cos, sin = bg.rope_tables(np.arange(rows), d, 10000.0)
+    k_cache = _tensor(np.full((batch, rows, hkv, d), 7, np.float32))
+    v_cache = _tensor(np.full((batch, rows, hkv, d), 7, np.float32))
+    q_out = _core.rope_append(_tensor(q), _tensor(k), _tensor(v), _tensor(cos), _tensor(sin),
+                              _tensor(np.array([start], np.int32)), k_cache, v_cache)
+    pos = start + np.arange(batch * tokens) % tokens
+    assert _rel(q_out.numpy(), reference.rope(q, pos, 10000.0)) <= 1e-5
+    kc, vc = k_cache.numpy(), v_cache.numpy()
+    k_ref = reference.rope(k, pos, 10000.0)
+    for r in range(batch * tokens):
+        b, p = r // tokens, pos[r]
+        if p < rows:
+            assert _rel(kc[b, p], k_ref[r]) <= 1e-5
+            np.testing.assert_array_equal(vc[b, p], v[r])
+    untouched = np.ones((batch, rows), bool)
+    for r in range(batch * tokens):
+        if pos[r] < rows:
+            untouched[r // tokens, pos[r]] = False
+    assert (kc[untouched] == 7).all() and (vc[untouched] == 7).all()
+
+
+@pytest.mark.parametrize("m", [1, 3, 9])
+@pytest.mark.parametrize("k", [64, 33, 20000])
+@pytest.mark.parametrize("gated", [False, True])
+def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
+    """One pre-pass for several projections: v = relu(x)^2 * up (gated), then rms_norm, then
+    bitlinear per weight plus a residual; the same as the separate ops (fused where K % 4 == 0
+    and K <= 16384, run as separate ops otherwise)."""
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    up = rng.standard_normal((m, k)).astype(np.float32)
+    norm_w = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    weights = [bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32)) for n in (7, 33)]
+    residual = rng.standard_normal((m, 33)).astype(np.float32)
+    ys = _core.bitlinear_group(_tensor(x), _tensor(up) if gated else None, _tensor(norm_w), 1e-5,
+                               [w._core for w in weights], [None, _tensor(residual)])
+    v = (reference.activation("relu2", x) * up).astype(np.float32) if gated else x
+    v = reference.rms_norm(v, norm_w, 1e-5).astype(np.float32)
+    for i, w in enumerate(weights):
+        q, gamma = w.unpack(), float(np.asarray(w.scale).reshape(-1)[0])
+        y_ref, _ = reference.bitlinear(v, q, gamma)
+        if i == 1:
+            y_ref = y_ref + residual
+        # An int8 may round the other way near a tie (float32 norm vs float64): each such value
+        # moves y by gamma / s; allow a few per row.
+        step = gamma / reference.activation_scale(v).min()
+        err = np.abs(ys[i].numpy() - y_ref)
+        assert err.max() <= 4 * step + 1e-4 * np.abs(y_ref).max()
+        assert np.median(err) <= 1e-5 * np.abs(y_ref).max() + 1e-6
+    with pytest.raises(bg.ShapeError):
+        _core.bitlinear_group(_tensor(x), None, _tensor(norm_w[:-1]), 1e-5, [weights[0]._core], [None])
+    with pytest.raises(bg.ShapeError):
+        _core.bitlinear_group(_tensor(x), None, None, 1e-5, [weights[1]._core], [_tensor(residual[:, :5])])
+    bad = x.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(bg.ArgumentError, match="NaN"):
+        _core.bitlinear_group(_tensor(bad), None, None, 1e-5, [weights[0]._core], [None])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("batch,tokens,start", [(1, 1, 0), (1, 1, 57), (2, 7, 5), (3, 1, 100)])
+def test_rope_at_reads_the_position_from_the_device(dtype, batch, tokens, start):
+    heads, d, positions = 3, 16, 128
+    x = rng.standard_normal((batch * tokens, heads, d)).astype(dtype)
+    cos, sin = bg.rope_tables(np.arange(positions), d, 500000.0)
+    out = _poisoned(x.shape, dtype)
+    _core.rope_at(_tensor(x), _tensor(cos), _tensor(sin), _tensor(np.array([start], np.int32)), tokens, out)
+    pos = start + np.arange(batch * tokens) % tokens
+    ref = reference.rope(x, pos, 500000.0)
+    assert _rel(out.numpy(), ref) <= FLOAT_TOL[dtype]
+
+
+def test_write_rows_at_appends_to_each_sequence():
+    batch, rows, tokens = 2, 6, 2
+    cache = _tensor(np.zeros((batch, rows, 3), np.float32))
+    new = rng.standard_normal((batch * tokens, 3)).astype(np.float32)
+    _core.write_rows_at(_tensor(new), cache, _tensor(np.array([3], np.int32)))
+    expect = np.zeros((batch, rows, 3), np.float32)
+    expect[0, 3:5], expect[1, 3:5] = new[0:2], new[2:4]
+    np.testing.assert_array_equal(cache.numpy(), expect)
+    _core.write_rows_at(_tensor(new), cache, _tensor(np.array([5], np.int32)))  # one row past the end
+    expect[0, 5], expect[1, 5] = new[0], new[2]
+    np.testing.assert_array_equal(cache.numpy(), expect)
+    with pytest.raises(bg.ShapeError):
+        _core.write_rows_at(_tensor(new[:3]), cache, _tensor(np.array([0], np.int32)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("batch,tokens,start,rows", [(1, 1, 0, 8), (2, 1, 600, 1024), (1, 7, 30, 64),
+                                                     (2, 33, 0, 40), (3, 9, 4, 300)])
+def test_attention_cached_matches_full_attention(dtype, batch, tokens, start, rows):
+    hq, hkv, d = 4, 2, 32
+    k_all = rng.standard_normal((batch, rows, hkv, d)).astype(dtype)
+    v_all = rng.standard_normal((batch, rows, hkv, d)).astype(dtype)
+    q = rng.standard_normal((batch * tokens, hq, d)).astype(dtype)
+    out = _poisoned(q.shape, dtype)
+    _core.attention_cached(_tensor(q), _tensor(k_all), _tensor(v_all), _tensor(np.array([start], np.int32)),
+                           True, out)
+    length = start + tokens
+    for b in range(batch):
+        ref = reference.attention(q[b * tokens:(b + 1) * tokens], k_all[b, :length], v_all[b, :length], True)
+        assert _rel(out.numpy()[b * tokens:(b + 1) * tokens], ref) <= FLOAT_TOL[dtype]
+
+
+# ----------------------------------------------------------------------------------- model
+def _tiny(**changes):
+    return BitNetConfig.preset("tiny", **changes)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return BitNetModel.random(_tiny(tie_word_embeddings=False), seed=3, embedding_dtype=np.float32)
+
+
+# Int8 activation quantization rounds x * s to the nearest integer: where the GPU's float32 value
+# of x * s and the reference's fall on two sides of a .5 tie, one int8 differs by one
+# (docs/NUMERICS.md allows it within 1e-6 of a tie) and the logits of that token, and of the later
+# tokens that attend to it, move by up to about 1e-2 relative. The reference reports how close
+# each sequence came to a tie: sequences that never came within 1e-6 must match to 1e-4 (the
+# issue's bound); the others to what one int8 step can do.
+def _check_logits(logits, ref, ties):
+    strict = 0
+    for b in range(ref.shape[0]):
+        error = _rel(logits[b], ref[b])
+        if ties[b] > 1e-6:
+            assert error <= 1e-4, f"sequence {b}: relative error {error:.2e} with no rounding tie near"
+            strict += 1
+        else:
+            assert error <= 5e-2, f"sequence {b}: relative error {error:.2e}"
+    return strict
+
+
+@pytest.mark.parametrize("batch,tokens,seed", [(1, 1, 0), (1, 7, 1), (2, 33, 2), (3, 5, 3)])
+def test_forward_matches_reference(tiny_model, batch, tokens, seed):
+    ids = np.random.default_rng(seed).integers(0, tiny_model.config.vocab_size, (batch, tokens))
+    logits = tiny_model.forward(ids)
+    ref, ties = reference.bitnet_forward(tiny_model.reference_params(), tiny_model.config, ids, True)
+    assert logits.shape == (batch, tokens, tiny_model.config.vocab_size)
+    _check_logits(logits, ref, ties)
+    one = tiny_model.forward(ids[0])  # 1-D in, 2-D out
+    np.testing.assert_array_equal(one, tiny_model.forward(ids[:1])[0])
+
+
+def test_forward_on_fresh_prompts_matches_reference(tiny_model):
+    params = tiny_model.reference_params()
+    strict = 0
+    for _ in range(4):
+        ids = rng.integers(0, tiny_model.config.vocab_size, (4, int(rng.integers(1, 12))))
+        ref, ties = reference.bitnet_forward(params, tiny_model.config, ids, True)
+        strict += _check_logits(tiny_model.forward(ids), ref, ties)
+    assert strict >= 2  # the strict bound was really exercised
+
+
+def test_forward_with_tied_float16_embedding():
+    model = BitNetModel.random(_tiny(), seed=5)  # tied, float16 table
+    ids = np.random.default_rng(4).integers(0, model.config.vocab_size, (2, 9))
+    ref, ties = reference.bitnet_forward(model.reference_params(), model.config, ids, True)
+    _check_logits(model.forward(ids), ref, ties)
+    assert model.lm_head is model.embed
+
+
+@pytest.mark.parametrize("seed", [10, 11])
+def test_greedy_generation_matches_reference_for_32_steps(tiny_model, seed):
+    prompt = np.random.default_rng(seed).integers(0, tiny_model.config.vocab_size, (2, 6))
+    out = tiny_model.generate(prompt, 32)
+    ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 32)
+    np.testing.assert_array_equal(out, ref)
+    assert len(np.unique(out[:, 6:])) > 4  # the test generates varied tokens
+
+
+def test_decode_steps_equal_a_full_forward(tiny_model):
+    ids = rng.integers(0, tiny_model.config.vocab_size, 20)
+    full = tiny_model.forward(ids)
+    steps = []
+    for position in range(20):  # one replayed decode graph per token
+        result = tiny_model._step(ids[None, position:position + 1].astype(np.int32), position, "last")
+        steps.append(result["logits"].numpy()[0])
+    assert _rel(np.array(steps), full) <= 1e-5
+
+
+def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny_model):
+    prompt = rng.integers(0, tiny_model.config.vocab_size, 4)
+    a = tiny_model.generate(prompt, 10, temperature=0.8, top_k=20, seed=7)
+    b = tiny_model.generate(prompt, 10, temperature=0.8, top_k=20, seed=7)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(tiny_model.generate(prompt, 10, temperature=1.0, top_k=1),
+                                  tiny_model.generate(prompt, 10))
+    steps = []
+    tiny_model.generate(prompt, 5, callback=lambda i, ids: steps.append((i, ids.copy())))
+    assert [i for i, _ in steps] == list(range(5))
+    eos = int(tiny_model.generate(prompt, 1)[-1])
+    assert len(tiny_model.generate(prompt, 10, eos_token_id=eos)) == len(prompt) + 1
+
+
+def test_model_input_errors(tiny_model):
+    v = tiny_model.config.vocab_size
+    with pytest.raises(bg.ArgumentError, match="ids must lie"):
+        tiny_model.forward(np.array([0, v]))
+    with pytest.raises(bg.DTypeError):
+        tiny_model.forward(np.array([0.5]))
+    with pytest.raises(bg.ShapeError):
+        tiny_model.forward(np.zeros((1, 0), np.int64))
+    with pytest.raises(bg.ShapeError, match="max_tokens"):
+        tiny_model.generate(np.zeros(250, np.int64), 10)
+    with pytest.raises(bg.ArgumentError):
+        tiny_model.generate(np.zeros(3, np.int64), 2, temperature=-1)
+    with pytest.raises(bg.ArgumentError):
+        tiny_model.generate(np.zeros(3, np.int64), 2, temperature=1, top_k=0)
+    with pytest.raises(bg.ArgumentError):
+        BitNetConfig.preset("huge")
+    with pytest.raises(bg.ArgumentError):
+        BitNetConfig(hidden_size=30, num_attention_heads=4)
+    np.testing.assert_array_equal(tiny_model.forward(np.array([1, 2])).shape, (2, v))  # still usable
+
+
+# ----------------------------------------------------------------------------------- weights
+def _float_weights(config, seed=0):
+    r = np.random.default_rng(seed)
+    return {name: (r.standard_normal(shape).astype(np.float32) * (0.02 if len(shape) == 2 else 1)
+                   + (1 if len(shape) == 1 else 0)).astype(np.float32)
+            for name, shape in weight_names(config).items()}
+
+
+def _pack_hf(values):
+    """transformers' packing of int8 ternary [rows, K] into uint8 [rows / 4, K]."""
+    quarter = values.shape[0] // 4
+    packed = np.zeros((quarter, values.shape[1]), np.uint8)
+    for i in range(4):
+        packed |= ((values[i * quarter:(i + 1) * quarter] + 1).astype(np.uint8) << (2 * i))
+    return packed
+
+
+def test_float_weights_are_quantized_on_load():
+    config = _tiny()
+    weights = _float_weights(config)
+    model = BitNetModel.from_weights(weights, config, embedding_dtype=np.float32)
+    params = model.reference_params()
+    for module, short in PROJECTIONS:
+        w = weights[f"model.layers.1.{module}.weight"]
+        values, gamma = reference.quantize_ternary(w)
+        np.testing.assert_array_equal(params["layers"][1]["proj"][short][0], values)
+        np.testing.assert_allclose(params["layers"][1]["proj"][short][1], gamma, rtol=1e-6)
+    ids = np.random.default_rng(5).integers(0, config.vocab_size, (1, 11))
+    ref, ties = reference.bitnet_forward(params, config, ids, True)
+    _check_logits(model.forward(ids), ref, ties)
+
+
+def test_hf_packed_weights_load_with_their_scales(tmp_path):
+    config = _tiny()
+    weights = _float_weights(config)
+    packed = {}
+    expect = {}
+    for name, w in weights.items():
+        module = name[:-len(".weight")]
+        if w.ndim == 2 and "embed" not in name and "lm_head" not in name:
+            values = rng.integers(-1, 2, w.shape).astype(np.int8)
+            packed[name] = _pack_hf(values)
+            packed[module + ".weight_scale"] = np.array([rng.uniform(2, 50)], np.float32)
+            expect[module] = values
+        else:
+            packed[name] = w
+    np.testing.assert_array_equal(unpack_hf_ternary(packed["model.layers.0.mlp.up_proj.weight"],
+                                                    config.intermediate_size),
+                                  expect["model.layers.0.mlp.up_proj"])
+    model = BitNetModel.from_weights(packed, config)
+    params = model.reference_params()
+    for module, short in PROJECTIONS:
+        values, gamma = params["layers"][0]["proj"][short]
+        np.testing.assert_array_equal(values, expect[f"model.layers.0.{module}"])
+        scale = packed[f"model.layers.0.{module}.weight_scale"][0]
+        np.testing.assert_allclose(gamma, 1 / scale, rtol=1e-6)
+    # The same weights from a safetensors file (with config.json beside it) give the same logits.
+    save_safetensors(tmp_path / "model.safetensors", packed)
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump({"hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
+                   "num_hidden_layers": config.num_hidden_layers, "vocab_size": config.vocab_size,
+                   "num_attention_heads": config.num_attention_heads, "rope_theta": config.rope_theta,
+                   "num_key_value_heads": config.num_key_value_heads, "model_type": "bitnet",
+                   "max_position_embeddings": config.max_position_embeddings,
+                   "tie_word_embeddings": True}, f)
+    from_file = BitNetModel.from_weights(tmp_path)
+    ids = rng.integers(0, config.vocab_size, (1, 5))
+    np.testing.assert_array_equal(from_file.forward(ids), model.forward(ids))
+
+
+def test_missing_and_misshapen_tensors_are_named():
+    config = _tiny()
+    weights = _float_weights(config)
+    del weights["model.layers.1.mlp.down_proj.weight"]
+    weights["model.layers.0.self_attn.k_proj.weight"] = np.zeros((3, 3), np.float32)
+    with pytest.raises(bg.ShapeError) as info:
+        BitNetModel.from_weights(weights, config)
+    assert "missing model.layers.1.mlp.down_proj.weight" in str(info.value)
+    assert "model.layers.0.self_attn.k_proj.weight: expected shape (32, 64), got (3, 3)" in str(info.value)
+    weights = _float_weights(config)
+    weights["model.layers.0.mlp.up_proj.weight"] = np.zeros((config.intermediate_size // 4, config.hidden_size),
+                                                            np.uint8)
+    with pytest.raises(bg.ShapeError, match="weight_scale"):
+        BitNetModel.from_weights(weights, config)
+
+
+def test_safetensors_round_trip_and_bfloat16(tmp_path):
+    arrays = {"a": rng.standard_normal((3, 5)).astype(np.float32), "b": np.arange(7, dtype=np.int8),
+              "c": np.zeros((0, 2), np.float16), "d": rng.integers(0, 255, (4,)).astype(np.uint8)}
+    save_safetensors(tmp_path / "x.safetensors", arrays, {"format": "np"})
+    back = load_safetensors(tmp_path / "x.safetensors")
+    assert set(back) == set(arrays)
+    for name, a in arrays.items():
+        assert back[name].dtype == a.dtype
+        np.testing.assert_array_equal(back[name], a)
+    values = rng.standard_normal(6).astype(np.float32)
+    bf16 = (values.view(np.uint32) >> 16).astype(np.uint16)  # truncated to bfloat16
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]}}).encode()
+    with open(tmp_path / "bf.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + bf16.tobytes())
+    w = load_safetensors(tmp_path / "bf.safetensors")["w"]
+    np.testing.assert_array_equal(w, (bf16.astype(np.uint32) << 16).view(np.float32).reshape(2, 3))
+    with open(tmp_path / "bad.safetensors", "wb") as f:
+        f.write(b"\x05\x00")
+    with pytest.raises(bg.ArgumentError, match="not a safetensors file"):
+        load_safetensors(tmp_path / "bad.safetensors")
+
+
+def test_command_line_generates_with_random_weights():
+    env = dict(os.environ)
+    result = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--config", "tiny",
+                             "--random-weights", "--tokens", "8", "--prompt-tokens", "3"],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "tokens/s" in result.stdout
