@@ -135,12 +135,16 @@ def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
         y_ref, _ = reference.bitlinear(v, q, gamma)
         if i == 1:
             y_ref = y_ref + residual
-        # An int8 may round the other way near a tie (float32 norm vs float64): each such value
-        # moves y by gamma / s; allow a few per row.
-        step = gamma / reference.activation_scale(v).min()
+        # The GPU normalizes in float32, the reference in float64: an int8 may round the other way
+        # where x * s lies within 1e-6 of a .5 tie (docs/NUMERICS.md), moving y by gamma / s per
+        # such value. Everywhere else y matches to float32 rounding.
+        scale = reference.activation_scale(v).astype(np.float64)
+        xs = v.astype(np.float64) * scale[:, None]
+        near_ties = (np.abs(xs - np.floor(xs) - 0.5) / np.maximum(np.abs(xs), 1) < 1e-6).sum(axis=1)
         err = np.abs(ys[i].numpy() - y_ref)
-        assert err.max() <= 4 * step + 1e-4 * np.abs(y_ref).max()
-        assert np.median(err) <= 1e-5 * np.abs(y_ref).max() + 1e-6
+        for r in range(m):
+            bound = near_ties[r] * gamma / scale[r] + 1e-5 * np.abs(y_ref[r]).max() + 1e-6
+            assert err[r].max() <= bound, f"row {r}: {near_ties[r]} near ties"
     with pytest.raises(bg.ShapeError):
         _core.bitlinear_group(_tensor(x), None, _tensor(norm_w[:-1]), 1e-5, [weights[0]._core], [None])
     with pytest.raises(bg.ShapeError):
