@@ -86,7 +86,7 @@ def test_kv_cache_decode_equals_full_attention(device, rng):
 @pytest.mark.parametrize("split", ["0", "1"])
 @pytest.mark.parametrize("tq,l,hq,hkv,d,causal", [(1, 600, 20, 5, 128, True), (3, 1000, 4, 2, 33, True),
                                                   (2, 257, 2, 1, 256, False), (1, 1, 1, 1, 8, True),
-                                                  (8, 4100, 2, 2, 16, True)])
+                                                  (8, 4100, 2, 2, 16, True), (2, 9000, 2, 1, 64, True)])
 def test_split_key_attention_matches(device, rng, monkeypatch, split, tq, l, hq, hkv, d, causal):
     """Decode attention with the keys split over workgroups and merged, against the reference."""
     monkeypatch.setenv("BITNET_GPU_ATTENTION_SPLIT", split)

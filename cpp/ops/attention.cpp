@@ -14,7 +14,7 @@
 namespace bitnet::ops {
 namespace {
 
-constexpr int64_t kSplitKeys = 16;  // SPLIT in shaders/ops/attention_split.comp
+constexpr int64_t kSplitKeys = 32;  // SPLIT in shaders/ops/attention_split.comp
 
 // A few queries over many keys (decode) split the keys over workgroups; BITNET_GPU_ATTENTION_SPLIT
 // = 0 or 1 overrides, for tests and tuning.

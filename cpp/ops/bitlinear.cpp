@@ -290,6 +290,41 @@ void record_matvec(Sequence& sequence, const QuantizedWeights& w, const Prepared
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }
 
+// record_matvec with the activation pre-pass done by every workgroup into shared memory
+// (bitlinear_matvec.comp, FUSED): one dispatch instead of two, for float32 rows that fit.
+bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
+  return x.dtype() == DType::float32 && can_fuse_input(k) && m * padded(k) / 4 <= 8192;
+}
+
+void record_matvec_fused(Sequence& sequence, const QuantizedWeights& w, const Tensor& x,
+                         const FusedInput& fused, int64_t m, const std::optional<Tensor>& residual,
+                         const Tensor& y, const Tensor& nonfinite, bool hardware) {
+  const auto& device = y.device_ptr();
+  const int64_t k = w.cols, n = w.rows;
+  const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
+  const uint32_t rows = matvec_rows(m, k), unroll = matvec_unroll();
+  Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware) + "_fused",
+                                  {{0, int64_t{m}}, {1, int64_t{rows}}, {2, residual.has_value()},
+                                   {3, false}, {4, words % 4 == 0}, {5, int64_t{unroll}}, {6, residual.has_value()},
+                                   {7, fused.norm_weight != nullptr}, {8, fused.up != nullptr},
+                                   {9, int64_t{m * padded(k) / 4}}, {10, int64_t{(padded(k) / 4 + 255) / 256}}});
+  const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
+  const uint32_t rows_per_group = rows * subgroups;
+  struct {
+    uint32_t n, words_per_row, rows_per_group, k;
+    float norm_eps, eps;
+  } push{static_cast<uint32_t>(n), words, rows_per_group, static_cast<uint32_t>(k), fused.norm_eps,
+         static_cast<float>(kEps)};
+  BufferBinding bindings[] = {w.packed.binding(), w.packed.binding(), x.binding(),
+                              (fused.up ? *fused.up : x).binding(),
+                              (fused.norm_weight ? *fused.norm_weight : x).binding(), w.scales.binding(),
+                              (residual ? *residual : w.scales).binding(), y.binding(), y.binding(),
+                              nonfinite.binding()};
+  const auto grid = checked_grid(*device, {(static_cast<uint64_t>(n) + rows_per_group - 1) / rows_per_group, 1, 1},
+                                 "N = " + std::to_string(n));
+  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+}
+
 }  // namespace
 
 std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>& up,
@@ -348,6 +383,17 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   const bool hardware = use_hardware_dot(*device, std::nullopt);
   OpSequence op(device);
   Sequence& sequence = op.sequence();
+  // One weight: every matvec workgroup quantizes the rows itself, saving the pre-pass's dispatch.
+  // Several weights share one pre-pass instead (their matvecs then run side by side; measured
+  // faster on the H100 than each recomputing it). BITNET_GPU_FUSED_MATVEC=0 or 1 overrides.
+  const bool fuse = environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(weights.size() == 1);
+  if (algorithm == BitLinearAlgorithm::matvec && can_fuse_matvec(input, m, k) && fuse) {
+    Tensor nonfinite = zeroed_counter(device);
+    for (size_t i = 0; i < weights.size(); ++i)
+      record_matvec_fused(sequence, *weights[i], input, fused, m, residuals[i], outputs[i], nonfinite, hardware);
+    op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
+    return outputs;
+  }
   const auto [prepared, scales, nonfinite] = prepare_rows(sequence, input, m, k, algorithm, fused);
   for (size_t i = 0; i < weights.size(); ++i) {
     if (algorithm == BitLinearAlgorithm::matvec)

@@ -612,6 +612,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("recording", &Graph::recording)
       .def_property_readonly("closed", &Graph::closed)
       .def_property_readonly("op_count", &Graph::op_count)
+      .def_property_readonly("barrier_count", [](Graph& g) { return g.sequence().barrier_count(); })
       .def_property_readonly("device", &Graph::device);
   m.def("_recording", [](const std::shared_ptr<Device>& device) { return device->recording_graph() != nullptr; },
         py::arg("device"));

@@ -82,6 +82,11 @@ class Graph:
         """Dispatches and copies recorded."""
         return self._core.op_count
 
+    @property
+    def barrier_count(self):
+        """Pipeline barriers recorded: each makes the GPU finish what came before it."""
+        return self._core.barrier_count
+
     def run(self, inputs=None, /, *, numpy=False, **named):
         """Copies the given inputs (NumPy arrays or Tensors, by name) into the graph, replays it
         once and returns {name: output}: the graph's Tensors, or NumPy copies with numpy=True."""

@@ -1,14 +1,25 @@
 #version 450
 //! variant dot HW_DOT
 //! variant int
+//! variant dot_fused HW_DOT FUSED
+//! variant int_fused FUSED
 // y[m, n] = (sum_k x_q[m, k] W_q[n, k]) * gamma / s[m] (+ bias[n]) for small M (decode).
 // Each subgroup owns ROWS output rows at a time and walks them together: every lane streams
 // 16-byte vectors (64 weights) of all ROWS rows, coalesced across the subgroup, and reuses each
 // x vector for all of them (UNROLL vectors of each row in flight at once); the sums are then one subgroupAdd each, with no shared memory and no
 // barrier. A workgroup owns p.rows_per_group consecutive rows, handed to its subgroups in turn
 // whatever the subgroup size. W is read exactly once.
+// FUSED (float32 x, K % 4 == 0, M * Kp / 4 <= SHARED_WORDS): no separate pre-pass. Every
+// workgroup quantizes the M activation rows itself into shared memory first, as
+// bitlinear_prepare does (optionally relu(x)^2 * up, then an RMS norm, then absmax int8 in the
+// interleaved layout): the rows are a few KiB read from cache, and the decode step saves a
+// dependent dispatch. Workgroup 0 alone counts NaN/Inf values.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#ifdef FUSED
+#extension GL_KHR_shader_subgroup_quad : require
+#include "../quantize/quantize_common.glsl"
+#endif
 #include "bitlinear_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint M = 1;
@@ -18,16 +29,124 @@ layout(constant_id = 3) const bool WITH_ACCUMULATOR = false;
 layout(constant_id = 4) const bool VECTORS = true;  // rows of W are whole 16-byte vectors
 layout(constant_id = 5) const uint UNROLL = 1;      // vectors of each row a lane loads at once
 layout(constant_id = 6) const bool RESIDUAL = false;  // bias is a residual [M, N] added to y
+layout(constant_id = 7) const bool NORM = false;    // FUSED: RMS-normalize the rows first
+layout(constant_id = 8) const bool GATED = false;   // FUSED: quantize relu(x)^2 * up
+layout(constant_id = 9) const uint SHARED_WORDS = 1;  // FUSED: M * Kp / 4
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
 layout(std430, binding = 1) readonly buffer Weights4 { uvec4 w4[]; };  // the same tensor
+#ifdef FUSED
+layout(std430, binding = 2) readonly buffer Input4 { vec4 input4[]; };      // float32 [M, K]
+layout(std430, binding = 3) readonly buffer Up4 { vec4 up4[]; };            // [M, K] with GATED
+layout(std430, binding = 4) readonly buffer NormWeight { vec4 norm_weight4[]; };  // [K] with NORM
+layout(std430, binding = 9) buffer Counter { uint nonfinite_total; };
+#else
 layout(std430, binding = 2) readonly buffer Activations { uvec4 x4[]; };
 layout(std430, binding = 3) readonly buffer RowSums { int row_sums[]; };
 layout(std430, binding = 4) readonly buffer Scales { float scales[]; };
+#endif
 layout(std430, binding = 5) readonly buffer Gamma { float gamma[]; };
 layout(std430, binding = 6) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 7) writeonly buffer Output { float y[]; };
 layout(std430, binding = 8) writeonly buffer Accumulators { int accumulators[]; };
+#ifdef FUSED
+layout(push_constant) uniform Push {
+  uint n; uint words_per_row; uint rows_per_group; uint k; float norm_eps; float eps;
+} p;
+#else
 layout(push_constant) uniform Push { uint n; uint words_per_row; uint rows_per_group; } p;
+#endif
+
+#ifdef FUSED
+#include "prepare_common.glsl"
+// Vectors per invocation held in registers: ceil(K / 4 / 256), at most 16 (K <= 16384).
+layout(constant_id = 10) const uint CACHED = 16;
+shared uint s_x[SHARED_WORDS];  // the quantized rows, interleaved, as bitlinear_prepare writes them
+shared int s_row_sum[8];
+shared float s_scale[8];
+shared float s_reduce[256];
+shared uint s_bad[256];
+
+// The workgroup's sum (float, fixed order) or max of one value per invocation.
+float workgroup_sum(float v) {
+  v = subgroupAdd(v);
+  if (subgroupElect()) s_reduce[gl_SubgroupID] = v;
+  barrier();
+  float total = 0.0;
+  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce[s];
+  barrier();
+  return total;
+}
+
+float workgroup_max(float v) {
+  v = subgroupMax(v);
+  if (subgroupElect()) s_reduce[gl_SubgroupID] = v;
+  barrier();
+  float result = 0.0;
+  for (uint s = 0; s < gl_NumSubgroups; ++s) result = max(result, s_reduce[s]);
+  barrier();
+  return result;
+}
+
+void quantize_rows() {
+  const uint lane = gl_LocalInvocationID.x;
+  const uint vectors = p.k / 4, padded_vectors = p.words_per_row * 4;
+  uint bad = 0;
+  for (uint m = 0; m < M; ++m) {
+    vec4 cache[CACHED];
+    [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+      const uint v = lane + c * 256;
+      cache[c] = v < vectors ? input4[m * vectors + v] : vec4(0.0);
+      if (GATED && v < vectors) {
+        const vec4 g = max(cache[c], vec4(0.0));
+        cache[c] = g * g * up4[m * vectors + v];
+      }
+    }
+    if (NORM) {
+      float squares = 0.0;
+      [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[c], cache[c]);
+      const float r = 1.0 / sqrt(workgroup_sum(squares) / float(p.k) + p.norm_eps);
+      [[unroll]] for (uint c = 0; c < CACHED; ++c)
+        if (lane + c * 256 < vectors) cache[c] = cache[c] * r * norm_weight4[lane + c * 256];
+    }
+    float absmax = 0.0;
+    [[unroll]] for (uint c = 0; c < CACHED; ++c)
+      if (lane + c * 256 < vectors)
+        [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(cache[c][e], absmax, bad);
+    const float scale = divide(127.0, max(workgroup_max(absmax), p.eps));
+    int sum = 0;
+    [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+      const uint v = lane + c * 256;
+      if (c * 256 < padded_vectors) {  // uniform: whole quads stay together
+        const uint word = interleaved_word(cache[c], scale, sum);
+        if (v < padded_vectors) s_x[m * padded_vectors + v] = word;
+      }
+    }
+    sum = subgroupAdd(sum);  // integer sums: exact in any order
+    if (subgroupElect()) s_reduce[gl_SubgroupID] = intBitsToFloat(sum);
+    barrier();
+    if (lane == 0) {
+      int total = 0;
+      for (uint s = 0; s < gl_NumSubgroups; ++s) total += floatBitsToInt(s_reduce[s]);
+      s_row_sum[m] = total;
+      s_scale[m] = scale;
+    }
+    barrier();
+  }
+  bad = subgroupAdd(bad);
+  if (gl_WorkGroupID.x == 0 && subgroupElect() && bad > 0) atomicAdd(nonfinite_total, bad);
+}
+
+uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
+  return uvec4(s_x[4 * index], s_x[4 * index + 1], s_x[4 * index + 2], s_x[4 * index + 3]);
+}
+#define ACTIVATIONS(index) activation_vector(index)
+#define ROW_SUM(m) s_row_sum[m]
+#define SCALE(m) s_scale[m]
+#else
+#define ACTIVATIONS(index) x4[index]
+#define ROW_SUM(m) row_sums[m]
+#define SCALE(m) scales[m]
+#endif
 
 int dot16(uvec4 xv, uint word) {
   return dot4(xv.x, codes(word, 0)) + dot4(xv.y, codes(word, 1)) + dot4(xv.z, codes(word, 2)) +
@@ -35,6 +154,9 @@ int dot16(uvec4 xv, uint word) {
 }
 
 void main() {
+#ifdef FUSED
+  quantize_rows();
+#endif
   const uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
   const uint words = p.words_per_row;
   const uint group_first = gl_WorkGroupID.x * p.rows_per_group;
@@ -58,7 +180,7 @@ void main() {
           if (c >= vectors) break;
           [[unroll]] for (uint m = 0; m < M; ++m)
             [[unroll]] for (uint j = 0; j < 4; ++j) {
-              const uvec4 xv = x4[m * words + c * 4 + j];  // one uvec4 per 16-weight block
+              const uvec4 xv = ACTIVATIONS(m * words + c * 4 + j);  // one uvec4 per 16-weight block
               [[unroll]] for (uint r = 0; r < ROWS; ++r)
                 acc[m * ROWS + r] += dot16(xv, wv[u][r][j]);
             }
@@ -70,7 +192,7 @@ void main() {
         [[unroll]] for (uint r = 0; r < ROWS; ++r)
           wv[r] = first + r < group_end ? w[(first + r) * words + c] : 0x55555555u;
         [[unroll]] for (uint m = 0; m < M; ++m) {
-          const uvec4 xv = x4[m * words + c];
+          const uvec4 xv = ACTIVATIONS(m * words + c);
           [[unroll]] for (uint r = 0; r < ROWS; ++r) acc[m * ROWS + r] += dot16(xv, wv[r]);
         }
       }
@@ -79,8 +201,8 @@ void main() {
       const int total = subgroupAdd(acc[i]);  // integer sums: exact in any order
       const uint m = i / ROWS, n = first + i % ROWS;
       if (lane == i % width && n < group_end) {
-        const int a = total - row_sums[m];
-        float value = float(a) * gamma[0] / scales[m];
+        const int a = total - ROW_SUM(m);
+        float value = float(a) * gamma[0] / SCALE(m);
         if (HAS_BIAS) value += bias[RESIDUAL ? m * p.n + n : n];
         y[m * p.n + n] = value;
         if (WITH_ACCUMULATOR) accumulators[m * p.n + n] = a;

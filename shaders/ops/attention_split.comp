@@ -3,8 +3,8 @@
 //! variant f16 INPUT_F16
 // Attention for a few queries over many keys (decode), split over the keys: workgroup (s, h, i)
 // takes keys [s * SPLIT, (s + 1) * SPLIT) of query i and head h (see attention.comp for the
-// layouts and the causal rule). Each subgroup scores keys in turn, its lanes splitting the head
-// dimension (coalesced reads of each key row); the workgroup then writes its max m, sum of
+// layouts and the causal rule). It scores its keys at once, eight invocations a key splitting
+// the head dimension; the workgroup then writes its max m, sum of
 // exp(score - m), and sum of exp(score - m) v for the COMBINE pass, which merges the splits in
 // order: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M). Batched caches and FROM_START
 // as in attention.comp (splits past the keys a query sees are empty).
@@ -27,59 +27,92 @@ layout(push_constant) uniform Push {
   uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint splits; uint seq_tokens; uint cache_rows;
 } p;
 
-const uint SPLIT = 16;
+const uint SPLIT = 32;
 const float LOWEST = -3.402823466e38;
 shared float s_q[256];
 shared float s_p[SPLIT];
 shared float s_acc[256];
 shared float s_w[256];
 
+// sum over j = first, first + stride, ... < end of weight(j) * value(j), four loads in flight.
+#define STRIDED_SUM(result, first, stride, end, term)                                   \
+  {                                                                                     \
+    float a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;                                       \
+    uint j = first;                                                                     \
+    for (; j + 3 * (stride) < (end); j += 4 * (stride)) {                               \
+      a0 += term(j);                                                                    \
+      a1 += term(j + (stride));                                                         \
+      a2 += term(j + 2 * (stride));                                                     \
+      a3 += term(j + 3 * (stride));                                                     \
+    }                                                                                   \
+    for (; j < (end); j += (stride)) a0 += term(j);                                     \
+    result = (a0 + a1) + (a2 + a3);                                                     \
+  }
+
 void main() {
   const uint lane = gl_LocalInvocationID.x;
   const uint split = gl_WorkGroupID.x, h = gl_WorkGroupID.y, i = gl_WorkGroupID.z;
   const uint record = ((i * p.hq + h) * p.splits) * (p.d + 2);  // split 0 of (i, h)
-  if (COMBINE) {  // one workgroup per (i, h): gl_WorkGroupID.x is 0
-    // Splits 256 at a time: each lane reads one split's (m, l) and the lanes < D then weigh the
-    // splits' sums (independent loads, in order), rescaling as the running max grows.
-    float running_max = LOWEST, total = 0.0, acc = 0.0;
-    for (uint first = 0; first < p.splits; first += 256) {
-      const uint s = first + lane;
-      const float m_s = s < p.splits ? partial[record + s * (p.d + 2)] : LOWEST;
-      const float l_s = s < p.splits ? partial[record + s * (p.d + 2) + 1] : 0.0;
-      const float new_max = max(running_max, group_max(l_s > 0.0 ? m_s : LOWEST));
-      const float w = l_s > 0.0 ? exp(m_s - new_max) : 0.0;
-      s_w[lane] = w;
-      const float chunk_total = group_sum(l_s * w);  // its barriers also publish s_w
-      const float correction = exp(running_max - new_max);
-      total = total * correction + chunk_total;
-      if (lane < p.d) {
-        float a = 0.0;
-        const uint count = min(256u, p.splits - first);
-        for (uint j = 0; j < count; ++j) a += s_w[j] * partial[record + (first + j) * (p.d + 2) + 2 + lane];
-        acc = acc * correction + a;
-      }
-      running_max = new_max;
-      barrier();  // s_w is rewritten by the next round
-    }
-    if (lane < p.d) o[(i * p.hq + h) * p.d + lane] = ELEMENT(total > 0.0 ? acc / total : 0.0);
-    return;
-  }
   const uint g = h / (p.hq / p.hkv);
   const uint b = i / p.seq_tokens, at_token = i % p.seq_tokens;
   const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
   const uint keys = CAUSAL ? (l + at_token + 1 > p.seq_tokens ? min(l, l + at_token + 1 - p.seq_tokens) : 0) : l;
+  const uint live = min((keys + SPLIT - 1) / SPLIT, p.splits);  // splits with keys to score
+  // Value dimension e of key subset `subset`: 256 / D subsets run in parallel, summed in order.
+  const uint subsets = max(1u, 256 / p.d), e = lane % p.d, subset = lane / p.d;
+  if (COMBINE) {  // one workgroup per (i, h): gl_WorkGroupID.x is 0
+    // Splits 256 at a time: each lane reads one split's (m, l), then the value sums are weighed
+    // (independent loads), rescaling as the running max grows.
+    float running_max = LOWEST, total = 0.0, acc = 0.0;
+    for (uint first = 0; first < live; first += 256) {
+      const uint s = first + lane;
+      const float m_s = s < live ? partial[record + s * (p.d + 2)] : LOWEST;
+      const float l_s = s < live ? partial[record + s * (p.d + 2) + 1] : 0.0;
+      const float new_max = max(running_max, group_max(m_s));
+      const float w = s < live ? exp(m_s - new_max) : 0.0;
+      s_w[lane] = w;
+      const float chunk_total = group_sum(l_s * w);  // its barriers also publish s_w
+      const float correction = exp(running_max - new_max);
+      total = total * correction + chunk_total;
+      const uint count = min(256u, live - first);
+      float a = 0.0;
+#define SPLIT_TERM(j) (s_w[j] * partial[record + (first + (j)) * (p.d + 2) + 2 + e])
+      if (subset < subsets) STRIDED_SUM(a, subset, subsets, count, SPLIT_TERM)
+      s_acc[lane] = subset < subsets ? a : 0.0;
+      barrier();
+      if (lane < p.d) {
+        float chunk_acc = 0.0;
+        for (uint t = 0; t < subsets; ++t) chunk_acc += s_acc[t * p.d + lane];
+        acc = acc * correction + chunk_acc;
+      }
+      running_max = new_max;
+      barrier();  // s_w and s_acc are rewritten by the next round
+    }
+    if (lane < p.d) o[(i * p.hq + h) * p.d + lane] = ELEMENT(total > 0.0 ? acc / total : 0.0);
+    return;
+  }
+  if (split >= live) return;  // the whole workgroup: no keys here (the merge skips it)
   const uint base = b * p.cache_rows;
   const uint first = split * SPLIT;
-  const uint count = first < keys ? min(SPLIT, keys - first) : 0;
+  const uint count = min(SPLIT, keys - first);
   if (lane < p.d) s_q[lane] = float(q[(i * p.hq + h) * p.d + lane]);
   barrier();
-  const uint width = gl_SubgroupSize, sub_lane = gl_SubgroupInvocationID;
-  for (uint j = gl_SubgroupID; j < count; j += gl_NumSubgroups) {
-    const uint row = ((base + first + j) * p.hkv + g) * p.d;
+  // Scores: all SPLIT keys at once, 8 invocations a key splitting the head dimension (their
+  // loads independent and coalesced), then summed over the 8 in order.
+  {
+    const uint j = lane / 8, part = lane % 8;
     float s = 0.0;
-    for (uint e = sub_lane; e < p.d; e += width) s += s_q[e] * float(k[row + e]);
-    s = subgroupAdd(s) * p.scale;
-    if (subgroupElect()) s_p[j] = s;
+    if (j < count) {
+      const uint row = ((base + first + j) * p.hkv + g) * p.d;
+      for (uint c = part; c < p.d; c += 8) s += s_q[c] * float(k[row + c]);
+    }
+    s_acc[lane] = s;
+    barrier();
+    if (part == 0 && j < count) {
+      float total = 0.0;
+      for (uint t = 0; t < 8; ++t) total += s_acc[lane + t];
+      s_p[j] = total * p.scale;
+    }
   }
   barrier();
   float local_max = LOWEST;
@@ -87,18 +120,16 @@ void main() {
   const float m = group_max(local_max);
   float local_sum = 0.0;
   for (uint j = lane; j < count; j += 256) {
-    const float e = exp(s_p[j] - m);
-    s_p[j] = e;
-    local_sum += e;
+    const float x = exp(s_p[j] - m);
+    s_p[j] = x;
+    local_sum += x;
   }
   const float total = group_sum(local_sum);  // its barriers also publish s_p
   const uint at = record + split * (p.d + 2);
-  // Values: 256 / D key subsets in parallel, each lane one dimension, then summed in order.
-  const uint subsets = max(1u, 256 / p.d), e = lane % p.d, subset = lane / p.d;
   float a = 0.0;
-  if (subset < subsets)
-    for (uint j = subset; j < count; j += subsets) a += s_p[j] * float(v[((base + first + j) * p.hkv + g) * p.d + e]);
-  s_acc[lane] = a;
+#define KEY_TERM(j) (s_p[j] * float(v[((base + first + (j)) * p.hkv + g) * p.d + e]))
+  if (subset < subsets) STRIDED_SUM(a, subset, subsets, count, KEY_TERM)
+  s_acc[lane] = subset < subsets ? a : 0.0;
   barrier();
   if (lane < p.d) {
     float acc = 0.0;
@@ -106,7 +137,7 @@ void main() {
     partial[at + 2 + lane] = acc;
   }
   if (lane == 0) {
-    partial[at] = count > 0 ? m : LOWEST;
-    partial[at + 1] = count > 0 ? total : 0.0;
+    partial[at] = m;
+    partial[at + 1] = total;
   }
 }
