@@ -51,6 +51,21 @@ def test_bitlinear_parity_on_every_path(device, rng, m, k, n):
         check(x, q, bias, y, acc)
 
 
+@pytest.mark.parametrize("fused", ["0", "1"])
+@pytest.mark.parametrize("m,k,n", [(1, 4, 1), (3, 2560, 6912), (8, 1000, 33), (1, 8192, 40), (2, 4096, 9)])
+def test_matvec_with_and_without_its_own_pre_pass(device, rng, monkeypatch, fused, m, k, n):
+    """Up to 8 float32 rows: each matvec workgroup quantizes them itself (BITNET_GPU_FUSED_MATVEC=1,
+    the default where they fit in shared memory) or a pre-pass does (0); both exact."""
+    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", fused)
+    x, q, bias = case(rng, m, k, n)
+    check(x, q, bias, *bg.bitlinear(x, q, bias, return_accumulator=True))
+    check(x, q, None, *bg.bitlinear(x, q, None, return_accumulator=True))
+    bad = x.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(bg.ArgumentError, match="1 NaN or Inf value"):
+        bg.bitlinear(bad, q)
+
+
 @pytest.mark.parametrize("rows,unroll", [("1", "1"), ("3", "2"), ("16", "1"), ("2", "4")])
 @pytest.mark.parametrize("m,k,n", [(1, 300, 37), (8, 4096, 70), (2, 16384, 9)])
 def test_matvec_rows_setting(device, rng, monkeypatch, rows, unroll, m, k, n):

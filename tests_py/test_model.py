@@ -297,7 +297,22 @@ def test_decode_steps_equal_a_full_forward(tiny_model):
     for position in range(20):  # one replayed decode graph per token
         result = tiny_model._step(ids[None, position:position + 1].astype(np.int32), position, "last")
         steps.append(result["logits"].numpy()[0])
-    assert _rel(np.array(steps), full) <= 1e-5
+    # Decode attends with the split-key kernel, a prefill with the other: float32 sums in another
+    # order, so an int8 near a rounding tie may differ between the two (as against the reference).
+    _, ties = reference.bitnet_forward(tiny_model.reference_params(), tiny_model.config, ids[None], True)
+    assert _rel(np.array(steps), full) <= (1e-5 if ties[0] > 1e-6 else 5e-2)
+
+
+def test_prefill_graphs_do_not_accumulate(tiny_model):
+    device = tiny_model.device
+    for tokens in range(2, 9):
+        tiny_model.forward(np.arange(tokens))
+    kept = [key for key in tiny_model._graphs if key[1] > 1]
+    assert len(kept) <= tiny_model.KEPT_PREFILL_GRAPHS
+    before = device.memory_stats()["in_use_bytes"]
+    for tokens in range(2, 9):
+        tiny_model.forward(np.arange(tokens))
+    assert device.memory_stats()["in_use_bytes"] <= before  # replaced, not piled up
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny_model):

@@ -293,20 +293,26 @@ void record_matvec(Sequence& sequence, const QuantizedWeights& w, const Prepared
 // record_matvec with the activation pre-pass done by every workgroup into shared memory
 // (bitlinear_matvec.comp, FUSED): one dispatch instead of two, for float32 rows that fit.
 bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
-  return x.dtype() == DType::float32 && can_fuse_input(k) && m * padded(k) / 4 <= 8192;
+  // The quantized rows live in shared memory beside about 2 KiB of reduction scratch. Above
+  // 8192 values every workgroup quantizing the rows again costs more than the separate pre-pass
+  // (measured on the H100: (1, 16384, 16384) 45 us fused, 40 us not; (8, 4096, 4096) 36.6 us
+  // fused, 24.1 us not; (1, 4096, 4096) 7.6 us fused, 14.6 us not).
+  const int64_t shared = x.device().limits().maxComputeSharedMemorySize;
+  return x.dtype() == DType::float32 && k % 4 == 0 && m * padded(k) <= 8192 && m * padded(k) + 4096 <= shared;
 }
 
 void record_matvec_fused(Sequence& sequence, const QuantizedWeights& w, const Tensor& x,
-                         const FusedInput& fused, int64_t m, const std::optional<Tensor>& residual,
-                         const Tensor& y, const Tensor& nonfinite, bool hardware) {
+                         const FusedInput& fused, int64_t m, const std::optional<Tensor>& bias, bool residual,
+                         const Tensor& y, const std::optional<Tensor>& accumulators, const Tensor& nonfinite,
+                         bool hardware) {
   const auto& device = y.device_ptr();
   const int64_t k = w.cols, n = w.rows;
   const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
   const uint32_t rows = matvec_rows(m, k), unroll = matvec_unroll();
   Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware) + "_fused",
-                                  {{0, int64_t{m}}, {1, int64_t{rows}}, {2, residual.has_value()},
-                                   {3, false}, {4, words % 4 == 0}, {5, int64_t{unroll}}, {6, residual.has_value()},
-                                   {7, fused.norm_weight != nullptr}, {8, fused.up != nullptr},
+                                  {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
+                                   {3, accumulators.has_value()}, {4, words % 4 == 0}, {5, int64_t{unroll}},
+                                   {6, residual}, {7, fused.norm_weight != nullptr}, {8, fused.up != nullptr},
                                    {9, int64_t{m * padded(k) / 4}}, {10, int64_t{(padded(k) / 4 + 255) / 256}}});
   const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
   const uint32_t rows_per_group = rows * subgroups;
@@ -318,8 +324,8 @@ void record_matvec_fused(Sequence& sequence, const QuantizedWeights& w, const Te
   BufferBinding bindings[] = {w.packed.binding(), w.packed.binding(), x.binding(),
                               (fused.up ? *fused.up : x).binding(),
                               (fused.norm_weight ? *fused.norm_weight : x).binding(), w.scales.binding(),
-                              (residual ? *residual : w.scales).binding(), y.binding(), y.binding(),
-                              nonfinite.binding()};
+                              (bias ? *bias : w.scales).binding(), y.binding(),
+                              (accumulators ? *accumulators : y).binding(), nonfinite.binding()};
   const auto grid = checked_grid(*device, {(static_cast<uint64_t>(n) + rows_per_group - 1) / rows_per_group, 1, 1},
                                  "N = " + std::to_string(n));
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
@@ -390,7 +396,8 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   if (algorithm == BitLinearAlgorithm::matvec && can_fuse_matvec(input, m, k) && fuse) {
     Tensor nonfinite = zeroed_counter(device);
     for (size_t i = 0; i < weights.size(); ++i)
-      record_matvec_fused(sequence, *weights[i], input, fused, m, residuals[i], outputs[i], nonfinite, hardware);
+      record_matvec_fused(sequence, *weights[i], input, fused, m, residuals[i], residuals[i].has_value(),
+                          outputs[i], std::nullopt, nonfinite, hardware);
     op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
     return outputs;
   }
@@ -448,6 +455,15 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
 
   OpSequence op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
+  // Few float32 rows that fit: every matvec workgroup quantizes them itself (no pre-pass dispatch).
+  // BITNET_GPU_FUSED_MATVEC=0 keeps the separate pre-pass.
+  if (algorithm == BitLinearAlgorithm::matvec && can_fuse_matvec(x, m, k) &&
+      environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(true)) {
+    Tensor nonfinite = zeroed_counter(device);
+    record_matvec_fused(sequence, w, x, {}, m, bias, false, result.y, result.accumulators, nonfinite, hardware);
+    op_sequence.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
+    return result;
+  }
   const auto [prepared, scales, nonfinite] = prepare_rows(sequence, x, m, k, algorithm);
   if (algorithm == BitLinearAlgorithm::matvec) {
     record_matvec(sequence, w, prepared, scales, m, bias, false, result.y, result.accumulators, hardware);

@@ -355,10 +355,19 @@ class BitNetModel:
                 graph.output("next", _core.argmax_rows(out))
         return graph
 
+    # Prefill graphs hold their intermediates (hundreds of MB for long prompts): only the most
+    # recent few are kept; decode graphs (one token a sequence) are kept for every batch size.
+    KEPT_PREFILL_GRAPHS = 2
+
     def _graph(self, batch, tokens, logits):
         key = (batch, tokens, logits)
-        if key not in self._graphs:
-            self._graphs[key] = self._record(batch, tokens, logits)
+        if key in self._graphs:
+            self._graphs[key] = self._graphs.pop(key)  # most recently used last
+            return self._graphs[key]
+        prefill = [k for k in self._graphs if k[1] > 1]
+        if tokens > 1 and len(prefill) >= self.KEPT_PREFILL_GRAPHS:
+            del self._graphs[prefill[0]]
+        self._graphs[key] = self._record(batch, tokens, logits)
         return self._graphs[key]
 
     def _ids(self, token_ids):
@@ -435,7 +444,7 @@ class BitNetModel:
     def decode_timings(self):
         """[(kernel, seconds)] of the last decode step (needs model.timings = True before the
         step's graph was recorded)."""
-        graphs = [g for (b, t, kind), g in self._graphs.items() if t == 1 and kind == "last"]
+        graphs = [g for (_, t, kind), g in self._graphs.items() if t == 1 and kind == "last"]
         if not graphs:
             raise _core.ArgumentError("no decode step has run yet")
         return graphs[-1].timings()
