@@ -352,7 +352,8 @@ class BitNetModel:
             out = _core.linear_rows(x, self.lm_head)
             graph.output("logits", out)
             if logits == "last":
-                graph.output("next", _core.argmax_rows(out))
+                # In host memory: reading the next ids back is a memcpy, not a second submission.
+                graph.output("next", _core.argmax_rows(out, self.device.empty((batch,), np.int32, memory="host")))
         return graph
 
     # Prefill graphs hold their intermediates (hundreds of MB for long prompts): only the most
