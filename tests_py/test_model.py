@@ -118,24 +118,27 @@ def test_rope_append(batch, tokens, start):
 @pytest.mark.parametrize("k", [4, 1000, 4100])
 @pytest.mark.parametrize("gated", [False, True])
 def test_fused_matvec_equals_the_separate_pre_pass(monkeypatch, m, k, gated):
-    """For decode-sized inputs every matvec workgroup quantizes the rows itself: bit for bit what
-    the separate pre-pass gives (BITNET_GPU_FUSED_MATVEC=0)."""
+    """For decode-sized inputs every matvec workgroup quantizes the rows itself, for one weight
+    (with a residual) or up to three in one dispatch: bit for bit what the separate pre-pass
+    gives (BITNET_GPU_FUSED_MATVEC=0)."""
     x = _tensor(rng.standard_normal((m, k)).astype(np.float32))
     up = _tensor(rng.standard_normal((m, k)).astype(np.float32)) if gated else None
     norm_w = _tensor(rng.uniform(0.5, 1.5, k).astype(np.float32))
-    weights = [bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32)) for n in (1, 300)]
+    weights = [bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32))._core for n in (1, 300, 37)]
     residual = _tensor(rng.standard_normal((m, 300)).astype(np.float32))
-    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "1")
-    fused = _core.bitlinear_group(x, up, norm_w, 1e-5, [w._core for w in weights], [None, residual])
-    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "0")
-    separate = _core.bitlinear_group(x, up, norm_w, 1e-5, [w._core for w in weights], [None, residual])
-    for a, b in zip(fused, separate):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    calls = [(weights, [None] * 3), (weights[:2], [None, None]), (weights[1:2], [residual])]
+    results = {}
+    for setting in ("1", "0"):
+        monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", setting)
+        results[setting] = [_core.bitlinear_group(x, up, norm_w, 1e-5, w, r) for w, r in calls]
+    for fused, separate in zip(results["1"], results["0"]):
+        for a, b in zip(fused, separate):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
     bad = x.numpy()
     bad[-1, -1] = np.inf
     monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "1")
     with pytest.raises(bg.ArgumentError, match="contains 1 NaN or Inf value"):  # counted once
-        _core.bitlinear_group(_tensor(bad), None, norm_w, 1e-5, [weights[1]._core], [None])
+        _core.bitlinear_group(_tensor(bad), None, norm_w, 1e-5, weights, [None] * 3)
 
 
 @pytest.mark.parametrize("m", [1, 3, 9])

@@ -301,33 +301,48 @@ bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
   return x.dtype() == DType::float32 && k % 4 == 0 && m * padded(k) <= 8192 && m * padded(k) + 4096 <= shared;
 }
 
-void record_matvec_fused(Sequence& sequence, const QuantizedWeights& w, const Tensor& x,
-                         const FusedInput& fused, int64_t m, const std::optional<Tensor>& bias, bool residual,
-                         const Tensor& y, const std::optional<Tensor>& accumulators, const Tensor& nonfinite,
-                         bool hardware) {
-  const auto& device = y.device_ptr();
-  const int64_t k = w.cols, n = w.rows;
+// One dispatch for up to three weights sharing x (their outputs ys[i]); bias / residual and
+// accumulators only with one weight.
+void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWeights*>& weights,
+                         const Tensor& x, const FusedInput& fused, int64_t m,
+                         const std::optional<Tensor>& bias, bool residual, const std::vector<Tensor>& ys,
+                         const std::optional<Tensor>& accumulators, const Tensor& nonfinite, bool hardware) {
+  const auto& device = ys[0].device_ptr();
+  const QuantizedWeights& w = *weights[0];
+  const int64_t k = w.cols;
   const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
   const uint32_t rows = matvec_rows(m, k), unroll = matvec_unroll();
   Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware) + "_fused",
                                   {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
                                    {3, accumulators.has_value()}, {4, words % 4 == 0}, {5, int64_t{unroll}},
                                    {6, residual}, {7, fused.norm_weight != nullptr}, {8, fused.up != nullptr},
-                                   {9, int64_t{m * padded(k) / 4}}, {10, int64_t{(padded(k) / 4 + 255) / 256}}});
+                                   {9, int64_t{m * padded(k) / 4}}, {10, int64_t{(padded(k) / 4 + 255) / 256}},
+                                   {11, static_cast<int64_t>(weights.size())}});
   const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
   const uint32_t rows_per_group = rows * subgroups;
+  auto groups_of = [&](size_t i) {
+    return i < weights.size() ? (static_cast<uint64_t>(weights[i]->rows) + rows_per_group - 1) / rows_per_group : 0;
+  };
+  auto rows_of_weight = [&](size_t i) { return i < weights.size() ? static_cast<uint32_t>(weights[i]->rows) : 0u; };
   struct {
     uint32_t n, words_per_row, rows_per_group, k;
     float norm_eps, eps;
-  } push{static_cast<uint32_t>(n), words, rows_per_group, static_cast<uint32_t>(k), fused.norm_eps,
-         static_cast<float>(kEps)};
+    uint32_t n_b, n_c, groups_a, groups_b;
+  } push{rows_of_weight(0), words, rows_per_group, static_cast<uint32_t>(k), fused.norm_eps,
+         static_cast<float>(kEps), rows_of_weight(1), rows_of_weight(2), static_cast<uint32_t>(groups_of(0)),
+         static_cast<uint32_t>(groups_of(1))};
+  auto weight = [&](size_t i) -> const QuantizedWeights& { return *weights[i < weights.size() ? i : 0]; };
+  auto out = [&](size_t i) -> const Tensor& { return ys[i < ys.size() ? i : 0]; };
   BufferBinding bindings[] = {w.packed.binding(), w.packed.binding(), x.binding(),
                               (fused.up ? *fused.up : x).binding(),
                               (fused.norm_weight ? *fused.norm_weight : x).binding(), w.scales.binding(),
-                              (bias ? *bias : w.scales).binding(), y.binding(),
-                              (accumulators ? *accumulators : y).binding(), nonfinite.binding()};
-  const auto grid = checked_grid(*device, {(static_cast<uint64_t>(n) + rows_per_group - 1) / rows_per_group, 1, 1},
-                                 "N = " + std::to_string(n));
+                              (bias ? *bias : w.scales).binding(), ys[0].binding(),
+                              (accumulators ? *accumulators : ys[0]).binding(), nonfinite.binding(),
+                              weight(1).packed.binding(), weight(1).packed.binding(), weight(1).scales.binding(),
+                              out(1).binding(), weight(2).packed.binding(), weight(2).packed.binding(),
+                              weight(2).scales.binding(), out(2).binding()};
+  const auto grid = checked_grid(*device, {groups_of(0) + groups_of(1) + groups_of(2), 1, 1},
+                                 "N = " + std::to_string(w.rows));
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }
 
@@ -389,15 +404,17 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   const bool hardware = use_hardware_dot(*device, std::nullopt);
   OpSequence op(device);
   Sequence& sequence = op.sequence();
-  // One weight: every matvec workgroup quantizes the rows itself, saving the pre-pass's dispatch.
-  // Several weights share one pre-pass instead (their matvecs then run side by side; measured
-  // faster on the H100 than each recomputing it). BITNET_GPU_FUSED_MATVEC=0 or 1 overrides.
-  const bool fuse = environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(weights.size() == 1);
-  if (algorithm == BitLinearAlgorithm::matvec && can_fuse_matvec(input, m, k) && fuse) {
+  // Every matvec workgroup quantizes the rows itself, saving the pre-pass's dispatch; up to three
+  // weights (q, k, v) go in that one dispatch (a residual only with one weight).
+  // BITNET_GPU_FUSED_MATVEC=0 keeps the separate pre-pass.
+  const bool one_dispatch = weights.size() == 1 ||
+                            (weights.size() <= 3 && std::none_of(residuals.begin(), residuals.end(),
+                                                                  [](const auto& r) { return r.has_value(); }));
+  if (algorithm == BitLinearAlgorithm::matvec && can_fuse_matvec(input, m, k) && one_dispatch &&
+      environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(true)) {
     Tensor nonfinite = zeroed_counter(device);
-    for (size_t i = 0; i < weights.size(); ++i)
-      record_matvec_fused(sequence, *weights[i], input, fused, m, residuals[i], residuals[i].has_value(),
-                          outputs[i], std::nullopt, nonfinite, hardware);
+    record_matvec_fused(sequence, weights, input, fused, m, residuals[0], residuals[0].has_value(), outputs,
+                        std::nullopt, nonfinite, hardware);
     op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
     return outputs;
   }
@@ -460,7 +477,8 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
   if (algorithm == BitLinearAlgorithm::matvec && can_fuse_matvec(x, m, k) &&
       environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(true)) {
     Tensor nonfinite = zeroed_counter(device);
-    record_matvec_fused(sequence, w, x, {}, m, bias, false, result.y, result.accumulators, nonfinite, hardware);
+    record_matvec_fused(sequence, {&w}, x, {}, m, bias, false, {result.y}, result.accumulators, nonfinite,
+                        hardware);
     op_sequence.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
     return result;
   }

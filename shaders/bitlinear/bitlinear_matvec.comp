@@ -39,6 +39,17 @@ layout(std430, binding = 2) readonly buffer Input4 { vec4 input4[]; };      // f
 layout(std430, binding = 3) readonly buffer Up4 { vec4 up4[]; };            // [M, K] with GATED
 layout(std430, binding = 4) readonly buffer NormWeight { vec4 norm_weight4[]; };  // [K] with NORM
 layout(std430, binding = 9) buffer Counter { uint nonfinite_total; };
+// WEIGHTS > 1: weights b and c share the quantized rows (q, k, v; gate, up): workgroups
+// [0, groups_a) take weight a, then groups_b workgroups weight b, then weight c.
+layout(constant_id = 11) const uint WEIGHTS = 1;
+layout(std430, binding = 10) readonly buffer WeightsB { uint w_b[]; };
+layout(std430, binding = 11) readonly buffer WeightsB4 { uvec4 w4_b[]; };
+layout(std430, binding = 12) readonly buffer GammaB { float gamma_b[]; };
+layout(std430, binding = 13) writeonly buffer OutputB { float y_b[]; };
+layout(std430, binding = 14) readonly buffer WeightsC { uint w_c[]; };
+layout(std430, binding = 15) readonly buffer WeightsC4 { uvec4 w4_c[]; };
+layout(std430, binding = 16) readonly buffer GammaC { float gamma_c[]; };
+layout(std430, binding = 17) writeonly buffer OutputC { float y_c[]; };
 #else
 layout(std430, binding = 2) readonly buffer Activations { uvec4 x4[]; };
 layout(std430, binding = 3) readonly buffer RowSums { int row_sums[]; };
@@ -51,6 +62,7 @@ layout(std430, binding = 8) writeonly buffer Accumulators { int accumulators[]; 
 #ifdef FUSED
 layout(push_constant) uniform Push {
   uint n; uint words_per_row; uint rows_per_group; uint k; float norm_eps; float eps;
+  uint n_b; uint n_c; uint groups_a; uint groups_b;
 } p;
 #else
 layout(push_constant) uniform Push { uint n; uint words_per_row; uint rows_per_group; } p;
@@ -142,10 +154,17 @@ uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
 #define ACTIVATIONS(index) activation_vector(index)
 #define ROW_SUM(m) s_row_sum[m]
 #define SCALE(m) s_scale[m]
+// The weight a workgroup takes (uniform in the workgroup; ?: evaluates one side only).
+#define W4(which, index) ((which) == 0 ? w4[index] : (which) == 1 ? w4_b[index] : w4_c[index])
+#define W(which, index) ((which) == 0 ? w[index] : (which) == 1 ? w_b[index] : w_c[index])
+#define GAMMA(which) ((which) == 0 ? gamma[0] : (which) == 1 ? gamma_b[0] : gamma_c[0])
 #else
 #define ACTIVATIONS(index) x4[index]
 #define ROW_SUM(m) row_sums[m]
 #define SCALE(m) scales[m]
+#define W4(which, index) w4[index]
+#define W(which, index) w[index]
+#define GAMMA(which) gamma[0]
 #endif
 
 int dot16(uvec4 xv, uint word) {
@@ -159,8 +178,21 @@ void main() {
 #endif
   const uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
   const uint words = p.words_per_row;
-  const uint group_first = gl_WorkGroupID.x * p.rows_per_group;
-  const uint group_end = min(group_first + p.rows_per_group, p.n);
+  uint which = 0, group = gl_WorkGroupID.x, n_total = p.n;
+#ifdef FUSED
+  if (WEIGHTS > 1 && group >= p.groups_a) {
+    which = 1;
+    group -= p.groups_a;
+    n_total = p.n_b;
+    if (WEIGHTS > 2 && group >= p.groups_b) {
+      which = 2;
+      group -= p.groups_b;
+      n_total = p.n_c;
+    }
+  }
+#endif
+  const uint group_first = group * p.rows_per_group;
+  const uint group_end = min(group_first + p.rows_per_group, n_total);
   for (uint first = group_first + gl_SubgroupID * ROWS; first < group_end;
        first += gl_NumSubgroups * ROWS) {
     int acc[M * ROWS];
@@ -172,7 +204,7 @@ void main() {
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
           const uint c = c0 + u * width;
           [[unroll]] for (uint r = 0; r < ROWS; ++r)
-            wv[u][r] = c < vectors && first + r < group_end ? w4[(first + r) * vectors + c]
+            wv[u][r] = c < vectors && first + r < group_end ? W4(which, (first + r) * vectors + c)
                                                             : uvec4(0x55555555u);
         }
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
@@ -190,7 +222,7 @@ void main() {
       for (uint c = lane; c < words; c += width) {
         uint wv[ROWS];
         [[unroll]] for (uint r = 0; r < ROWS; ++r)
-          wv[r] = first + r < group_end ? w[(first + r) * words + c] : 0x55555555u;
+          wv[r] = first + r < group_end ? W(which, (first + r) * words + c) : 0x55555555u;
         [[unroll]] for (uint m = 0; m < M; ++m) {
           const uvec4 xv = ACTIVATIONS(m * words + c);
           [[unroll]] for (uint r = 0; r < ROWS; ++r) acc[m * ROWS + r] += dot16(xv, wv[r]);
@@ -202,10 +234,16 @@ void main() {
       const uint m = i / ROWS, n = first + i % ROWS;
       if (lane == i % width && n < group_end) {
         const int a = total - ROW_SUM(m);
-        float value = float(a) * gamma[0] / SCALE(m);
-        if (HAS_BIAS) value += bias[RESIDUAL ? m * p.n + n : n];
-        y[m * p.n + n] = value;
-        if (WITH_ACCUMULATOR) accumulators[m * p.n + n] = a;
+        float value = float(a) * GAMMA(which) / SCALE(m);
+        if (HAS_BIAS) value += bias[RESIDUAL ? m * n_total + n : n];
+#ifdef FUSED
+        if (which == 1) y_b[m * n_total + n] = value;
+        else if (which == 2) y_c[m * n_total + n] = value;
+        else y[m * n_total + n] = value;
+#else
+        y[m * n_total + n] = value;
+#endif
+        if (WITH_ACCUMULATOR) accumulators[m * n_total + n] = a;
       }
     }
   }
