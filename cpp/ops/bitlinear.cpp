@@ -297,8 +297,11 @@ bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
   // 8192 values every workgroup quantizing the rows again costs more than the separate pre-pass
   // (measured on the H100: (1, 16384, 16384) 45 us fused, 40 us not; (8, 4096, 4096) 36.6 us
   // fused, 24.1 us not; (1, 4096, 4096) 7.6 us fused, 14.6 us not).
-  const int64_t shared = x.device().limits().maxComputeSharedMemorySize;
-  return x.dtype() == DType::float32 && k % 4 == 0 && m * padded(k) <= 8192 && m * padded(k) + 4096 <= shared;
+  // It binds 18 storage buffers: devices allowing fewer per stage keep the separate pre-pass.
+  const auto& limits = x.device().limits();
+  const int64_t shared = limits.maxComputeSharedMemorySize;
+  return x.dtype() == DType::float32 && k % 4 == 0 && m * padded(k) <= 8192 && m * padded(k) + 4096 <= shared &&
+         limits.maxPerStageDescriptorStorageBuffers >= 18;
 }
 
 // One dispatch for up to three weights sharing x (their outputs ys[i]); bias / residual and
