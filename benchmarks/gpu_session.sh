@@ -32,7 +32,7 @@ step pytest
 BITNET_GPU_VALIDATION=1 python3 -m pytest tests_py -q -p no:cacheprovider > "$out/pytest.log" 2>&1
 tail -15 "$out/pytest.log"
 
-for bench in ${BITNET_GPU_BENCHMARKS:-runtime quantize bitlinear}; do
+for bench in ${BITNET_GPU_BENCHMARKS:-runtime quantize bitlinear model}; do
   step "benchmark $bench"
   python3 "benchmarks/bench_$bench.py" --json "$out/$bench-gpu.json"
 done
