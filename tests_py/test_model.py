@@ -468,3 +468,6 @@ def test_command_line_generates_with_random_weights():
                             capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     assert "tokens/s" in result.stdout
+    missing = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--weights", "/nonexistent.safetensors",
+                              "--config", "tiny"], capture_output=True, text=True, timeout=300, env=env)
+    assert missing.returncode == 2 and "generate:" in missing.stderr and "Traceback" not in missing.stderr

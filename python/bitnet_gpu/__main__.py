@@ -98,10 +98,14 @@ def generate(args) -> int:
     config = BitNetConfig.preset(args.config) if args.config else None
     max_tokens = args.max_tokens
     start = time.perf_counter()
-    if args.random_weights:
-        model = BitNetModel.random(config or BitNetConfig.preset("tiny"), seed=args.seed, max_tokens=max_tokens)
-    else:
-        model = BitNetModel.from_weights(args.weights, config, max_tokens=max_tokens)
+    try:
+        if args.random_weights:
+            model = BitNetModel.random(config or BitNetConfig.preset("tiny"), seed=args.seed, max_tokens=max_tokens)
+        else:
+            model = BitNetModel.from_weights(args.weights, config, max_tokens=max_tokens)
+    except (bg.Error, OSError) as e:
+        print(f"generate: {e}", file=sys.stderr)
+        return 2
     print(f"model: {model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}, "
           f"{_size(model.nbytes)} on {model.device.name}; loaded in {time.perf_counter() - start:.1f} s")
     if args.prompt:
