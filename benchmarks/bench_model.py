@@ -31,7 +31,7 @@ def op_kind(label):
     rules = [("bitlinear_prepare", "bitlinear: activation int8 pre-pass"),
              ("bitlinear_(matvec|tiled|coopmat)|int8_interleave", "bitlinear: ternary matvec/matmul"),
              ("row_op|row_ops", "rms_norm"), ("attention", "attention"), ("rope", "rope"),
-             ("write_rows", "KV cache append"), ("binary", "residual add"),
+             ("binary", "residual add"),
              ("gated|elementwise", "relu2 * up"), ("linear_rows", "LM head (float16)"),
              ("embedding", "embedding / gather"), ("argmax", "argmax")]
     for pattern, kind in rules:

@@ -183,34 +183,6 @@ def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("batch,tokens,start", [(1, 1, 0), (1, 1, 57), (2, 7, 5), (3, 1, 100)])
-def test_rope_at_reads_the_position_from_the_device(dtype, batch, tokens, start):
-    heads, d, positions = 3, 16, 128
-    x = rng.standard_normal((batch * tokens, heads, d)).astype(dtype)
-    cos, sin = bg.rope_tables(np.arange(positions), d, 500000.0)
-    out = _poisoned(x.shape, dtype)
-    _core.rope_at(_tensor(x), _tensor(cos), _tensor(sin), _tensor(np.array([start], np.int32)), tokens, out)
-    pos = start + np.arange(batch * tokens) % tokens
-    ref = reference.rope(x, pos, 500000.0)
-    assert _rel(out.numpy(), ref) <= FLOAT_TOL[dtype]
-
-
-def test_write_rows_at_appends_to_each_sequence():
-    batch, rows, tokens = 2, 6, 2
-    cache = _tensor(np.zeros((batch, rows, 3), np.float32))
-    new = rng.standard_normal((batch * tokens, 3)).astype(np.float32)
-    _core.write_rows_at(_tensor(new), cache, _tensor(np.array([3], np.int32)))
-    expect = np.zeros((batch, rows, 3), np.float32)
-    expect[0, 3:5], expect[1, 3:5] = new[0:2], new[2:4]
-    np.testing.assert_array_equal(cache.numpy(), expect)
-    _core.write_rows_at(_tensor(new), cache, _tensor(np.array([5], np.int32)))  # one row past the end
-    expect[0, 5], expect[1, 5] = new[0], new[2]
-    np.testing.assert_array_equal(cache.numpy(), expect)
-    with pytest.raises(bg.ShapeError):
-        _core.write_rows_at(_tensor(new[:3]), cache, _tensor(np.array([0], np.int32)))
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("batch,tokens,start,rows", [(1, 1, 0, 8), (2, 1, 600, 1024), (1, 7, 30, 64),
                                                      (2, 33, 0, 40), (3, 9, 4, 300)])
 def test_attention_cached_matches_full_attention(dtype, batch, tokens, start, rows):

@@ -149,34 +149,6 @@ Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   return out;
 }
 
-void write_rows_at(const Tensor& rows, const Tensor& cache, const Tensor& start) {
-  require_start(start, rows);
-  if (rows.dtype() != cache.dtype() || rows.shape().empty() || cache.shape().size() != rows.shape().size() + 1 ||
-      std::vector<int64_t>(rows.shape().begin() + 1, rows.shape().end()) !=
-          std::vector<int64_t>(cache.shape().begin() + 2, cache.shape().end()))
-    throw ShapeError("rows " + shape_text(rows.shape()) + " " + std::string(dtype_name(rows.dtype())) +
-                     " do not fit the rows of caches " + shape_text(cache.shape()) + " " +
-                     std::string(dtype_name(cache.dtype())));
-  const int64_t batch = cache.shape()[0], cache_rows = cache.shape()[1];
-  if (batch == 0 || rows.shape()[0] % batch != 0)
-    throw ShapeError("rows " + shape_text(rows.shape()) + ": expected a multiple of the caches' " +
-                     std::to_string(batch) + " sequences");
-  if (&rows.device() != &cache.device()) throw ArgumentError("rows and cache: two devices");
-  if (rows.nbytes() == 0) return;
-  const uint64_t row_bytes = rows.nbytes() / static_cast<uint64_t>(rows.shape()[0]);
-  if (row_bytes % 4 != 0) throw UnsupportedError("rows of " + std::to_string(row_bytes) + " bytes: expected a multiple of 4");
-  const auto& device = rows.device_ptr();
-  struct {
-    uint32_t rows, row_words, period, cache_rows;
-  } push{static_cast<uint32_t>(rows.shape()[0]), static_cast<uint32_t>(row_bytes / 4),
-         static_cast<uint32_t>(rows.shape()[0] / batch), static_cast<uint32_t>(cache_rows)};
-  Kernel kernel = Kernel::builtin(device, "write_rows");
-  BufferBinding bindings[] = {rows.binding(), cache.binding(), start.binding()};
-  OpSequence op(device);
-  op.sequence().dispatch(kernel, {workgroups(*device, rows.nbytes() / 4), 1, 1}, bindings, push_bytes(push));
-  op.run();
-}
-
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const std::optional<Tensor>& given) {
   require_float(x, "x");
   if (x.shape().size() != 3 || x.shape()[2] % 2 != 0)
@@ -199,35 +171,6 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const std::op
   Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, {workgroups(*device, x.size() / 2), 1, 1}, bindings, push_bytes(push));
   op_sequence.run();
-  return out;
-}
-
-Tensor rope_at(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& start,
-               int64_t period, const std::optional<Tensor>& given) {
-  require_float(x, "x");
-  require_start(start, x);
-  if (x.shape().size() != 3 || x.shape()[2] % 2 != 0)
-    throw ShapeError("x: expected [T, H, D] with D even, got " + shape_text(x.shape()));
-  const int64_t t = x.shape()[0], h = x.shape()[1], d = x.shape()[2];
-  if (period <= 0 || t % period != 0)
-    throw ShapeError("period " + std::to_string(period) + " must divide x's " + std::to_string(t) + " rows");
-  for (const Tensor* c : {&cos, &sin})
-    if (c->dtype() != DType::float32 || c->shape().size() != 2 || c->shape()[1] != d / 2 || c->shape()[0] == 0)
-      throw ShapeError("angle tables: expected float32 [positions, " + std::to_string(d / 2) + "], got " +
-                       std::string(dtype_name(c->dtype())) + " " + shape_text(c->shape()));
-  if (cos.shape() != sin.shape()) throw ShapeError("angle tables: cos and sin differ in shape");
-  const auto& device = x.device_ptr();
-  Tensor out = output(device, given, x.shape(), x.dtype(), "y", {&x});
-  if (x.size() == 0) return out;
-  Kernel kernel = Kernel::builtin(device, float_variant("rope", x.dtype()) + "_start");
-  struct {
-    uint32_t t, h, d, period, table_rows;
-  } push{static_cast<uint32_t>(t), static_cast<uint32_t>(h), static_cast<uint32_t>(d),
-         static_cast<uint32_t>(period), static_cast<uint32_t>(cos.shape()[0])};
-  BufferBinding bindings[] = {x.binding(), cos.binding(), sin.binding(), out.binding(), start.binding()};
-  OpSequence op(device);
-  op.sequence().dispatch(kernel, {workgroups(*device, x.size() / 2), 1, 1}, bindings, push_bytes(push));
-  op.run();
   return out;
 }
 

@@ -20,14 +20,6 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
 Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                         const Tensor& start, bool causal, const std::optional<Tensor>& out);
 
-// Writes rows [B * T, ...] into caches [B, ROWS, ...]: row r to cache b = r / T, row start[0] +
-// r % T (rows past the end are dropped; callers check lengths).
-void write_rows_at(const Tensor& rows, const Tensor& cache, const Tensor& start);
-
-// rope() with angle tables over positions [0, P) and row t at position start[0] + t % period.
-Tensor rope_at(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& start,
-               int64_t period, const std::optional<Tensor>& out);
-
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin,
             const std::optional<Tensor>& out = {});
 

@@ -113,7 +113,6 @@ Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       k_cache.shape()[3] != d || batch == 0 || rows % batch != 0)
     throw ShapeError("q " + shape_text(q.shape()) + ", k " + shape_text(k.shape()) + " and caches " +
                      shape_text(k_cache.shape()) + " do not fit: rows must be a multiple of B, D even and shared");
-  const std::vector<int64_t> table_tail{d / 2};
   if (cos.shape().size() != 2 || cos.shape()[1] != d / 2 || cos.shape()[0] == 0 || sin.shape() != cos.shape())
     throw ShapeError("angle tables: expected [positions, " + std::to_string(d / 2) + "], got " +
                      shape_text(cos.shape()) + " and " + shape_text(sin.shape()));

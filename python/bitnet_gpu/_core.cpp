@@ -716,9 +716,6 @@ PYBIND11_MODULE(_core, m) {
         release);
   m.def("attention_cached", &ops::attention_cached, py::arg("q"), py::arg("k_cache"), py::arg("v_cache"),
         py::arg("start"), py::arg("causal"), py::arg("out") = py::none(), release);
-  m.def("write_rows_at", &ops::write_rows_at, py::arg("rows"), py::arg("cache"), py::arg("start"), release);
-  m.def("rope_at", &ops::rope_at, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("start"),
-        py::arg("period"), py::arg("out") = py::none(), release);
   m.def("bitlinear_group", &ops::bitlinear_group, py::arg("x"), py::arg("up"), py::arg("norm_weight"),
         py::arg("norm_eps"), py::arg("weights"), py::arg("residuals"), release);
   m.def("rope_append", &ops::rope_append, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cos"),

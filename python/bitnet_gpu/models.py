@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import time
 
 import numpy as np
 
@@ -107,18 +106,26 @@ class BitNetConfig:
         return self.vocab_size * h + self.num_hidden_layers * per_layer + h + head
 
 
+def _layer_shapes(config: BitNetConfig):
+    """({projection short name: (out, in)}, {norm: size}) of one layer."""
+    h, i, kv = config.hidden_size, config.intermediate_size, config.kv_size
+    projections = {"q": (h, h), "k": (kv, h), "v": (kv, h), "o": (h, h), "gate": (i, h), "up": (i, h),
+                   "down": (h, i)}
+    norms = {norm: i if norm == "mlp.ffn_sub_norm" else h for norm in _NORMS}
+    return projections, norms
+
+
 def weight_names(config: BitNetConfig) -> dict[str, tuple]:
     """{checkpoint name: shape} of every tensor the model needs (as float weights)."""
-    h, i, kv, v = config.hidden_size, config.intermediate_size, config.kv_size, config.vocab_size
-    shapes = {"q": (h, h), "k": (kv, h), "v": (kv, h), "o": (h, h), "gate": (i, h), "up": (i, h),
-              "down": (h, i)}
+    h, v = config.hidden_size, config.vocab_size
+    projections, norms = _layer_shapes(config)
     names = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
     for layer in range(config.num_hidden_layers):
         p = f"model.layers.{layer}."
         for module, short in PROJECTIONS:
-            names[p + module + ".weight"] = shapes[short]
-        for norm in _NORMS:
-            names[p + norm + ".weight"] = (i,) if norm == "mlp.ffn_sub_norm" else (h,)
+            names[p + module + ".weight"] = projections[short]
+        for norm, size in norms.items():
+            names[p + norm + ".weight"] = (size,)
     if not config.tie_word_embeddings:
         names["lm_head.weight"] = (v, h)
     return names
@@ -215,24 +222,18 @@ class BitNetModel:
             (rng.standard_normal((config.vocab_size, h), np.float32) / np.float32(math.sqrt(h))).astype(
                 model.embedding_dtype), model.device)
         model.norm = Tensor.from_numpy((1 + 0.1 * rng.standard_normal(h)).astype(np.float32), model.device)
-        for layer, shapes in zip(model.layers, model._layer_shapes()):
-            for short, (rows, cols) in shapes["proj"].items():
+        projections, norms = _layer_shapes(config)
+        for layer in model.layers:
+            for short, (rows, cols) in projections.items():
                 packed = _random_packed(rng, rows, cols)
                 scale = np.array([1.0 / math.sqrt(cols)], np.float32)
                 layer.proj[short] = TernaryWeights(_core.weights_from_packed(
                     Tensor.from_numpy(packed, model.device), Tensor.from_numpy(scale, model.device),
                     rows, cols, 0, False))
-            for norm, size in shapes["norms"].items():
+            for norm, size in norms.items():
                 layer.norms[norm] = Tensor.from_numpy(
                     (1 + 0.1 * rng.standard_normal(size)).astype(np.float32), model.device)
         return model
-
-    def _layer_shapes(self):
-        c = self.config
-        h, i, kv = c.hidden_size, c.intermediate_size, c.kv_size
-        proj = {"q": (h, h), "k": (kv, h), "v": (kv, h), "o": (h, h), "gate": (i, h), "up": (i, h), "down": (h, i)}
-        norms = {norm: (i if norm == "mlp.ffn_sub_norm" else h) for norm in _NORMS}
-        return [{"proj": proj, "norms": norms} for _ in range(c.num_hidden_layers)]
 
     def _load(self, weights):
         expected = weight_names(self.config)
@@ -346,9 +347,8 @@ class BitNetModel:
                 (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
             x = ops.rms_norm(x, self.norm, eps)
             if logits == "last":
-                last = graph.input("last_rows", (batch,), np.int32,
-                                   value=np.arange(1, batch + 1, dtype=np.int32) * tokens - 1)
-                x = _core.embedding(x, last)  # gathers each sequence's last row
+                last = Tensor.from_numpy(np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device)
+                x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
             out = _core.linear_rows(x, self.lm_head)
             graph.output("logits", out)
             if logits == "last":
@@ -442,14 +442,6 @@ class BitNetModel:
         out = np.concatenate([ids] + [n.reshape(-1, 1) for n in new], axis=1) if new else ids
         return out[0] if squeeze else out
 
-    def decode_timings(self):
-        """[(kernel, seconds)] of the last decode step (needs model.timings = True before the
-        step's graph was recorded)."""
-        graphs = [g for (_, t, kind), g in self._graphs.items() if t == 1 and kind == "last"]
-        if not graphs:
-            raise _core.ArgumentError("no decode step has run yet")
-        return graphs[-1].timings()
-
     def reset_graphs(self):
         """Drops the recorded graphs (they are recorded again on the next call)."""
         self._graphs.clear()
@@ -473,9 +465,3 @@ def _sample(logits, temperature, top_k, rng):
         out[b] = keep[rng.choice(keep.size, p=p)]
     return out
 
-
-def timed(fn, *args, **kwargs):
-    """(result, seconds) of one call: a helper for the command line and benchmarks."""
-    begin = time.perf_counter()
-    result = fn(*args, **kwargs)
-    return result, time.perf_counter() - begin
