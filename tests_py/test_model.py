@@ -167,7 +167,7 @@ def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
         # such value. Everywhere else y matches to float32 rounding.
         scale = reference.activation_scale(v).astype(np.float64)
         xs = v.astype(np.float64) * scale[:, None]
-        near_ties = (np.abs(xs - np.floor(xs) - 0.5) / np.maximum(np.abs(xs), 1) < 1e-6).sum(axis=1)
+        near_ties = (reference.rounding_tie_gap(xs) < 1e-6).sum(axis=1)
         err = np.abs(ys[i].numpy() - y_ref)
         for r in range(m):
             bound = near_ties[r] * gamma / scale[r] + 1e-5 * np.abs(y_ref[r]).max() + 1e-6

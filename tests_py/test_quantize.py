@@ -21,7 +21,7 @@ def assert_rounded(got, values, what):
     if not mismatch.any():
         return
     v = np.asarray(values)[mismatch]
-    near_tie = np.abs(np.abs(v - np.floor(v)) - 0.5) <= 1e-6 * np.maximum(np.abs(v), 1)
+    near_tie = ref.rounding_tie_gap(v) <= 1e-6
     off_by_one = np.abs(got[mismatch].astype(np.int64) - expected[mismatch].astype(np.int64)) <= 1
     assert (near_tie & off_by_one).all(), f"{what}: {(~(near_tie & off_by_one)).sum()} values differ"
 
@@ -165,7 +165,7 @@ def test_asymmetric_activation_parity(device, rng, shape):
     values = np.clip(x.astype(np.float64) / step[..., None].astype(np.float64), -1e9, 1e9)
     mismatch = q.astype(np.int64) != rq.astype(np.int64)
     v = values[mismatch]
-    assert (np.abs(np.abs(v - np.floor(v)) - 0.5) <= 1e-6 * np.maximum(np.abs(v), 1)).all()
+    assert (ref.rounding_tie_gap(v) <= 1e-6).all()
     deq = bg.dequantize_activations(q, step, zp)
     np.testing.assert_allclose(deq, ref.dequantize_activations(q, step, zp), rtol=1e-6, atol=1e-6)
 

@@ -177,7 +177,7 @@ def test_property_quantize_weights(device, n, k, data, group):
     v = q.unpack()
     values = ref.ternary_values(w, q.scale, group)  # W / gamma with the GPU's own gamma
     differ = v != np.clip(np.rint(values), -1, 1)
-    near_tie = np.abs(np.abs(values - np.floor(values)) - 0.5) <= 1e-6 * np.maximum(np.abs(values), 1)
+    near_tie = ref.rounding_tie_gap(values) <= 1e-6
     assert (near_tie | ~differ).all()  # only values within 1e-6 of a rounding tie may differ
     assert np.array_equal(bg.TernaryWeights.from_packed(q.packed(), q.scale, (n, k), group).unpack(), v)
 
@@ -223,7 +223,7 @@ def test_property_quantize_gradients(device, shape, data, seed, stochastic):
         assert np.array_equal(q, rq)  # the same (seed, index) hash as the reference
     else:
         product = g.astype(np.float64) * np.float64(s)
-        near_tie = np.abs(np.abs(product - np.floor(product)) - 0.5) <= 1e-6 * np.maximum(np.abs(product), 1)
+        near_tie = ref.rounding_tie_gap(product) <= 1e-6
         assert (near_tie | (q == rq)).all()
 
 

@@ -314,12 +314,18 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal=True, kv_lengt
     return out
 
 
+def rounding_tie_gap(v: np.ndarray) -> np.ndarray:
+    """Per value: how far v lies from a rounding tie (k + .5), relative to max(|v|, 1). Below
+    1e-6 NUMERICS.md lets a quantized value differ by one from the reference."""
+    v = np.asarray(v, np.float64)
+    return np.abs(v - np.floor(v) - 0.5) / np.maximum(np.abs(v), 1.0)
+
+
 def tie_distance(x: np.ndarray) -> np.ndarray:
-    """Per row of x [M, K]: how close x * s came to a rounding tie (.5) in int8 activation
-    quantization, relative to |x * s| (NUMERICS.md lets the GPU round the other way below 1e-6)."""
+    """Per row of x [M, K]: the smallest rounding_tie_gap of x * s in int8 activation
+    quantization."""
     x = np.asarray(x, np.float32)
-    v = x.astype(np.float64) * activation_scale(x).astype(np.float64).reshape(-1, 1)
-    return (np.abs(v - np.floor(v) - 0.5) / np.maximum(np.abs(v), 1.0)).min(axis=-1)
+    return rounding_tie_gap(x.astype(np.float64) * activation_scale(x).astype(np.float64).reshape(-1, 1)).min(axis=-1)
 
 
 def bitnet_forward(params: dict, config, token_ids: np.ndarray, return_ties=False):
