@@ -68,20 +68,33 @@ def main():
 
     _core_down = bg.quantize_weights(rng.standard_normal((h, i)).astype(np.float32))._core
 
-    def chain_attention(context):
-        start.copy_from(np.array([context], np.int32))
-        return lambda: state.__setitem__("q", _core.attention_cached(state["q"], kc, vc, start, True))
+    def chain_attention():
+        state["q"] = _core.attention_cached(state["q"], kc, vc, start, True)
+
+    def chain_decode_attention():
+        state["q"] = _core.decode_attention(state["q"], k1, k1, cos, sin, start, kc, vc)
+
+    w_q = bg.quantize_weights(rng.standard_normal((h, h)).astype(np.float32))._core
+    w_kv = bg.quantize_weights(rng.standard_normal((640, h)).astype(np.float32))._core
+
+    def chain_qkv():  # norm + q, k, v (2560 + 640 + 640 outputs) in one dispatch
+        state["x"] = _core.bitlinear_group(state["x"], None, norm, 1e-5, [w_q, w_kv, w_kv], [None] * 3)[0]
 
     def chain_rope_append():
         state["q"] = _core.rope_append(state["q"], k1, k1, cos, sin, start, kc, vc)
 
+    # (name, record, cached keys: start is read by each replay, so it is set just before timing)
     cases = [("axpy on 256 floats (floor)", lambda: axpy.dispatch(1, [small_x, small_y], push)),
              ("norm + int8 pre-pass + matvec 2560x2560 + residual", chain_norm_matvec_h),
              ("gate-size pre-pass + matvec 2560->6912, gated pre-pass + 6912->2560", chain_norm_matvec_i),
+             ("norm + q, k, v matvecs 2560 -> 3840 (one dispatch)", chain_qkv),
              ("rope + KV append", chain_rope_append)]
     for context in (128, 2048):
-        cases.append((f"attention over {context} cached keys (split + merge)", chain_attention(context)))
-    for name, record in cases:
+        cases.append((f"attention over {context} cached keys (split + merge)", chain_attention, context))
+        cases.append((f"rope + append + attention over {context} keys (one dispatch)", chain_decode_attention,
+                      context))
+    for name, record, *context in cases:
+        start.copy_from(np.array([context[0] if context else 128], np.int32))
         us, barriers = per_link(device, record, args.repeats)
         row = {"chain": name, "us_per_op": us, "barriers": barriers}
         results["rows"].append(row)

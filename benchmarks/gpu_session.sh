@@ -2,6 +2,8 @@
 # Everything one call on the lent GPU does, in order: build, parity tests under the validation
 # layer, the demo, the benchmarks. On the device machine, from the repository root:
 #   source .gpu/setup.sh && bash benchmarks/gpu_session.sh
+# BITNET_GPU_STEPS picks the checks (default "info demo ctest pytest"), BITNET_GPU_PYTEST the
+# pytest arguments (default: the whole suite), BITNET_GPU_BENCHMARKS the benchmarks.
 # Logs and JSON go to $OUT (the device tool's folder) or /tmp/bitnet_gpu_out.
 set -uo pipefail
 out=${OUT:-/tmp/bitnet_gpu_out}
@@ -17,20 +19,24 @@ step build
 python3 -m pip install --no-build-isolation --no-deps -q . > "$out/build.log" 2>&1 \
   || { tail -40 "$out/build.log"; exit 1; }
 
-step info
-python3 -m bitnet_gpu info
-step demo
-python3 -m bitnet_gpu demo
+steps=" ${BITNET_GPU_STEPS:-info demo ctest pytest} "
+if [[ $steps == *" info "* ]]; then step info; python3 -m bitnet_gpu info; fi
+if [[ $steps == *" demo "* ]]; then step demo; python3 -m bitnet_gpu demo; fi
 
+if [[ $steps == *" ctest "* ]]; then
 step ctest
 { cmake -S . -B build/gpu-tests -G Ninja -DBITNET_GPU_TESTS=ON -DBITNET_GPU_PYTHON=OFF \
     && cmake --build build/gpu-tests && ctest --test-dir build/gpu-tests --output-on-failure; } \
   > "$out/ctest.log" 2>&1
 tail -4 "$out/ctest.log"
+fi
 
+if [[ $steps == *" pytest "* ]]; then
 step pytest
-BITNET_GPU_VALIDATION=1 python3 -m pytest tests_py -q -p no:cacheprovider > "$out/pytest.log" 2>&1
+# shellcheck disable=SC2086  # the arguments are meant to split
+BITNET_GPU_VALIDATION=1 python3 -m pytest ${BITNET_GPU_PYTEST:-tests_py} -q -p no:cacheprovider > "$out/pytest.log" 2>&1
 tail -15 "$out/pytest.log"
+fi
 
 for bench in ${BITNET_GPU_BENCHMARKS:-runtime quantize bitlinear model}; do
   step "benchmark $bench"

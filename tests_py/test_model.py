@@ -114,6 +114,89 @@ def test_rope_append(batch, tokens, start):
     assert (kc[untouched] == 7).all() and (vc[untouched] == 7).all()
 
 
+def _decode_attention_reference(q, k, v, k_cache, v_cache, start, theta):
+    """rope + append + causal attention of one new token a sequence, in NumPy (float64)."""
+    batch, rows = k_cache.shape[:2]
+    pos = np.full(batch, start)
+    kc, vc = k_cache.copy(), v_cache.copy()
+    if start < rows:
+        kc[:, start] = reference.rope(k, pos, theta)
+        vc[:, start] = v
+    keys = min(start + 1, rows)
+    qr = reference.rope(q, pos, theta)
+    out = np.stack([reference.attention(qr[b:b + 1], kc[b], vc[b], causal=False, kv_length=keys)[0]
+                    for b in range(batch)])
+    return out, kc, vc
+
+
+@pytest.mark.parametrize("fused", ["1", "0"])
+@pytest.mark.parametrize("batch,hq,hkv,d,rows,start", [
+    (1, 1, 1, 4, 1, 0), (1, 4, 1, 16, 64, 0), (2, 8, 2, 128, 100, 31), (3, 20, 5, 128, 130, 32),
+    (1, 6, 2, 36, 70, 69), (2, 8, 1, 256, 40, 33), (1, 3, 3, 6, 9, 5), (1, 16, 1, 8, 33, 20),
+    (1, 16, 2, 8, 1100, 1090), (2, 4, 1, 16, 2300, 2299), (1, 8, 1, 4, 8300, 8250)])
+def test_decode_attention(monkeypatch, fused, batch, hq, hkv, d, rows, start):
+    """rope + KV append + attention in one dispatch (where D % 4 == 0, D <= 256 and HQ / HKV <= 8;
+    (6, 3) and 16 query heads a KV head take the two-op path; 258 splits of 8 heads merge in 9
+    chunks) against NumPy, with the cache rows
+    it must not touch poisoned."""
+    monkeypatch.setenv("BITNET_GPU_FUSED_ATTENTION", fused)
+    q = rng.standard_normal((batch, hq, d)).astype(np.float32)
+    k = rng.standard_normal((batch, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((batch, hkv, d)).astype(np.float32)
+    k_host = rng.standard_normal((batch, rows, hkv, d)).astype(np.float32)
+    v_host = rng.standard_normal((batch, rows, hkv, d)).astype(np.float32)
+    k_host[:, start + 1:] = np.nan  # rows past the new key are never read
+    v_host[:, start + 1:] = np.nan
+    cos, sin = bg.rope_tables(np.arange(rows), d, 500000.0)
+    k_cache, v_cache = _tensor(k_host), _tensor(v_host)
+    out = _core.decode_attention(_tensor(q), _tensor(k), _tensor(v), _tensor(cos), _tensor(sin),
+                                 _tensor(np.array([start], np.int32)), k_cache, v_cache)
+    ref, kc, vc = _decode_attention_reference(q, k, v, k_host, v_host, start, 500000.0)
+    assert out.shape == (batch, hq, d)
+    assert _rel(out.numpy(), ref) <= 1e-5
+    np.testing.assert_array_equal(np.isnan(k_cache.numpy()), np.isnan(kc))
+    assert _rel(np.nan_to_num(k_cache.numpy()), np.nan_to_num(kc)) <= 1e-6
+    np.testing.assert_array_equal(v_cache.numpy(), vc)
+
+
+def test_decode_attention_replays_at_growing_lengths():
+    """A recorded step replayed over many positions: the merge's counters start from zero every
+    time, and each replay appends its key for the next."""
+    batch, hq, hkv, d, rows = 2, 8, 2, 64, 100
+    k_host = np.zeros((batch, rows, hkv, d), np.float32)
+    v_host = np.zeros((batch, rows, hkv, d), np.float32)
+    k_cache, v_cache = _tensor(k_host), _tensor(v_host)
+    cos, sin = bg.rope_tables(np.arange(rows), d, 10000.0)
+    graph = bg.default_device().graph()
+    with graph:
+        q_in = graph.input("q", (batch, hq, d), np.float32)
+        k_in = graph.input("k", (batch, hkv, d), np.float32)
+        v_in = graph.input("v", (batch, hkv, d), np.float32)
+        start = graph.input("start", (1,), np.int32)
+        graph.output("out", _core.decode_attention(q_in, k_in, v_in, _tensor(cos), _tensor(sin), start,
+                                                   k_cache, v_cache))
+    for position in [0, 1, 2, 31, 32, 33, 64, 99]:
+        q = rng.standard_normal((batch, hq, d)).astype(np.float32)
+        k = rng.standard_normal((batch, hkv, d)).astype(np.float32)
+        v = rng.standard_normal((batch, hkv, d)).astype(np.float32)
+        out = graph.run(q=q, k=k, v=v, start=np.array([position], np.int32), numpy=True)["out"]
+        ref, k_host, v_host = _decode_attention_reference(q, k, v, k_host, v_host, position, 10000.0)
+        assert _rel(out, ref) <= 1e-5, position
+
+
+def test_decode_attention_rejects_bad_input():
+    q, kv = _tensor(np.zeros((1, 4, 8), np.float32)), _tensor(np.zeros((1, 2, 8), np.float32))
+    cache = _tensor(np.zeros((1, 16, 2, 8), np.float32))
+    cos, sin = (_tensor(t) for t in bg.rope_tables(np.arange(16), 8, 10000.0))
+    start = _tensor(np.array([3], np.int32))
+    with pytest.raises(bg.DTypeError, match="start"):
+        _core.decode_attention(q, kv, kv, cos, sin, _tensor(np.array([3], np.uint32)), cache, cache)
+    with pytest.raises(bg.ShapeError):
+        _core.decode_attention(q, kv, kv, cos, sin, start, _tensor(np.zeros((1, 16, 4, 8), np.float32)), cache)
+    with pytest.raises(bg.DTypeError, match="q"):
+        _core.decode_attention(_tensor(np.zeros((1, 4, 8), np.float16)), kv, kv, cos, sin, start, cache, cache)
+
+
 @pytest.mark.parametrize("m", [1, 3, 8])
 @pytest.mark.parametrize("k", [4, 1000, 4100])
 @pytest.mark.parametrize("gated", [False, True])

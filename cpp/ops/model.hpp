@@ -23,4 +23,10 @@ Tensor argmax_rows(const Tensor& x, const std::optional<Tensor>& out = {});
 Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos, const Tensor& sin,
                    const Tensor& start, const Tensor& k_cache, const Tensor& v_cache);
 
+// rope_append, then attention_cached over the caches (causal), for one new token a sequence (q
+// [B, HQ, D], k and v [B, HKV, D]) in one dispatch that reads each cached key and value once for
+// the query heads sharing it; out [B, HQ, D]. Other shapes run the two ops.
+Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos, const Tensor& sin,
+                        const Tensor& start, const Tensor& k_cache, const Tensor& v_cache);
+
 }  // namespace bitnet::ops

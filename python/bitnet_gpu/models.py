@@ -337,9 +337,12 @@ class BitNetModel:
                 q, k, v = _core.bitlinear_group(x, None, norms["input_layernorm"], eps,
                                                 [w["q"]._core, w["k"]._core, w["v"]._core], [None] * 3)
                 kv_shape = (rows, c.num_key_value_heads, c.head_dim)
-                q = _core.rope_append(q.reshape(rows, c.num_attention_heads, c.head_dim), k.reshape(*kv_shape),
-                                      v.reshape(*kv_shape), self._cos, self._sin, start, k_cache, v_cache)
-                a = _core.attention_cached(q, k_cache, v_cache, start, True)
+                q, k, v = q.reshape(rows, c.num_attention_heads, c.head_dim), k.reshape(*kv_shape), v.reshape(*kv_shape)
+                if tokens == 1:  # decode: RoPE, the cache append and attention in one dispatch
+                    a = _core.decode_attention(q, k, v, self._cos, self._sin, start, k_cache, v_cache)
+                else:
+                    q = _core.rope_append(q, k, v, self._cos, self._sin, start, k_cache, v_cache)
+                    a = _core.attention_cached(q, k_cache, v_cache, start, True)
                 (x,) = _core.bitlinear_group(a.reshape(rows, c.hidden_size), None,
                                              norms["self_attn.attn_sub_norm"], eps, [w["o"]._core], [x])
                 g, u = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
