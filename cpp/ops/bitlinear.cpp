@@ -184,10 +184,10 @@ void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
     record_tiled(sequence, b, a, m, n, k, ternary, scales, gamma, bias, out, hardware);
 }
 
-// Whether the pre-pass for m rows of k values is spread over chunks of rows (two dispatches of
+// Whether the pre-pass for rows of k values is spread over chunks of rows (two dispatches of
 // many workgroups) rather than one workgroup a row: for a few long rows, where one workgroup a
 // row leaves the GPU idle. BITNET_GPU_PREPARE_SPLIT=0 or 1 overrides, for tuning.
-bool split_prepare(int64_t m, int64_t k, BitLinearAlgorithm algorithm) {
+bool split_prepare(int64_t k, BitLinearAlgorithm algorithm) {
   if (k % 4 != 0 || k > int64_t{1} << 30) return false;
   if (auto forced = environment_switch("BITNET_GPU_PREPARE_SPLIT")) return *forced;
   // Measured on the H100: a gain from K = 16384 (46 -> 41 us), a loss of about 1 us below.
@@ -210,7 +210,7 @@ void record_prepare(Sequence& sequence, const Tensor& x, int64_t m, int64_t k,
                     const PreparedRows& prepared, const Tensor& scales, const Tensor& nonfinite,
                     BitLinearAlgorithm algorithm, const FusedInput& fused = {}) {
   const auto& device = x.device_ptr();
-  if (fused.any() || !split_prepare(m, k, algorithm)) {
+  if (fused.any() || !split_prepare(k, algorithm)) {
     Kernel prepare = Kernel::builtin(device, float_variant("bitlinear_prepare", x.dtype()),
                                      {{0, double{kEps}}, {1, fused.norm_weight != nullptr},
                                       {2, fused.up != nullptr}});
