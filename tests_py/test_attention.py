@@ -95,6 +95,22 @@ def test_split_key_attention_matches(device, rng, monkeypatch, split, tq, l, hq,
         assert rel(bg.attention(q, k, v, causal), ref.attention(q, k, v, causal)) <= tolerance
 
 
+@pytest.mark.parametrize("tiled", ["0", "1"])
+@pytest.mark.parametrize("tq,l,hq,hkv,d,causal", [(16, 16, 4, 2, 16, True), (33, 33, 3, 1, 128, True),
+                                                  (17, 50, 2, 2, 33, False), (100, 130, 4, 4, 64, True),
+                                                  (1, 5, 2, 1, 8, True), (40, 40, 2, 1, 7, True),
+                                                  (300, 2100, 2, 1, 128, True)])
+def test_tiled_attention_matches(device, rng, monkeypatch, tiled, tq, l, hq, hkv, d, causal):
+    """Prefill attention with blocks of 16 queries sharing key tiles (D <= 128; the default from
+    16 queries a sequence) and without, against the reference."""
+    monkeypatch.setenv("BITNET_GPU_ATTENTION_TILED", tiled)
+    for dtype, tolerance in [(np.float32, 1e-5), (np.float16, 2e-3)]:
+        q, k, v = qkv(rng, tq, l, hq, hkv, d, dtype)
+        out = np.full(q.shape, np.nan, dtype)
+        bg.attention(q, k, v, causal, out=out)
+        assert rel(out, ref.attention(q, k, v, causal)) <= tolerance
+
+
 def test_split_setting_is_checked(device, rng, monkeypatch):
     monkeypatch.setenv("BITNET_GPU_ATTENTION_SPLIT", "yes")
     with pytest.raises(bg.ArgumentError, match="BITNET_GPU_ATTENTION_SPLIT=yes"):

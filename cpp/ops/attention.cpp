@@ -15,6 +15,8 @@ namespace bitnet::ops {
 namespace {
 
 constexpr int64_t kSplitKeys = 32;  // SPLIT in shaders/ops/attention_split.comp
+constexpr int64_t kTiledQueries = 16;  // BQ in shaders/ops/attention_tiled.comp
+constexpr int64_t kTiledMostD = 128;   // MOST_D there
 
 // A few queries over many keys (decode) split the keys over workgroups; BITNET_GPU_ATTENTION_SPLIT
 // = 0 or 1 overrides, for tests and tuning.
@@ -68,7 +70,12 @@ void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Te
     }
     return;
   }
-  Kernel kernel = Kernel::builtin(device, float_variant("attention", q.dtype()), {{0, causal}, {1, from_start}});
+  // Many queries a sequence and D <= 128: blocks of 16 queries share each key tile
+  // (attention_tiled.comp); BITNET_GPU_ATTENTION_TILED=0 or 1 overrides, for tests and tuning.
+  const bool tiled = d <= kTiledMostD &&
+                     environment_switch("BITNET_GPU_ATTENTION_TILED").value_or(keys.seq_tokens >= kTiledQueries);
+  Kernel kernel = Kernel::builtin(device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()),
+                                  {{0, causal}, {1, from_start}});
   struct {
     uint32_t tq, hq, hkv, d, l;
     float scale;
@@ -76,7 +83,10 @@ void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Te
   } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
          static_cast<uint32_t>(d), static_cast<uint32_t>(keys.l), scale,
          static_cast<uint32_t>(keys.seq_tokens), static_cast<uint32_t>(keys.cache_rows)};
-  const auto grid = checked_grid(*device, {static_cast<uint64_t>(tq), static_cast<uint64_t>(hq), 1}, what);
+  const uint64_t sequences = static_cast<uint64_t>(tq / std::max<int64_t>(keys.seq_tokens, 1));
+  const uint64_t blocks = (static_cast<uint64_t>(keys.seq_tokens) + kTiledQueries - 1) / kTiledQueries;
+  const auto grid = checked_grid(*device, {tiled ? sequences * blocks : static_cast<uint64_t>(tq),
+                                           static_cast<uint64_t>(hq), 1}, what);
   BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), start};
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }

@@ -331,19 +331,20 @@ def tie_distance(x: np.ndarray) -> np.ndarray:
 def bitnet_forward(params: dict, config, token_ids: np.ndarray, return_ties=False):
     """Logits [B, T, vocab] of the BitNet b1.58 decoder (bitnet_gpu.models) from an empty cache,
     in NumPy: params as BitNetModel.reference_params() gives them (ternary values and gammas,
-    norm weights, the embedding and head as float32). return_ties=True also returns, per
-    sequence, the smallest tie_distance of any activation it quantized: where that is below
-    1e-6 an int8 may round the other way on the GPU, and that sequence's logits move with it."""
+    norm weights, the embedding and head as float32). return_ties=True also returns, per token
+    [B, T], the smallest tie_distance of any activation quantized for it: near a tie an int8 may
+    round the other way on the GPU, and the logits of that token and of the later tokens of its
+    sequence (which attend to it) move with it."""
     ids = np.asarray(token_ids)
     ids = ids[None, :] if ids.ndim == 1 else ids
     batch, tokens = ids.shape
     h, heads, kv_heads = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
     d, eps = config.head_dim, config.rms_norm_eps
     positions = np.arange(tokens)
-    ties = np.full(batch, np.inf)
+    ties = np.full((batch, tokens), np.inf)
 
     def linear(x, weights):
-        np.minimum(ties, tie_distance(x).reshape(batch, tokens).min(axis=1), out=ties)
+        np.minimum(ties, tie_distance(x).reshape(batch, tokens), out=ties)
         return bitlinear(x, *weights)[0]
 
     x = np.asarray(params["embed"], np.float32)[ids.reshape(-1)]
