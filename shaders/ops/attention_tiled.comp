@@ -40,6 +40,22 @@ uint visible_keys(uint l, uint at) {
   return CAUSAL ? (l + at + 1 > p.seq_tokens ? min(l, l + at + 1 - p.seq_tokens) : 0) : l;
 }
 
+const uint TILE_SHARE = BK * MOST_D / 256;  // tile elements an invocation stages
+
+// Elements lane + 256 i of the key and value tile [first, first + count) (zeros past the keys and
+// the head dimension).
+void fetch_tile(uint first, uint count, uint base, uint g, uint d4, out float key_part[TILE_SHARE],
+                out float value_part[TILE_SHARE]) {
+  const uint lane = gl_LocalInvocationID.x, d = p.d;
+  [[unroll]] for (uint i = 0; i < TILE_SHARE; ++i) {
+    const uint index = lane + 256 * i, key = index / (4 * d4), e = index % (4 * d4);
+    const uint at = ((base + first + key) * p.hkv + g) * d + e;
+    const bool real = index < BK * 4 * d4 && key < count && e < d;
+    key_part[i] = real ? float(k[at]) : 0.0;
+    value_part[i] = real ? float(v[at]) : 0.0;
+  }
+}
+
 void main() {
   const uint lane = gl_LocalInvocationID.x, h = gl_WorkGroupID.y;
   const uint blocks = (p.seq_tokens + BQ - 1) / BQ;
@@ -62,16 +78,21 @@ void main() {
   const uint value_row = lane / 16, value_dim = lane % 16;
   const uint my_keys = score_row < rows ? visible_keys(l, at0 + score_row) : 0;
   vec4 acc[2] = vec4[2](vec4(0.0), vec4(0.0));
+  // Each invocation stages elements lane + 256 i (i < TILE_SHARE) of a tile: the next tile's are
+  // requested from memory before the current one is computed, so their latency overlaps it.
+  float next_k[TILE_SHARE], next_v[TILE_SHARE];
+  fetch_tile(0, min(BK, most_keys), base, g, d4, next_k, next_v);
   for (uint first = 0; first < most_keys; first += BK) {
     const uint count = min(BK, most_keys - first);
     barrier();  // the previous tile's keys, values and weights are used
-    for (uint index = lane; index < BK * 4 * d4; index += 256) {
-      const uint key = index / (4 * d4), e = index % (4 * d4);
-      const uint at = ((base + first + key) * p.hkv + g) * d + e;
-      const bool real = key < count && e < d;
-      s_k[key * PADDED4 + e / 4][e % 4] = real ? float(k[at]) : 0.0;
-      s_v[key * ROW4 + e / 4][e % 4] = real ? float(v[at]) : 0.0;
+    [[unroll]] for (uint i = 0; i < TILE_SHARE; ++i) {
+      const uint index = lane + 256 * i, key = index / (4 * d4), e = index % (4 * d4);
+      if (index < BK * 4 * d4) {
+        s_k[key * PADDED4 + e / 4][e % 4] = next_k[i];
+        s_v[key * ROW4 + e / 4][e % 4] = next_v[i];
+      }
     }
+    if (first + BK < most_keys) fetch_tile(first + BK, min(BK, most_keys - first - BK), base, g, d4, next_k, next_v);
     barrier();
     float score = 0.0;
     for (uint c = 0; c < d4; ++c) score += dot(s_q[score_row * PADDED4 + c], s_k[score_key * PADDED4 + c]);
