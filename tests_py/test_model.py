@@ -197,6 +197,32 @@ def test_decode_attention_rejects_bad_input():
         _core.decode_attention(_tensor(np.zeros((1, 4, 8), np.float16)), kv, kv, cos, sin, start, cache, cache)
 
 
+@pytest.mark.parametrize("gated_kernel", ["1", "0"])
+@pytest.mark.parametrize("m,k", [(1, 64), (3, 2560), (2, 4096), (8, 1000), (1, 4100), (2, 8192)])
+@pytest.mark.parametrize("gated_in", [False, True])
+def test_gated_output_equals_gate_and_up(monkeypatch, gated_kernel, m, k, gated_in):
+    """bitlinear_group(..., gated_output=True) gives relu(g)^2 * u of the two products it replaces,
+    bit for bit (one dispatch where the rows fit and K % 64 == 0, else the products and the gating
+    as ops; BITNET_GPU_GATED_MATVEC=0 forces that), and so does the down projection after it."""
+    monkeypatch.setenv("BITNET_GPU_GATED_MATVEC", gated_kernel)
+    x = _tensor(rng.standard_normal((m, k)).astype(np.float32))
+    up = _tensor(rng.standard_normal((m, k)).astype(np.float32)) if gated_in else None
+    norm_w = _tensor(rng.uniform(0.5, 1.5, k).astype(np.float32))
+    gate_w, up_w = (bg.quantize_weights(rng.standard_normal((40, k)).astype(np.float32))._core for _ in range(2))
+    down_w = bg.quantize_weights(rng.standard_normal((5, 40)).astype(np.float32))._core
+    g, u = _core.bitlinear_group(x, up, norm_w, 1e-5, [gate_w, up_w], [None, None])
+    (h,) = _core.bitlinear_group(x, up, norm_w, 1e-5, [gate_w, up_w], [None, None], True)
+    gv, uv = g.numpy(), u.numpy()
+    r = np.maximum(gv, np.float32(0))
+    np.testing.assert_array_equal(h.numpy(), r * r * uv)
+    sub = _tensor(rng.uniform(0.5, 1.5, 40).astype(np.float32))  # the down matvec fuses norm (and gating)
+    (y_pair,) = _core.bitlinear_group(g, u, sub, 1e-5, [down_w], [None])
+    (y_gated,) = _core.bitlinear_group(h, None, sub, 1e-5, [down_w], [None])
+    np.testing.assert_array_equal(y_gated.numpy(), y_pair.numpy())
+    with pytest.raises(bg.ArgumentError, match="gated_output"):
+        _core.bitlinear_group(x, None, None, 1e-5, [gate_w], [None], True)
+
+
 @pytest.mark.parametrize("m", [1, 3, 8])
 @pytest.mark.parametrize("k", [4, 1000, 4100])
 @pytest.mark.parametrize("gated", [False, True])

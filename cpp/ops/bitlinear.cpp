@@ -306,24 +306,28 @@ bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
 
 // One dispatch for up to three weights sharing x (their outputs ys[i]); bias / residual and
 // accumulators only with one weight.
+// gated_out (two weights, gate and up, of one shape; whole 16-byte vectors): ys[0] = relu(gate)^2 * up.
 void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWeights*>& weights,
                          const Tensor& x, const FusedInput& fused, int64_t m,
                          const std::optional<Tensor>& bias, bool residual, const std::vector<Tensor>& ys,
-                         const std::optional<Tensor>& accumulators, const Tensor& nonfinite, bool hardware) {
+                         const std::optional<Tensor>& accumulators, const Tensor& nonfinite, bool hardware,
+                         bool gated_out = false) {
   const auto& device = ys[0].device_ptr();
   const QuantizedWeights& w = *weights[0];
   const int64_t k = w.cols;
   const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
-  const uint32_t rows = matvec_rows(m, k), unroll = matvec_unroll();
+  const uint32_t rows = gated_out ? 2 : matvec_rows(m, k), unroll = matvec_unroll();
   Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware) + "_fused",
                                   {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
                                    {3, accumulators.has_value()}, {4, words % 4 == 0}, {5, int64_t{unroll}},
                                    {6, residual}, {7, fused.norm_weight != nullptr}, {8, fused.up != nullptr},
                                    {9, int64_t{m * padded(k) / 4}}, {10, int64_t{(padded(k) / 4 + 255) / 256}},
-                                   {11, static_cast<int64_t>(weights.size())}});
+                                   {11, static_cast<int64_t>(weights.size())}, {12, gated_out}});
   const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
-  const uint32_t rows_per_group = rows * subgroups;
+  // A subgroup takes `rows` rows at a time, or with gated_out one output row (a gate and an up row).
+  const uint32_t rows_per_group = gated_out ? subgroups : rows * subgroups;
   auto groups_of = [&](size_t i) {
+    if (gated_out && i > 0) return uint64_t{0};
     return i < weights.size() ? (static_cast<uint64_t>(weights[i]->rows) + rows_per_group - 1) / rows_per_group : 0;
   };
   auto rows_of_weight = [&](size_t i) { return i < weights.size() ? static_cast<uint32_t>(weights[i]->rows) : 0u; };
@@ -351,28 +355,76 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
 
 }  // namespace
 
-std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>& up,
-                                    const std::optional<Tensor>& norm_weight, double norm_eps,
-                                    const std::vector<const QuantizedWeights*>& weights,
-                                    const std::vector<std::optional<Tensor>>& residuals) {
-  require_float(x, "x");
-  if (weights.empty()) throw ArgumentError("bitlinear_group: expected at least one weight");
-  if (residuals.size() != weights.size())
-    throw ArgumentError("bitlinear_group: expected one residual (or None) per weight");
-  const int64_t k = weights[0]->cols;
-  if (x.shape().empty() || x.shape().back() != k)
-    throw ShapeError("x of shape " + shape_text(x.shape()) + " does not match weights with K = " +
-                     std::to_string(k));
-  const auto& device = x.device_ptr();
+namespace {
+
+// The inputs bitlinear_group fuses in front of the quantization: up like x, a float32 [K] norm weight.
+void check_fused_inputs(const Tensor& x, const std::optional<Tensor>& up, const std::optional<Tensor>& norm_weight,
+                        int64_t k) {
   if (up) {
     require_same_kind(x, "gate", *up, "up");
     if (up->shape() != x.shape())
       throw ShapeError("gate " + shape_text(x.shape()) + " and up " + shape_text(up->shape()) + " differ in shape");
   }
   if (norm_weight && (norm_weight->dtype() != DType::float32 || norm_weight->shape() != std::vector<int64_t>{k} ||
-                      &norm_weight->device() != device.get()))
+                      &norm_weight->device() != &x.device()))
     throw ShapeError("norm weight: expected float32 (" + std::to_string(k) + ",) on x's device, got " +
                      std::string(dtype_name(norm_weight->dtype())) + " " + shape_text(norm_weight->shape()));
+}
+
+// relu(x w_gate^T)^2 * (x w_up^T) after the input steps bitlinear_group fuses: one dispatch where
+// every matvec workgroup quantizes its own rows (the gated output written directly), otherwise the
+// two products and the gating as ops. Bit for bit the same either way.
+Tensor gated_product(const Tensor& x, const std::optional<Tensor>& up, const std::optional<Tensor>& norm_weight,
+                     double norm_eps, const QuantizedWeights& gate_w, const QuantizedWeights& up_w) {
+  const int64_t k = gate_w.cols;
+  const int64_t m = x.shape().empty() || k == 0 ? 0 : static_cast<int64_t>(x.size()) / k;
+  const auto& device = x.device_ptr();
+  const bool one_dispatch = m > 0 && m <= kMatvecMaxRows && up_w.cols == k && x.shape().back() == k &&
+                            padded(k) % 64 == 0 && can_fuse_input(k) && can_fuse_matvec(x, m, k) &&
+                            environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(true) &&
+                            environment_switch("BITNET_GPU_GATED_MATVEC").value_or(true);
+  if (!one_dispatch) {
+    const auto both = bitlinear_group(x, up, norm_weight, norm_eps, {&gate_w, &up_w}, {std::nullopt, std::nullopt});
+    return gated_activation(both[0], both[1], Activation::relu2);
+  }
+  require_ternary(gate_w);
+  require_ternary(up_w);
+  check_fused_inputs(x, up, norm_weight, k);
+  for (const QuantizedWeights* w : {&gate_w, &up_w})
+    if (&w->packed.device() != device.get()) throw ArgumentError("x and the weights must live on one device");
+  std::vector<int64_t> shape(x.shape().begin(), x.shape().end() - 1);
+  shape.push_back(gate_w.rows);
+  Tensor out = Tensor::empty(device, shape, DType::float32);
+  const FusedInput fused{up ? &*up : nullptr, norm_weight ? &*norm_weight : nullptr, static_cast<float>(norm_eps)};
+  OpSequence op(device);
+  Tensor nonfinite = zeroed_counter(device);
+  record_matvec_fused(op.sequence(), {&gate_w, &up_w}, x, fused, m, std::nullopt, false, {out}, std::nullopt,
+                      nonfinite, use_hardware_dot(*device, std::nullopt), true);
+  op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
+  return out;
+}
+
+}  // namespace
+
+std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>& up,
+                                    const std::optional<Tensor>& norm_weight, double norm_eps,
+                                    const std::vector<const QuantizedWeights*>& weights,
+                                    const std::vector<std::optional<Tensor>>& residuals, bool gated_output) {
+  require_float(x, "x");
+  if (weights.empty()) throw ArgumentError("bitlinear_group: expected at least one weight");
+  if (residuals.size() != weights.size())
+    throw ArgumentError("bitlinear_group: expected one residual (or None) per weight");
+  if (gated_output) {
+    if (weights.size() != 2 || residuals[0] || residuals[1] || weights[0]->rows != weights[1]->rows)
+      throw ArgumentError("bitlinear_group: gated_output takes two weights (gate, up) of one shape, no residuals");
+    return {gated_product(x, up, norm_weight, norm_eps, *weights[0], *weights[1])};
+  }
+  const int64_t k = weights[0]->cols;
+  if (x.shape().empty() || x.shape().back() != k)
+    throw ShapeError("x of shape " + shape_text(x.shape()) + " does not match weights with K = " +
+                     std::to_string(k));
+  const auto& device = x.device_ptr();
+  check_fused_inputs(x, up, norm_weight, k);
   const int64_t m = static_cast<int64_t>(x.size()) / std::max<int64_t>(k, 1);
   std::vector<Tensor> outputs;
   for (size_t i = 0; i < weights.size(); ++i) {

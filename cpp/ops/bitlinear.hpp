@@ -33,10 +33,12 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
 // v = rms_norm(v, norm_weight, norm_eps) when a norm weight is given; y_i = bitlinear(v, W_i) (+
 // residual_i, float32 [..., N_i]). The norm and the gating are fused into the activation pre-pass
 // where K % 4 == 0 and K <= 16384, and the residual into the matvec for up to kMatvecMaxRows rows.
+// gated_output: weights are (gate, up) of one shape and the one result is relu(y_0)^2 * y_1 (an
+// FFN's gated product), in a single dispatch for decode-sized x.
 std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>& up,
                                     const std::optional<Tensor>& norm_weight, double norm_eps,
                                     const std::vector<const QuantizedWeights*>& weights,
-                                    const std::vector<std::optional<Tensor>>& residuals);
+                                    const std::vector<std::optional<Tensor>>& residuals, bool gated_output = false);
 
 // int8 [M, K] x int8 [K, N] -> int32 [M, N], exactly.
 // algorithm: automatic, tiled or coopmat (matvec is taken as automatic).

@@ -717,7 +717,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("attention_cached", &ops::attention_cached, py::arg("q"), py::arg("k_cache"), py::arg("v_cache"),
         py::arg("start"), py::arg("causal"), py::arg("out") = py::none(), release);
   m.def("bitlinear_group", &ops::bitlinear_group, py::arg("x"), py::arg("up"), py::arg("norm_weight"),
-        py::arg("norm_eps"), py::arg("weights"), py::arg("residuals"), release);
+        py::arg("norm_eps"), py::arg("weights"), py::arg("residuals"), py::arg("gated_output") = false, release);
   m.def("rope_append", &ops::rope_append, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cos"),
         py::arg("sin"), py::arg("start"), py::arg("k_cache"), py::arg("v_cache"), release);
   m.def("decode_attention", &ops::decode_attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cos"),

@@ -345,9 +345,14 @@ class BitNetModel:
                     a = _core.attention_cached(q, k_cache, v_cache, start, True)
                 (x,) = _core.bitlinear_group(a.reshape(rows, c.hidden_size), None,
                                              norms["self_attn.attn_sub_norm"], eps, [w["o"]._core], [x])
-                g, u = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
-                                             [w["gate"]._core, w["up"]._core], [None, None])
-                (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
+                if tokens == 1:  # decode: the gate/up dispatch writes relu(gate)^2 * up itself
+                    (f,) = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
+                                                 [w["gate"]._core, w["up"]._core], [None, None], True)
+                    (x,) = _core.bitlinear_group(f, None, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
+                else:
+                    g, u = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
+                                                 [w["gate"]._core, w["up"]._core], [None, None])
+                    (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
             x = ops.rms_norm(x, self.norm, eps)
             if logits == "last":
                 last = Tensor.from_numpy(np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device)

@@ -42,6 +42,10 @@ layout(std430, binding = 9) buffer Counter { uint nonfinite_total; };
 // WEIGHTS > 1: weights b and c share the quantized rows (q, k, v; gate, up): workgroups
 // [0, groups_a) take weight a, then groups_b workgroups weight b, then weight c.
 layout(constant_id = 11) const uint WEIGHTS = 1;
+// GATED_OUT (WEIGHTS == 2, whole 16-byte vectors): y[m, n] = relu(g)^2 * u of gate row n (g) and
+// up row n (u), each computed as y would be, one subgroup taking both rows: the FFN's gated
+// product in one dispatch, bit for bit what the GATED pre-pass of the next matvec makes of them.
+layout(constant_id = 12) const bool GATED_OUT = false;
 layout(std430, binding = 10) readonly buffer WeightsB { uint w_b[]; };
 layout(std430, binding = 11) readonly buffer WeightsB4 { uvec4 w4_b[]; };
 layout(std430, binding = 12) readonly buffer GammaB { float gamma_b[]; };
@@ -172,9 +176,53 @@ int dot16(uvec4 xv, uint word) {
          dot4(xv.w, codes(word, 3));
 }
 
+#ifdef FUSED
+void gated_rows() {
+  const uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
+  const uint words = p.words_per_row, vectors = words / 4;
+  const uint group_first = gl_WorkGroupID.x * p.rows_per_group;
+  const uint group_end = min(group_first + p.rows_per_group, p.n);
+  for (uint n = group_first + gl_SubgroupID; n < group_end; n += gl_NumSubgroups) {
+    int acc[M * 2];  // gate, up for each activation row
+    [[unroll]] for (uint i = 0; i < M * 2; ++i) acc[i] = 0;
+    for (uint c0 = lane; c0 < vectors; c0 += width * UNROLL) {
+      uvec4 wv[UNROLL][2];
+      [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+        const uint c = c0 + u * width;
+        wv[u][0] = c < vectors ? w4[n * vectors + c] : uvec4(0x55555555u);
+        wv[u][1] = c < vectors ? w4_b[n * vectors + c] : uvec4(0x55555555u);
+      }
+      [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+        const uint c = c0 + u * width;
+        if (c >= vectors) break;
+        [[unroll]] for (uint m = 0; m < M; ++m)
+          [[unroll]] for (uint j = 0; j < 4; ++j) {
+            const uvec4 xv = ACTIVATIONS(m * words + c * 4 + j);
+            acc[m * 2] += dot16(xv, wv[u][0][j]);
+            acc[m * 2 + 1] += dot16(xv, wv[u][1][j]);
+          }
+      }
+    }
+    [[unroll]] for (uint m = 0; m < M; ++m) {
+      const int gate_acc = subgroupAdd(acc[m * 2]) - ROW_SUM(m);  // integer sums: exact in any order
+      const int up_acc = subgroupAdd(acc[m * 2 + 1]) - ROW_SUM(m);
+      if (lane == m % width) {
+        const float g = float(gate_acc) * gamma[0] / SCALE(m), u = float(up_acc) * gamma_b[0] / SCALE(m);
+        const float r = max(g, 0.0);
+        y[m * p.n + n] = r * r * u;
+      }
+    }
+  }
+}
+#endif
+
 void main() {
 #ifdef FUSED
   quantize_rows();
+  if (GATED_OUT) {
+    gated_rows();
+    return;
+  }
 #endif
   const uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
   const uint words = p.words_per_row;
