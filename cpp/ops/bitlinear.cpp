@@ -355,57 +355,6 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
 
 }  // namespace
 
-namespace {
-
-// The inputs bitlinear_group fuses in front of the quantization: up like x, a float32 [K] norm weight.
-void check_fused_inputs(const Tensor& x, const std::optional<Tensor>& up, const std::optional<Tensor>& norm_weight,
-                        int64_t k) {
-  if (up) {
-    require_same_kind(x, "gate", *up, "up");
-    if (up->shape() != x.shape())
-      throw ShapeError("gate " + shape_text(x.shape()) + " and up " + shape_text(up->shape()) + " differ in shape");
-  }
-  if (norm_weight && (norm_weight->dtype() != DType::float32 || norm_weight->shape() != std::vector<int64_t>{k} ||
-                      &norm_weight->device() != &x.device()))
-    throw ShapeError("norm weight: expected float32 (" + std::to_string(k) + ",) on x's device, got " +
-                     std::string(dtype_name(norm_weight->dtype())) + " " + shape_text(norm_weight->shape()));
-}
-
-// relu(x w_gate^T)^2 * (x w_up^T) after the input steps bitlinear_group fuses: one dispatch where
-// every matvec workgroup quantizes its own rows (the gated output written directly), otherwise the
-// two products and the gating as ops. Bit for bit the same either way.
-Tensor gated_product(const Tensor& x, const std::optional<Tensor>& up, const std::optional<Tensor>& norm_weight,
-                     double norm_eps, const QuantizedWeights& gate_w, const QuantizedWeights& up_w) {
-  const int64_t k = gate_w.cols;
-  const int64_t m = x.shape().empty() || k == 0 ? 0 : static_cast<int64_t>(x.size()) / k;
-  const auto& device = x.device_ptr();
-  const bool one_dispatch = m > 0 && m <= kMatvecMaxRows && up_w.cols == k && x.shape().back() == k &&
-                            padded(k) % 64 == 0 && can_fuse_input(k) && can_fuse_matvec(x, m, k) &&
-                            environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(true) &&
-                            environment_switch("BITNET_GPU_GATED_MATVEC").value_or(true);
-  if (!one_dispatch) {
-    const auto both = bitlinear_group(x, up, norm_weight, norm_eps, {&gate_w, &up_w}, {std::nullopt, std::nullopt});
-    return gated_activation(both[0], both[1], Activation::relu2);
-  }
-  require_ternary(gate_w);
-  require_ternary(up_w);
-  check_fused_inputs(x, up, norm_weight, k);
-  for (const QuantizedWeights* w : {&gate_w, &up_w})
-    if (&w->packed.device() != device.get()) throw ArgumentError("x and the weights must live on one device");
-  std::vector<int64_t> shape(x.shape().begin(), x.shape().end() - 1);
-  shape.push_back(gate_w.rows);
-  Tensor out = Tensor::empty(device, shape, DType::float32);
-  const FusedInput fused{up ? &*up : nullptr, norm_weight ? &*norm_weight : nullptr, static_cast<float>(norm_eps)};
-  OpSequence op(device);
-  Tensor nonfinite = zeroed_counter(device);
-  record_matvec_fused(op.sequence(), {&gate_w, &up_w}, x, fused, m, std::nullopt, false, {out}, std::nullopt,
-                      nonfinite, use_hardware_dot(*device, std::nullopt), true);
-  op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
-  return out;
-}
-
-}  // namespace
-
 std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>& up,
                                     const std::optional<Tensor>& norm_weight, double norm_eps,
                                     const std::vector<const QuantizedWeights*>& weights,
@@ -414,19 +363,24 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   if (weights.empty()) throw ArgumentError("bitlinear_group: expected at least one weight");
   if (residuals.size() != weights.size())
     throw ArgumentError("bitlinear_group: expected one residual (or None) per weight");
-  if (gated_output) {
-    if (weights.size() != 2 || residuals[0] || residuals[1] || weights[0]->rows != weights[1]->rows)
-      throw ArgumentError("bitlinear_group: gated_output takes two weights (gate, up) of one shape, no residuals");
-    return {gated_product(x, up, norm_weight, norm_eps, *weights[0], *weights[1])};
-  }
+  if (gated_output && (weights.size() != 2 || residuals[0] || residuals[1] || weights[0]->rows != weights[1]->rows))
+    throw ArgumentError("bitlinear_group: gated_output takes two weights (gate, up) of one shape, no residuals");
   const int64_t k = weights[0]->cols;
   if (x.shape().empty() || x.shape().back() != k)
     throw ShapeError("x of shape " + shape_text(x.shape()) + " does not match weights with K = " +
                      std::to_string(k));
   const auto& device = x.device_ptr();
-  check_fused_inputs(x, up, norm_weight, k);
+  if (up) {
+    require_same_kind(x, "gate", *up, "up");
+    if (up->shape() != x.shape())
+      throw ShapeError("gate " + shape_text(x.shape()) + " and up " + shape_text(up->shape()) + " differ in shape");
+  }
+  if (norm_weight && (norm_weight->dtype() != DType::float32 || norm_weight->shape() != std::vector<int64_t>{k} ||
+                      &norm_weight->device() != device.get()))
+    throw ShapeError("norm weight: expected float32 (" + std::to_string(k) + ",) on x's device, got " +
+                     std::string(dtype_name(norm_weight->dtype())) + " " + shape_text(norm_weight->shape()));
   const int64_t m = static_cast<int64_t>(x.size()) / std::max<int64_t>(k, 1);
-  std::vector<Tensor> outputs;
+  std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 0; i < weights.size(); ++i) {
     const QuantizedWeights& w = *weights[i];
     require_ternary(w);
@@ -437,13 +391,23 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
     if (residuals[i] && (residuals[i]->dtype() != DType::float32 || residuals[i]->shape() != shape))
       throw ShapeError("residual " + std::to_string(i) + ": expected float32 " + shape_text(shape) + ", got " +
                        std::string(dtype_name(residuals[i]->dtype())) + " " + shape_text(residuals[i]->shape()));
-    outputs.push_back(Tensor::empty(device, shape, DType::float32));
+    shapes.push_back(std::move(shape));
   }
+  auto allocate = [&](size_t count) {
+    std::vector<Tensor> tensors;
+    for (size_t i = 0; i < count; ++i) tensors.push_back(Tensor::empty(device, shapes[i], DType::float32));
+    return tensors;
+  };
+  // gated_output where the products were computed apart: the gating as its own op.
+  auto finish = [&](std::vector<Tensor> outputs) {
+    return gated_output ? std::vector<Tensor>{gated_activation(outputs[0], outputs[1], Activation::relu2)} : outputs;
+  };
   if (m == 0 || k == 0) {
+    std::vector<Tensor> outputs = allocate(weights.size());
     if (m > 0)
       for (size_t i = 0; i < outputs.size(); ++i)
         outputs[i] = residuals[i] ? binary(outputs[i], *residuals[i], BinaryOp::add) : outputs[i];
-    return outputs;
+    return finish(outputs);
   }
   // Inputs the pre-pass cannot fuse run as their own ops first.
   Tensor input = x;
@@ -467,12 +431,18 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
                                                                   [](const auto& r) { return r.has_value(); }));
   if (algorithm == BitLinearAlgorithm::matvec && can_fuse_matvec(input, m, k) && one_dispatch &&
       environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(true)) {
+    // gated_output with whole 16-byte weight vectors: the dispatch writes relu(gate)^2 * up itself
+    // (BITNET_GPU_GATED_MATVEC=0 keeps the two products and the gating op; bit for bit the same).
+    const bool gated_out = gated_output && padded(k) % 64 == 0 &&
+                           environment_switch("BITNET_GPU_GATED_MATVEC").value_or(true);
+    std::vector<Tensor> outputs = allocate(gated_out ? 1 : weights.size());
     Tensor nonfinite = zeroed_counter(device);
     record_matvec_fused(sequence, weights, input, fused, m, residuals[0], residuals[0].has_value(), outputs,
-                        std::nullopt, nonfinite, hardware);
+                        std::nullopt, nonfinite, hardware, gated_out);
     op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
-    return outputs;
+    return gated_out ? outputs : finish(outputs);
   }
+  std::vector<Tensor> outputs = allocate(weights.size());
   const auto [prepared, scales, nonfinite] = prepare_rows(sequence, input, m, k, algorithm, fused);
   for (size_t i = 0; i < weights.size(); ++i) {
     if (algorithm == BitLinearAlgorithm::matvec)
@@ -486,7 +456,7 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   if (algorithm != BitLinearAlgorithm::matvec)
     for (size_t i = 0; i < outputs.size(); ++i)
       if (residuals[i]) outputs[i] = binary(outputs[i], *residuals[i], BinaryOp::add);
-  return outputs;
+  return finish(outputs);
 }
 
 BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std::optional<Tensor>& bias,
