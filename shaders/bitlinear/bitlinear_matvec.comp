@@ -42,8 +42,8 @@ layout(std430, binding = 9) buffer Counter { uint nonfinite_total; };
 // WEIGHTS > 1: weights b and c share the quantized rows (q, k, v; gate, up): workgroups
 // [0, groups_a) take weight a, then groups_b workgroups weight b, then weight c.
 layout(constant_id = 11) const uint WEIGHTS = 1;
-// GATED_OUT (WEIGHTS == 2, whole 16-byte vectors): y[m, n] = relu(g)^2 * u of gate row n (g) and
-// up row n (u), each computed as y would be, one subgroup taking both rows: the FFN's gated
+// GATED_OUT (WEIGHTS == 2, ROWS == 2): y[m, n] = relu(g)^2 * u of gate row n (g) and up row n
+// (u), each computed as y would be, a subgroup's two rows being those two: the FFN's gated
 // product in one dispatch, bit for bit what the GATED pre-pass of the next matvec makes of them.
 layout(constant_id = 12) const bool GATED_OUT = false;
 layout(std430, binding = 10) readonly buffer WeightsB { uint w_b[]; };
@@ -58,6 +58,7 @@ layout(std430, binding = 17) writeonly buffer OutputC { float y_c[]; };
 layout(std430, binding = 2) readonly buffer Activations { uvec4 x4[]; };
 layout(std430, binding = 3) readonly buffer RowSums { int row_sums[]; };
 layout(std430, binding = 4) readonly buffer Scales { float scales[]; };
+const bool GATED_OUT = false;
 #endif
 layout(std430, binding = 5) readonly buffer Gamma { float gamma[]; };
 layout(std430, binding = 6) readonly buffer Bias { float bias[]; };
@@ -171,58 +172,20 @@ uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
 #define GAMMA(which) gamma[0]
 #endif
 
+// A subgroup's row r at `first`: row first + r of the workgroup's weight, or with GATED_OUT row
+// `first` of weight r (gate, up).
+uint row_of(uint first, uint r) { return GATED_OUT ? first : first + r; }
+uint weight_of(uint which, uint r) { return GATED_OUT ? r : which; }
+const uint ROW_STEP = GATED_OUT ? 1 : ROWS;  // output rows a subgroup takes at a time
+
 int dot16(uvec4 xv, uint word) {
   return dot4(xv.x, codes(word, 0)) + dot4(xv.y, codes(word, 1)) + dot4(xv.z, codes(word, 2)) +
          dot4(xv.w, codes(word, 3));
 }
 
-#ifdef FUSED
-void gated_rows() {
-  const uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
-  const uint words = p.words_per_row, vectors = words / 4;
-  const uint group_first = gl_WorkGroupID.x * p.rows_per_group;
-  const uint group_end = min(group_first + p.rows_per_group, p.n);
-  for (uint n = group_first + gl_SubgroupID; n < group_end; n += gl_NumSubgroups) {
-    int acc[M * 2];  // gate, up for each activation row
-    [[unroll]] for (uint i = 0; i < M * 2; ++i) acc[i] = 0;
-    for (uint c0 = lane; c0 < vectors; c0 += width * UNROLL) {
-      uvec4 wv[UNROLL][2];
-      [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-        const uint c = c0 + u * width;
-        wv[u][0] = c < vectors ? w4[n * vectors + c] : uvec4(0x55555555u);
-        wv[u][1] = c < vectors ? w4_b[n * vectors + c] : uvec4(0x55555555u);
-      }
-      [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-        const uint c = c0 + u * width;
-        if (c >= vectors) break;
-        [[unroll]] for (uint m = 0; m < M; ++m)
-          [[unroll]] for (uint j = 0; j < 4; ++j) {
-            const uvec4 xv = ACTIVATIONS(m * words + c * 4 + j);
-            acc[m * 2] += dot16(xv, wv[u][0][j]);
-            acc[m * 2 + 1] += dot16(xv, wv[u][1][j]);
-          }
-      }
-    }
-    [[unroll]] for (uint m = 0; m < M; ++m) {
-      const int gate_acc = subgroupAdd(acc[m * 2]) - ROW_SUM(m);  // integer sums: exact in any order
-      const int up_acc = subgroupAdd(acc[m * 2 + 1]) - ROW_SUM(m);
-      if (lane == m % width) {
-        const float g = float(gate_acc) * gamma[0] / SCALE(m), u = float(up_acc) * gamma_b[0] / SCALE(m);
-        const float r = max(g, 0.0);
-        y[m * p.n + n] = r * r * u;
-      }
-    }
-  }
-}
-#endif
-
 void main() {
 #ifdef FUSED
   quantize_rows();
-  if (GATED_OUT) {
-    gated_rows();
-    return;
-  }
 #endif
   const uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
   const uint words = p.words_per_row;
@@ -241,8 +204,8 @@ void main() {
 #endif
   const uint group_first = group * p.rows_per_group;
   const uint group_end = min(group_first + p.rows_per_group, n_total);
-  for (uint first = group_first + gl_SubgroupID * ROWS; first < group_end;
-       first += gl_NumSubgroups * ROWS) {
+  for (uint first = group_first + gl_SubgroupID * ROW_STEP; first < group_end;
+       first += gl_NumSubgroups * ROW_STEP) {
     int acc[M * ROWS];
     [[unroll]] for (uint i = 0; i < M * ROWS; ++i) acc[i] = 0;
     if (VECTORS) {
@@ -252,8 +215,8 @@ void main() {
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
           const uint c = c0 + u * width;
           [[unroll]] for (uint r = 0; r < ROWS; ++r)
-            wv[u][r] = c < vectors && first + r < group_end ? W4(which, (first + r) * vectors + c)
-                                                            : uvec4(0x55555555u);
+            wv[u][r] = c < vectors && row_of(first, r) < group_end
+                           ? W4(weight_of(which, r), row_of(first, r) * vectors + c) : uvec4(0x55555555u);
         }
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
           const uint c = c0 + u * width;
@@ -270,13 +233,27 @@ void main() {
       for (uint c = lane; c < words; c += width) {
         uint wv[ROWS];
         [[unroll]] for (uint r = 0; r < ROWS; ++r)
-          wv[r] = first + r < group_end ? W(which, (first + r) * words + c) : 0x55555555u;
+          wv[r] = row_of(first, r) < group_end ? W(weight_of(which, r), row_of(first, r) * words + c) : 0x55555555u;
         [[unroll]] for (uint m = 0; m < M; ++m) {
           const uvec4 xv = ACTIVATIONS(m * words + c);
           [[unroll]] for (uint r = 0; r < ROWS; ++r) acc[m * ROWS + r] += dot16(xv, wv[r]);
         }
       }
     }
+#ifdef FUSED
+    if (GATED_OUT) {
+      [[unroll]] for (uint m = 0; m < M; ++m) {
+        const int gate_acc = subgroupAdd(acc[m * ROWS]) - ROW_SUM(m);  // integer sums: exact in any order
+        const int up_acc = subgroupAdd(acc[m * ROWS + 1]) - ROW_SUM(m);
+        if (lane == m % width) {
+          const float g = float(gate_acc) * gamma[0] / SCALE(m), u = float(up_acc) * gamma_b[0] / SCALE(m);
+          const float r = max(g, 0.0);
+          y[m * n_total + first] = r * r * u;
+        }
+      }
+      continue;
+    }
+#endif
     [[unroll]] for (uint i = 0; i < M * ROWS; ++i) {
       const int total = subgroupAdd(acc[i]);  // integer sums: exact in any order
       const uint m = i / ROWS, n = first + i % ROWS;
