@@ -40,7 +40,7 @@ void main() {
   const uint b = i / p.seq_tokens, at = i % p.seq_tokens;
   const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
   // Keys this query sees (it sits at position l - SEQ_TOKENS + at).
-  const uint keys = CAUSAL ? (l + at + 1 > p.seq_tokens ? min(l, l + at + 1 - p.seq_tokens) : 0) : l;
+  const uint keys = visible_keys(CAUSAL, l, at, p.seq_tokens);
   const uint base = b * p.cache_rows;
   if (lane < p.d) s_q[lane] = float(q[(i * p.hq + h) * p.d + lane]);
   barrier();

@@ -56,7 +56,7 @@ void main() {
   const uint g = h / (p.hq / p.hkv);
   const uint b = i / p.seq_tokens, at_token = i % p.seq_tokens;
   const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
-  const uint keys = CAUSAL ? (l + at_token + 1 > p.seq_tokens ? min(l, l + at_token + 1 - p.seq_tokens) : 0) : l;
+  const uint keys = visible_keys(CAUSAL, l, at_token, p.seq_tokens);
   const uint live = min((keys + SPLIT - 1) / SPLIT, p.splits);  // splits with keys to score
   // Value dimension e of key subset `subset`: 256 / D subsets run in parallel, summed in order.
   const uint subsets = max(1u, 256 / p.d), e = lane % p.d, subset = lane / p.d;

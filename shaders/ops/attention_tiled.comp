@@ -35,11 +35,6 @@ shared float s_m[BQ];
 shared float s_l[BQ];
 shared float s_correction[BQ];
 
-// Keys query `at` of its sequence sees (it sits at position l - SEQ_TOKENS + at).
-uint visible_keys(uint l, uint at) {
-  return CAUSAL ? (l + at + 1 > p.seq_tokens ? min(l, l + at + 1 - p.seq_tokens) : 0) : l;
-}
-
 const uint TILE_SHARE = BK * MOST_D / 256;  // tile elements an invocation stages
 
 // Elements lane + 256 i of the key and value tile [first, first + count) (zeros past the keys and
@@ -63,7 +58,7 @@ void main() {
   const uint g = h / (p.hq / p.hkv), d = p.d, d4 = (d + 3) / 4;
   const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
   const uint rows = min(BQ, p.seq_tokens - at0);
-  const uint most_keys = visible_keys(l, at0 + rows - 1);  // the block's last query sees the most
+  const uint most_keys = visible_keys(CAUSAL, l, at0 + rows - 1, p.seq_tokens);  // the block's last query sees the most
   const uint base = b * p.cache_rows, first_row = b * p.seq_tokens + at0;
   for (uint index = lane; index < BQ * 4 * d4; index += 256) {
     const uint row = index / (4 * d4), e = index % (4 * d4);
@@ -76,7 +71,7 @@ void main() {
   // Roles: scoring (score_row, score_key); values (value_row, vec4 value_dim + 16 t, t < 2).
   const uint score_row = lane / BK, score_key = lane % BK;
   const uint value_row = lane / 16, value_dim = lane % 16;
-  const uint my_keys = score_row < rows ? visible_keys(l, at0 + score_row) : 0;
+  const uint my_keys = score_row < rows ? visible_keys(CAUSAL, l, at0 + score_row, p.seq_tokens) : 0;
   vec4 acc[2] = vec4[2](vec4(0.0), vec4(0.0));
   // Each invocation stages elements lane + 256 i (i < TILE_SHARE) of a tile: the next tile's are
   // requested from memory before the current one is computed, so their latency overlaps it.

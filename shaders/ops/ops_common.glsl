@@ -46,3 +46,9 @@ float activation_derivative(uint op, float x, float alpha) {
   const float t = tanh(x);
   return 1.0 - t * t;
 }
+
+// Attention's causal rule (attention*.comp): keys that query `at` of a sequence of SEQ_TOKENS
+// new tokens sees among l (it sits at position l - SEQ_TOKENS + at); all l when not causal.
+uint visible_keys(bool causal, uint l, uint at, uint seq_tokens) {
+  return causal ? (l + at + 1 > seq_tokens ? min(l, l + at + 1 - seq_tokens) : 0) : l;
+}
