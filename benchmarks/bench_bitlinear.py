@@ -20,6 +20,9 @@ from common import (arguments, by_kernel, median_wall, profiled, torch_copy_gbps
 SHAPES = [(1, 2560, 6912), (1, 6912, 2560), (1, 4096, 4096), (1, 8192, 8192), (1, 16384, 16384),
           (8, 4096, 4096), (512, 4096, 4096), (2048, 4096, 4096), (2048, 2560, 6912)]
 SMALL = [(1, 2560, 6912), (8, 1024, 1024), (64, 512, 512)]
+# (M, K, N, group_size): weights with one scale per group along K, on their own kernel.
+GROUPED = [(1, 2560, 6912, 128), (1, 16384, 16384, 128), (8, 4096, 4096, 128), (512, 4096, 4096, 128)]
+GROUPED_SMALL = [(1, 2560, 6912, 128), (8, 1024, 1024, 64)]
 MATVEC_SETTINGS = [("2", "1"), ("4", "1"), ("8", "1"), ("2", "2"), ("4", "2"), ("2", "4"), ("4", "4")]
 COOPMAT_TILES = ["64x128", "128x128", "128x256", "256x128", "64x128x128", "128x128x128",
                  "64x256x128"]
@@ -114,6 +117,26 @@ def main():
         print(f"  {(m, k, n)}: {t * 1e6:.1f} us  " + "  ".join(
             f"{name}: {v * 1e6:.1f}" for name, v in row["variants"].items()), flush=True)
 
+    # Weights with one scale per group along K: beside the same shape with one scale per tensor.
+    results["grouped"] = []
+    for m, k, n, g in GROUPED_SMALL if device.info.type == "cpu" else GROUPED:
+        w = rng.standard_normal((n, k), dtype=np.float32)
+        q, q_tensor = bg.quantize_weights(w, group_size=g), bg.quantize_weights(w)
+        x = bg.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
+        t, kernels = gpu_time(device, lambda: bg.bitlinear(x, q), args.repeats)
+        t_tensor = gpu_time(device, lambda: bg.bitlinear(x, q_tensor), args.repeats)[0]
+        rows = min(m, 8)
+        y, acc = bg.bitlinear(x, q, return_accumulator=True)
+        xs = x.numpy()[:rows]
+        ry, racc = bg.reference.bitlinear(xs, q.unpack(), q.scale, scale=bg.quantize_activations(xs)[1])
+        row = {"shape": [m, k, n], "group_size": g, "gpu_s": t, "kernels": kernels,
+               "per_tensor_scale_gpu_s": t_tensor, "weight_GBps": q.packed_tensor.nbytes / t / 1e9,
+               "parity_rel": float(np.linalg.norm(y.numpy()[:rows] - ry) / np.linalg.norm(ry)),
+               "accumulators_exact": bool(np.array_equal(acc.numpy()[:rows], racc))}
+        if "copy_GBps" in results:
+            row["fraction_of_copy"] = row["weight_GBps"] / results["copy_GBps"]
+        results["grouped"].append(row)
+
     # A NumPy-in NumPy-out layer call, and what it is made of.
     layer = bg.nn.BitLinear(2560, 6912, bias=True, seed=0)
     xv = rng.standard_normal((1, 2560)).astype(np.float32)
@@ -146,6 +169,12 @@ def main():
         for tile, (rel, exact) in r.get("coopmat_parity", {}).items():
             print(f"  coopmat parity {tuple(r['shape'])} tile {tile}: y rel {rel:.1e}, "
                   f"accumulators {'bit-identical' if exact else 'DIFFER'}")
+    print("\nWeights with one scale per group (bitlinear_grouped), beside one scale per tensor:")
+    for r in results["grouped"]:
+        print(f"{str(tuple(r['shape'])):>20s} group {r['group_size']:5d}: {r['gpu_s'] * 1e6:9.1f} us "
+              f"({r['weight_GBps']:6.0f} GB/s{', %.1f%% of copy' % (100 * r['fraction_of_copy']) if 'fraction_of_copy' in r else ''}); "
+              f"one scale {r['per_tensor_scale_gpu_s'] * 1e6:9.1f} us; y rel {r['parity_rel']:.1e}, "
+              f"accumulators {'exact' if r['accumulators_exact'] else 'DIFFER'}")
     print("NumPy-in NumPy-out BitLinear(2560 -> 6912, bias), M = 1, median wall:")
     for name, s in parts.items():
         print(f"  {name:>45s}: {s * 1e6:7.1f} us")

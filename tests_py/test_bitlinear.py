@@ -143,15 +143,63 @@ def test_bitlinear_errors(device, rng):
             bg.bitlinear(x, q, algorithm="coopmat")
     with pytest.raises(bg.ArgumentError):
         bg.bitlinear(x, q, algorithm="fast")
+    grouped = bg.quantize_weights(rng.standard_normal((8, 32)).astype(np.float32), group_size=16)
+    with pytest.raises(bg.UnsupportedError, match="group_size=16 .*own kernel"):
+        bg.bitlinear(x, grouped, algorithm="tiled")
     with pytest.raises(bg.UnsupportedError, match="group_size"):
-        bg.bitlinear(x, bg.quantize_weights(rng.standard_normal((8, 32)).astype(np.float32),
-                                            group_size=16))
+        bg.bitlinear_backward_input(np.ones((2, 8), np.float32), grouped)
     bad = x.copy()
     bad[1, 3] = np.nan
     with pytest.raises(ValueError, match="1 NaN or Inf value"):
         bg.bitlinear(bad, q)
     assert bg.bitlinear(np.zeros((0, 32), np.float32), q).shape == (0, 8)
     check(x, q, bias, *bg.bitlinear(x, q, bias, return_accumulator=True))
+
+
+@pytest.mark.parametrize("m,k,n,g", [(1, 256, 33, 64), (3, 96, 7, 32), (17, 70, 9, 7), (1, 4097, 5, 17),
+                                     (8, 2560, 257, 128), (1000, 64, 9, 16), (2, 33, 3, 33), (1, 48, 1, 1),
+                                     (9, 4096, 3, 4096)])
+def test_bitlinear_with_one_scale_per_group(device, rng, m, k, n, g):
+    """Weights with group_size = g: y = sum_g gamma[:, g] acc_g / s within 1e-5 of the float64
+    reference (NUMERICS.md's matmul tolerance: the lanes add their float sums in their own order),
+    accumulators exact; groups of 16-weight multiples and groups that split a 16-weight word;
+    poisoned out= targets, with and without bias, float16 x."""
+    w = rng.standard_normal((n, k)).astype(np.float32) * rng.uniform(0.5, 2.0, (n, 1)).astype(np.float32)
+    q = bg.quantize_weights(w, group_size=g)
+    assert q.scale.shape == (n, k // g)
+    bias = rng.standard_normal(n).astype(np.float32)
+    for dtype, b in [(np.float32, None), (np.float32, bias), (np.float16, bias)]:
+        x = (rng.standard_normal((m, k)) * rng.uniform(0.1, 10)).astype(dtype)
+        y = np.full((m, n), np.nan, np.float32)
+        acc = np.full((m, n), -7, np.int32)
+        bg.bitlinear(x, q, b, return_accumulator=True, out=(y, acc))
+        s = bg.quantize_activations(np.asarray(x, np.float32))[1]
+        ry, racc = ref.bitlinear(x, q.unpack(), q.scale, b, scale=s)
+        assert np.array_equal(acc, racc)
+        assert np.linalg.norm(y - ry) <= 1e-5 * np.linalg.norm(ry)
+
+
+def test_group_scales_change_the_result_as_the_formula_says(device, rng):
+    """Scaling one group's gamma by 3 adds 2 * gamma_g * acc_g / s to y (a test that fails if the
+    kernel used one scale for the row)."""
+    n, k, g = 4, 128, 32
+    q = bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32), group_size=g)
+    scale = q.scale.copy()
+    scale[:, 2] *= 3
+    q3 = bg.TernaryWeights.from_packed(q.packed(), scale, (n, k), group_size=g)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    y, y3 = bg.bitlinear(x, q), bg.bitlinear(x, q3)
+    xq, s = bg.quantize_activations(x)
+    acc2 = xq[:, 2 * g:3 * g].astype(np.int64) @ q.unpack()[:, 2 * g:3 * g].T.astype(np.int64)
+    np.testing.assert_allclose(y3 - y, 2 * q.scale[:, 2] * acc2 / s[:, None], rtol=1e-4, atol=1e-5)
+
+
+def test_group_scaled_weights_in_mixed_precision_matmul(device, rng):
+    """int8 x ternary products do not depend on the scales: group weights give the exact int32."""
+    q = bg.quantize_weights(rng.standard_normal((9, 96)).astype(np.float32), group_size=32)
+    a = rng.integers(-128, 128, (5, 96), dtype=np.int8)
+    np.testing.assert_array_equal(bg.mixed_precision_matmul(a, q),
+                                  a.astype(np.int64) @ q.unpack().T.astype(np.int64))
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 33, 7), (70, 129, 65)])
@@ -231,6 +279,14 @@ def test_bitlinear_layer(device, rng):
     assert layer.backward_input(np.ones((3, 48), np.float32)).shape == (3, 64)
     with pytest.raises(ValueError):
         bg.nn.BitLinear(65, 48, _weights=layer.weight)
+    grouped = bg.nn.BitLinear.from_float(w, np.ones(10, np.float32), group_size=16)
+    q = bg.quantize_weights(w, group_size=16)
+    packed = bg.nn.BitLinear.from_packed(q.packed(), q.scale, (10, 64), group_size=16)
+    assert grouped.nbytes == 10 * 16 + 4 * 10 * 4 and grouped.weight.group_size == 16
+    np.testing.assert_allclose(grouped(x), packed(x) + 1, rtol=1e-6, atol=1e-6)
+    s = bg.quantize_activations(x)[1]
+    ry = ref.bitlinear(x, q.unpack(), q.scale, np.ones(10, np.float32), scale=s)[0]
+    assert np.linalg.norm(grouped(x) - ry) <= 1e-5 * np.linalg.norm(ry)
 
 
 def test_bitlinear_layer_bias_stays_in_step_with_its_device_copy(device, rng):

@@ -297,18 +297,20 @@ def test_property_weights_layer_and_ternary_matmul(device, m, n, k, data, group,
     np.testing.assert_allclose(bg.dequantize_weights(q), ref.dequantize(q.unpack(), q.scale, group),
                                rtol=1e-6)
     a = data.draw(hnp.arrays(np.int8, (m, k)))
-    if group is None:
-        assert np.array_equal(bg.mixed_precision_matmul(a, q), ref.exact_int_matmul(a, q.unpack().T))
-        b = data.draw(arrays(np.float32, (n,), st.floats(-1, 1, width=32))) if bias else None
-        layer = bg.nn.BitLinear.from_packed(q.packed(), q.scale, (n, k), bias=b)
-        x = data.draw(arrays(np.float32, (m, k), st.floats(-50, 50, width=32)))
-        s = bg.quantize_activations(x)[1]
-        # y = acc * gamma / s + bias can cancel to ~0 (the H100 found such a case); the rounding
-        # error is relative to the terms, not to their sum.
-        terms = np.abs(ref.bitlinear(x, q.unpack(), q.scale, None, scale=s)[0].astype(np.float64))
-        terms = terms + (0 if b is None else np.abs(b.astype(np.float64)))
-        expected = ref.bitlinear(x, q.unpack(), q.scale, b, scale=s)[0].astype(np.float64)
-        assert (np.abs(layer(x) - expected) <= 1e-6 * terms + 1e-30).all()
-    else:
-        with pytest.raises(bg.UnsupportedError, match="group_size"):
-            bg.mixed_precision_matmul(a, q)
+    assert np.array_equal(bg.mixed_precision_matmul(a, q), ref.exact_int_matmul(a, q.unpack().T))
+    b = data.draw(arrays(np.float32, (n,), st.floats(-1, 1, width=32))) if bias else None
+    layer = bg.nn.BitLinear.from_packed(q.packed(), q.scale, (n, k), bias=b, group_size=group)
+    x = data.draw(arrays(np.float32, (m, k), st.floats(-50, 50, width=32)))
+    xq, s = bg.quantize_activations(x)
+    # y = acc * gamma / s + bias can cancel to ~0 (the H100 found such a case); the rounding
+    # error is relative to the terms (each group's gamma * acc_g / s, and the bias), not to their sum.
+    groups = 1 if group is None else k // group
+    per_group = np.einsum("mgj,ngj->mng", xq.reshape(m, groups, -1).astype(np.float64),
+                          q.unpack().reshape(n, groups, -1).astype(np.float64))
+    gamma = np.broadcast_to(np.asarray(q.scale, np.float64).reshape(-1, groups) if group else q.scale, (n, groups))
+    terms = (np.abs(per_group) * gamma[None]).sum(-1) / s[:, None].astype(np.float64)
+    terms = terms + (0 if b is None else np.abs(b.astype(np.float64)))
+    expected = ref.bitlinear(x, q.unpack(), q.scale, b, scale=s)[0].astype(np.float64)
+    # one rounding per term and per addition: 1e-6 of the terms with one scale, 1e-5 with groups
+    tolerance = 1e-6 if group is None else 1e-5
+    assert (np.abs(layer(x) - expected) <= tolerance * terms + 1e-30).all()

@@ -35,11 +35,15 @@ std::string dot_variant(const char* base, bool hardware) {
   return std::string(base) + (hardware ? "_dot" : "_int");
 }
 
-void require_ternary(const QuantizedWeights& w) {
+void require_ternary_any_scales(const QuantizedWeights& w) {
   if (w.binary) throw UnsupportedError("bitlinear takes ternary weights, not binary ones");
+}
+
+void require_ternary(const QuantizedWeights& w) {
+  require_ternary_any_scales(w);
   if (w.group_size != 0)
     throw UnsupportedError("bitlinear takes weights with one scale per tensor; group_size=" +
-                           std::to_string(w.group_size) + " is not supported yet");
+                           std::to_string(w.group_size) + " is not supported here (bitlinear and ternary_matmul take it)");
 }
 
 // Interleaved, zero-padded int8 rows and their sums (see shaders/bitlinear/bitlinear_common.glsl).
@@ -325,7 +329,7 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
                                    {11, static_cast<int64_t>(weights.size())}, {12, gated_out}});
   const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
   // A subgroup takes `rows` rows at a time, or with gated_out one output row (a gate and an up row).
-  const uint32_t rows_per_group = gated_out ? subgroups : rows * subgroups;
+  const uint32_t rows_per_group = (gated_out ? subgroups : rows * subgroups);
   auto groups_of = [&](size_t i) {
     if (gated_out && i > 0) return uint64_t{0};
     return i < weights.size() ? (static_cast<uint64_t>(weights[i]->rows) + rows_per_group - 1) / rows_per_group : 0;
@@ -350,6 +354,34 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
                               weight(2).scales.binding(), out(2).binding()};
   const auto grid = checked_grid(*device, {groups_of(0) + groups_of(1) + groups_of(2), 1, 1},
                                  "N = " + std::to_string(w.rows));
+  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+}
+
+// Weights with one scale per group along K (bitlinear_grouped.comp): y and the exact
+// accumulators for any M, M_TILE activation rows a workgroup.
+void record_grouped(Sequence& sequence, const QuantizedWeights& w, const PreparedRows& prepared,
+                    const Tensor& scales, int64_t m, const std::optional<Tensor>& bias, const Tensor& y,
+                    const std::optional<Tensor>& accumulators, bool hardware) {
+  const auto& device = y.device_ptr();
+  const int64_t k = w.cols, n = w.rows;
+  const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
+  const int64_t m_tile = std::min<int64_t>(m, kMatvecMaxRows);
+  Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_grouped", hardware),
+                                  {{0, m_tile}, {1, bias.has_value()}, {2, accumulators.has_value()},
+                                   {3, w.group_size % 16 == 0}});
+  // Two rows a subgroup, one at a time.
+  const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
+  const uint32_t rows_per_group = 2 * subgroups;
+  struct {
+    uint32_t m, n, k, words_per_row, group, rows_per_group;
+  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k), words,
+         static_cast<uint32_t>(w.group_size), rows_per_group};
+  const Tensor& acc = accumulators ? *accumulators : y;
+  BufferBinding bindings[] = {w.packed.binding(), prepared.values.binding(), scales.binding(), w.scales.binding(),
+                              (bias ? *bias : w.scales).binding(), y.binding(), acc.binding()};
+  const auto grid = checked_grid(*device, {(static_cast<uint64_t>(n) + rows_per_group - 1) / rows_per_group,
+                                           static_cast<uint64_t>((m + m_tile - 1) / m_tile), 1},
+                                 "x of " + std::to_string(m) + " rows by N = " + std::to_string(n));
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }
 
@@ -463,7 +495,7 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
                           bool with_accumulators, BitLinearAlgorithm algorithm,
                           std::optional<bool> hardware_dot, const std::optional<Tensor>& out_y,
                           const std::optional<Tensor>& out_accumulators) {
-  require_ternary(w);
+  require_ternary_any_scales(w);
   require_float(x, "x");
   if (x.shape().empty() || x.shape().back() != w.cols)
     throw ShapeError("x of shape " + shape_text(x.shape()) + " does not match weights of shape (" +
@@ -487,6 +519,18 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
     result.accumulators =
         output(device, out_accumulators, out_shape, DType::int32, "accumulators", inputs);
   if (m == 0) return result;
+  if (w.group_size != 0) {  // one scale per group: its own kernel, whatever M
+    if (algorithm != BitLinearAlgorithm::automatic)
+      throw UnsupportedError("weights with group_size=" + std::to_string(w.group_size) +
+                             " run on their own kernel: leave algorithm unset");
+    const bool hardware = use_hardware_dot(*device, hardware_dot);
+    OpSequence op_sequence(device);
+    Sequence& sequence = op_sequence.sequence();
+    const auto [prepared, scales, nonfinite] = prepare_rows(sequence, x, m, k, BitLinearAlgorithm::matvec);
+    record_grouped(sequence, w, prepared, scales, m, bias, result.y, result.accumulators, hardware);
+    op_sequence.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
+    return result;
+  }
   if (algorithm == BitLinearAlgorithm::automatic && m <= kMatvecMaxRows)
     algorithm = BitLinearAlgorithm::matvec;
   if (algorithm != BitLinearAlgorithm::matvec) algorithm = matmul_path(*device, algorithm);
@@ -551,7 +595,7 @@ Tensor int8_matmul(const Tensor& a, const Tensor& b, BitLinearAlgorithm algorith
 
 Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, BitLinearAlgorithm algorithm,
                       std::optional<bool> hardware_dot) {
-  require_ternary(w);
+  require_ternary_any_scales(w);  // the accumulators do not depend on the scales
   if (a.dtype() != DType::int8)
     throw DTypeError("a: expected int8, got " + std::string(dtype_name(a.dtype())));
   if (a.shape().size() != 2 || a.shape()[1] != w.cols)

@@ -32,7 +32,9 @@ def bitlinear(x, w, bias=None, *, return_accumulator=False, algorithm=None, out=
     """y = (x_q . W_q^T) * gamma / s (+ bias), x float32/float16 [..., K] -> float32 [..., N].
 
     The per-token int8 quantization of x runs on the GPU in the same submission; accumulation is
-    exact in int32. w: TernaryWeights [N, K] (or a float matrix, quantized on the fly).
+    exact in int32. w: TernaryWeights [N, K] (or a float matrix, quantized on the fly), with one
+    scale or one per group along K: then y = sum_g gamma[:, g] * acc_g / s, on a kernel of its own
+    (a subgroup per output row; algorithm must stay None).
     algorithm: None (automatic: 'matvec' for up to 8 rows; above, 'coopmat' where the device has
     int8 tensor cores (bitnet_gpu.devices()[i]['features']['cooperative_matrix_int8']), else
     'tiled'), or one of 'matvec', 'tiled', 'coopmat' (UnsupportedError where not available).

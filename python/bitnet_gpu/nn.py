@@ -16,7 +16,8 @@ class BitLinear:
 
     ``BitLinear(in_features, out_features, bias=True)`` draws weights like a float linear layer
     (uniform in +-1/sqrt(in_features)) and quantizes them; ``BitLinear.from_float(w, bias)`` and
-    ``BitLinear.from_packed(packed, scale, shape, bias)`` wrap existing ones. Called on NumPy
+    ``BitLinear.from_packed(packed, scale, shape, bias)`` wrap existing ones, with one scale per
+    tensor or, given ``group_size``, one per group of that many weights along K. Called on NumPy
     arrays it returns NumPy; on Tensors, Tensors.
     """
 
@@ -37,18 +38,18 @@ class BitLinear:
                              f"({self.out_features}, {self.in_features})")
 
     @classmethod
-    def from_float(cls, w, bias=None, device=None) -> "BitLinear":
-        q = quantize_weights(w, device=device)
+    def from_float(cls, w, bias=None, device=None, *, group_size=None) -> "BitLinear":
+        q = quantize_weights(w, group_size=group_size, device=device)
         return cls(q.shape[1], q.shape[0], _weights=q, _bias=bias)
 
     @classmethod
-    def from_packed(cls, packed, scale, shape, bias=None, device=None) -> "BitLinear":
-        q = TernaryWeights.from_packed(packed, scale, shape, device=device)
+    def from_packed(cls, packed, scale, shape, bias=None, device=None, *, group_size=None) -> "BitLinear":
+        q = TernaryWeights.from_packed(packed, scale, shape, group_size=group_size, device=device)
         return cls(q.shape[1], q.shape[0], _weights=q, _bias=bias)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the packed weights and their scale on the device."""
+        """Bytes of the packed weights and their scales on the device."""
         return self.weight.nbytes
 
     @property

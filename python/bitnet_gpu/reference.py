@@ -182,13 +182,24 @@ def exact_int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def bitlinear(x: np.ndarray, q: np.ndarray, gamma, bias=None, scale=None):
     """(y float32, acc int32): x_q, s = quantize_activations(x); acc = x_q . W_q^T exactly;
-    y = acc * gamma / s (+ bias), in float32 in the kernel's order."""
+    y = acc * gamma / s (+ bias), in float32 in the kernel's order. gamma of shape [N, K // g]
+    (one scale per group of g weights along K): y = sum_g gamma[:, g] * acc_g / s, acc_g the exact
+    sum over group g, in float64; acc is still the sum over all of K."""
     x = np.asarray(x, np.float32)
     k = x.shape[-1]
     xq, s = quantize_activations(x.reshape(-1, k), 8, None if scale is None else np.asarray(
         scale, np.float32).reshape(-1))
     acc = exact_int_matmul(xq, q.T)
-    y = (acc.astype(np.float32) * np.float32(gamma)) / s[:, None]
+    gamma = np.asarray(gamma, np.float32)
+    if gamma.ndim == 2:
+        groups = gamma.shape[1]
+        size = k // groups
+        # [M, N, groups]: integers below 2**53 in float64 (|x_q| <= 128, |W_q| <= 1, K < 2**45)
+        per_group = np.einsum("mgj,ngj->mng", xq.reshape(-1, groups, size).astype(np.float64),
+                              np.asarray(q).reshape(-1, groups, size).astype(np.float64))
+        y = (per_group.astype(np.float64) * gamma.astype(np.float64)[None]).sum(-1) / s[:, None].astype(np.float64)
+    else:
+        y = (acc.astype(np.float32) * np.float32(gamma)) / s[:, None]
     if bias is not None:
         y = y + np.asarray(bias, np.float32)
     shape = x.shape[:-1] + (q.shape[0],)
