@@ -1,0 +1,145 @@
+"""Tuning sweeps: GPU time (Vulkan timestamps) of M = 1 BitLinear shapes and of a 2B4T decode step
+under settings of the BITNET_GPU_* tuning variables, everything recorded afresh for each setting.
+
+    python3 benchmarks/bench_knobs.py [--json FILE] [--repeats N]
+        [--settings "default;BITNET_GPU_MATVEC_ROWS=4;BITNET_GPU_MATVEC_ROWS=4,BITNET_GPU_MATVEC_UNROLL=2"]
+        [--shapes 1x2560x6912,1x16384x16384] [--contexts 128,2048] [--config 2b4t]
+
+Settings are separated by ";", the variables of one setting by ","; "default" is the build's
+defaults. Each decode row also lists the mean GPU time of every kernel of a layer.
+
+Isolated calls leave the GPU idle between them, and an idle H100 drops its SM clock to 345 MHz
+(nvidia-smi, measured): where PyTorch has CUDA, each BitLinear timing follows 50 ms of device
+copies so that it runs at the clock a busy GPU keeps, as the other benchmarks' runs beside PyTorch do.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+import bitnet_gpu as bg
+from bench_model import gpu_seconds, per_op  # benchmarks/bench_model.py
+from bitnet_gpu.models import BitNetConfig, BitNetModel
+from common import arguments, profiled, torch_cuda, write_results
+
+
+def parse_settings(text):
+    settings = []
+    for item in text.split(";"):
+        item = item.strip()
+        if not item or item == "default":
+            settings.append({})
+            continue
+        settings.append(dict(pair.split("=", 1) for pair in item.split(",")))
+    return settings
+
+
+def with_settings(setting, fn):
+    """fn() with the variables of `setting` set, the environment restored afterwards."""
+    old = {name: os.environ.get(name) for name in setting}
+    os.environ.update(setting)
+    try:
+        return fn()
+    finally:
+        for name, value in old.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+def label(setting):
+    return ",".join(f"{k.removeprefix('BITNET_GPU_')}={v}" for k, v in setting.items()) or "default"
+
+
+def per_kernel_of_a_layer(timings, layers):
+    """{"position: kernel": mean microseconds over the layers} of the ops a layer repeats, found
+    as the longest period (up to 20 ops) of the op labels that repeats `layers` times."""
+    names = [name for name, _ in timings]
+    for period in range(20, 0, -1):
+        for first in range(0, 11):
+            end = first + layers * period
+            if end <= len(names) and all(names[i] == names[i + period] for i in range(first, end - period)):
+                return {f"{j}: {names[first + j]}":
+                        sum(timings[first + j + period * layer][1] for layer in range(layers)) / layers * 1e6
+                        for j in range(period)}
+    return {}
+
+
+def main():
+    args = arguments(__doc__, lambda p: (
+        p.add_argument("--settings", default="default"),
+        p.add_argument("--shapes", default="1x2560x6912,1x6912x2560,1x4096x4096,1x8192x8192,1x16384x16384"),
+        p.add_argument("--contexts", default="128,2048"),
+        p.add_argument("--config", default="2b4t")))
+    settings = parse_settings(args.settings)
+    device = bg.default_device()
+    torch = torch_cuda()
+
+    def busy():  # the GPU at its working clock before a timing (see the module's docstring)
+        if torch is None:
+            return
+        a = torch.empty(2**26, dtype=torch.uint8, device="cuda")
+        b = torch.empty_like(a)
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.05:
+            b.copy_(a)
+            torch.cuda.synchronize()
+    rng = np.random.default_rng(0)
+    results = {"device": device.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "settings": [label(s) for s in settings], "bitlinear": [], "decode": []}
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+    for m, k, n in shapes:
+        q = bg.quantize_weights(rng.standard_normal((n, k), dtype=np.float32))
+        x = bg.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
+        reference = bg.bitlinear(x, q, return_accumulator=True)[1].numpy()
+        for setting in settings:
+            def run():
+                exact = np.array_equal(bg.bitlinear(x, q, return_accumulator=True)[1].numpy(), reference)
+                busy()
+                t, timings = profiled(bg, device, lambda: bg.bitlinear(x, q), args.repeats)
+                return t, [name for name, _ in timings], exact
+            t, kernels, exact = with_settings(setting, run)
+            row = {"shape": [m, k, n], "setting": label(setting), "gpu_us": t * 1e6, "kernels": kernels,
+                   "accumulators_equal_default": exact}
+            results["bitlinear"].append(row)
+            print(f"bitlinear {(m, k, n)} {label(setting):50s} {t * 1e6:8.2f} us  {'+'.join(kernels)}"
+                  f"{'' if exact else '  ACCUMULATORS DIFFER'}", flush=True)
+
+    contexts = [int(c) for c in args.contexts.split(",") if c]
+    if contexts:
+        config = BitNetConfig.preset(args.config)
+        model = BitNetModel.random(config, seed=0, max_tokens=max(contexts) + 8)
+        fill = np.random.default_rng(2).integers(0, config.vocab_size, (1, max(contexts))).astype(np.int32)
+        model._step(fill, 0, "last")
+        one = np.array([[17]], np.int32)
+        for context in contexts:
+            def step():
+                return model._step(one, context, "last")["next"].numpy()
+            warm = time.perf_counter()
+            while time.perf_counter() - warm < 2.0:  # clocks up before the first setting
+                step()
+            reference = step()
+            for setting in settings:
+                def measure():
+                    busy()
+                    model.reset_graphs()
+                    same = bool(np.array_equal(step(), reference))
+                    gpu = gpu_seconds(model, step, args.repeats)
+                    return gpu, per_kernel_of_a_layer(per_op(model, step), config.num_hidden_layers), same
+                gpu, kernels, same = with_settings(setting, measure)
+                row = {"context": context, "setting": label(setting), "gpu_us": gpu * 1e6,
+                       "layer_kernels_us": kernels, "same_token": same}
+                results["decode"].append(row)
+                print(f"decode ctx {context} {label(setting):50s} {gpu * 1e6:8.1f} us  " + "  ".join(
+                    f"{name} {us:.2f}" for name, us in kernels.items()) + ("" if same else "  TOKEN DIFFERS"),
+                    flush=True)
+            model.reset_graphs()
+    write_results(args.json, results)
+
+
+if __name__ == "__main__":
+    main()
