@@ -158,11 +158,12 @@ def test_bitlinear_errors(device, rng):
 
 @pytest.mark.parametrize("m,k,n,g", [(1, 256, 33, 64), (3, 96, 7, 32), (17, 70, 9, 7), (1, 4097, 5, 17),
                                      (8, 2560, 257, 128), (1000, 64, 9, 16), (2, 33, 3, 33), (1, 48, 1, 1),
-                                     (9, 4096, 3, 4096)])
+                                     (9, 4096, 3, 4096), (1, 192, 5, 192)])
 def test_bitlinear_with_one_scale_per_group(device, rng, m, k, n, g):
     """Weights with group_size = g: y = sum_g gamma[:, g] acc_g / s within 1e-5 of the float64
     reference (NUMERICS.md's matmul tolerance: the lanes add their float sums in their own order),
-    accumulators exact; groups of 16-weight multiples and groups that split a 16-weight word;
+    accumulators exact; groups of 16-weight multiples (in whole 64-weight vectors or not) and
+    groups that split a 16-weight word; odd N (two rows a subgroup);
     poisoned out= targets, with and without bias, float16 x."""
     w = rng.standard_normal((n, k)).astype(np.float32) * rng.uniform(0.5, 2.0, (n, 1)).astype(np.float32)
     q = bg.quantize_weights(w, group_size=g)

@@ -359,6 +359,7 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
 
 // Weights with one scale per group along K (bitlinear_grouped.comp): y and the exact
 // accumulators for any M, M_TILE activation rows a workgroup.
+constexpr uint32_t kGroupedRows = 2;
 void record_grouped(Sequence& sequence, const QuantizedWeights& w, const PreparedRows& prepared,
                     const Tensor& scales, int64_t m, const std::optional<Tensor>& bias, const Tensor& y,
                     const std::optional<Tensor>& accumulators, bool hardware) {
@@ -368,17 +369,19 @@ void record_grouped(Sequence& sequence, const QuantizedWeights& w, const Prepare
   const int64_t m_tile = std::min<int64_t>(m, kMatvecMaxRows);
   Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_grouped", hardware),
                                   {{0, m_tile}, {1, bias.has_value()}, {2, accumulators.has_value()},
-                                   {3, w.group_size % 16 == 0}});
-  // Two rows a subgroup, one at a time.
+                                   {3, w.group_size % 16 == 0}, {4, w.group_size % 16 == 0 && words % 4 == 0},
+                                   {5, int64_t{kGroupedRows}}});
+  // kGroupedRows rows a subgroup at a time, one round of them a workgroup.
   const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
-  const uint32_t rows_per_group = 2 * subgroups;
+  const uint32_t rows_per_group = kGroupedRows * subgroups;
   struct {
     uint32_t m, n, k, words_per_row, group, rows_per_group;
   } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k), words,
          static_cast<uint32_t>(w.group_size), rows_per_group};
   const Tensor& acc = accumulators ? *accumulators : y;
   BufferBinding bindings[] = {w.packed.binding(), prepared.values.binding(), scales.binding(), w.scales.binding(),
-                              (bias ? *bias : w.scales).binding(), y.binding(), acc.binding()};
+                              (bias ? *bias : w.scales).binding(), y.binding(), acc.binding(),
+                              w.packed.binding()};
   const auto grid = checked_grid(*device, {(static_cast<uint64_t>(n) + rows_per_group - 1) / rows_per_group,
                                            static_cast<uint64_t>((m + m_tile - 1) / m_tile), 1},
                                  "x of " + std::to_string(m) + " rows by N = " + std::to_string(n));
