@@ -136,6 +136,14 @@ uint32_t matvec_rows(int64_t m, int64_t k) {
   return tuning_value("BITNET_GPU_MATVEC_ROWS", k >= 8192 && m <= 4 ? 4 : 2, 16);
 }
 uint32_t matvec_unroll() { return tuning_value("BITNET_GPU_MATVEC_UNROLL", 1, 4); }
+// Whether a fused matvec requests its first weights before its pre-pass, or
+// BITNET_GPU_MATVEC_PREFETCH=0|1. Measured on the H100 in the 2B4T decode step (2026-11-23): q/k/v
+// 8.6 -> 8.0 us and o 7.9 -> 7.6 us with it; the gate/up dispatch with the gated output (864
+// workgroups) 11.9 -> 13.3 us and (1, 8192, 8192) 12.0 -> 17.8 us, so it is on for rows up to
+// 4096 values and one output per weight row.
+bool matvec_prefetch(int64_t k, bool gated_out) {
+  return environment_switch("BITNET_GPU_MATVEC_PREFETCH").value_or(k <= 4096 && !gated_out);
+}
 
 // The cooperative-matrix tile TILE_M x TILE_N and K step: 256 x 128 for large M, 64 x 128 below
 // (more workgroups to fill the GPU), K in steps of 64; or BITNET_GPU_COOPMAT_TILE=MxN[xK] (M and N
@@ -320,13 +328,21 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
   const QuantizedWeights& w = *weights[0];
   const int64_t k = w.cols;
   const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
-  const uint32_t rows = gated_out ? 2 : matvec_rows(m, k), unroll = matvec_unroll();
+  const uint32_t rows = gated_out ? 2 : matvec_rows(m, k);
+  const uint32_t subgroup_size = std::max<uint32_t>(1, device->info().subgroup_size);
+  // With the first weights requested before the pre-pass, a lane requests all of its vectors of
+  // a row at once (up to 4), unless BITNET_GPU_MATVEC_UNROLL says otherwise.
+  const bool prefetch = matvec_prefetch(k, gated_out) && words % 4 == 0;
+  const uint32_t unroll = prefetch && !std::getenv("BITNET_GPU_MATVEC_UNROLL")
+                              ? std::clamp<uint32_t>((words / 4 + subgroup_size - 1) / subgroup_size, 1, 4)
+                              : matvec_unroll();
   Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware) + "_fused",
                                   {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
                                    {3, accumulators.has_value()}, {4, words % 4 == 0}, {5, int64_t{unroll}},
                                    {6, residual}, {7, fused.norm_weight != nullptr}, {8, fused.up != nullptr},
                                    {9, int64_t{m * padded(k) / 4}}, {10, int64_t{(padded(k) / 4 + 255) / 256}},
-                                   {11, static_cast<int64_t>(weights.size())}, {12, gated_out}});
+                                   {11, static_cast<int64_t>(weights.size())}, {12, gated_out},
+                                   {13, prefetch}});
   const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
   // A subgroup takes `rows` rows at a time, or with gated_out one output row (a gate and an up row).
   const uint32_t rows_per_group = (gated_out ? subgroups : rows * subgroups);

@@ -30,6 +30,9 @@ layout(constant_id = 4) const bool VECTORS = true;  // rows of W are whole 16-by
 layout(constant_id = 5) const uint UNROLL = 1;      // vectors of each row a lane loads at once
 layout(constant_id = 6) const bool RESIDUAL = false;  // bias is a residual [M, N] added to y
 layout(constant_id = 7) const bool NORM = false;    // FUSED: RMS-normalize the rows first
+// FUSED: each subgroup's first weight vectors are requested before the pre-pass (and awaited while
+// the pre-pass's own loads are in flight).
+layout(constant_id = 13) const bool PREFETCH = false;
 layout(constant_id = 8) const bool GATED = false;   // FUSED: quantize relu(x)^2 * up
 layout(constant_id = 9) const uint SHARED_WORDS = 1;  // FUSED: M * Kp / 4
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
@@ -78,33 +81,38 @@ layout(push_constant) uniform Push { uint n; uint words_per_row; uint rows_per_g
 // Vectors per invocation held in registers: ceil(K / 4 / 256), at most 16 (K <= 16384).
 layout(constant_id = 10) const uint CACHED = 16;
 shared uint s_x[SHARED_WORDS];  // the quantized rows, interleaved, as bitlinear_prepare writes them
-shared int s_row_sum[8];
-shared float s_scale[8];
+int row_sums[M];      // each row's sum and scale, the same in every invocation
+float row_scales[M];
 shared float s_reduce[256];
+shared float s_reduce_max[256];
+shared int s_reduce_int[256];
 shared uint s_bad[256];
+shared uint s_sink[256];
 
-// The workgroup's sum (float, fixed order) or max of one value per invocation.
+// The workgroup's sum (float, fixed order) or max of one value per invocation. One barrier each:
+// the sum, the max and the rows' integer sums use scratch of their own, and each is written again
+// (the next row) only after a later barrier that every invocation reaches after reading it.
 float workgroup_sum(float v) {
   v = subgroupAdd(v);
   if (subgroupElect()) s_reduce[gl_SubgroupID] = v;
   barrier();
   float total = 0.0;
   for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce[s];
-  barrier();
   return total;
 }
 
 float workgroup_max(float v) {
   v = subgroupMax(v);
-  if (subgroupElect()) s_reduce[gl_SubgroupID] = v;
+  if (subgroupElect()) s_reduce_max[gl_SubgroupID] = v;
   barrier();
   float result = 0.0;
-  for (uint s = 0; s < gl_NumSubgroups; ++s) result = max(result, s_reduce[s]);
-  barrier();
+  for (uint s = 0; s < gl_NumSubgroups; ++s) result = max(result, s_reduce_max[s]);
   return result;
 }
 
-void quantize_rows() {
+// sink: a value made of the prefetched weights (PREFETCH), stored once the rows are requested so
+// that the weights are waited for while the rows' loads are in flight, not after the pre-pass.
+void quantize_rows(uint sink) {
   const uint lane = gl_LocalInvocationID.x;
   const uint vectors = p.k / 4, padded_vectors = p.words_per_row * 4;
   uint bad = 0;
@@ -118,6 +126,7 @@ void quantize_rows() {
         cache[c] = g * g * up4[m * vectors + v];
       }
     }
+    if (PREFETCH && m == 0) s_sink[lane] = sink;
     if (NORM) {
       float squares = 0.0;
       [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[c], cache[c]);
@@ -139,15 +148,12 @@ void quantize_rows() {
       }
     }
     sum = subgroupAdd(sum);  // integer sums: exact in any order
-    if (subgroupElect()) s_reduce[gl_SubgroupID] = intBitsToFloat(sum);
-    barrier();
-    if (lane == 0) {
-      int total = 0;
-      for (uint s = 0; s < gl_NumSubgroups; ++s) total += floatBitsToInt(s_reduce[s]);
-      s_row_sum[m] = total;
-      s_scale[m] = scale;
-    }
-    barrier();
+    if (subgroupElect()) s_reduce_int[gl_SubgroupID] = sum;
+    barrier();  // s_x and the subgroups' sums are written
+    int total = 0;
+    for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce_int[s];
+    row_sums[m] = total;
+    row_scales[m] = scale;
   }
   bad = subgroupAdd(bad);
   if (gl_WorkGroupID.x == 0 && subgroupElect() && bad > 0) atomicAdd(nonfinite_total, bad);
@@ -157,8 +163,8 @@ uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
   return uvec4(s_x[4 * index], s_x[4 * index + 1], s_x[4 * index + 2], s_x[4 * index + 3]);
 }
 #define ACTIVATIONS(index) activation_vector(index)
-#define ROW_SUM(m) s_row_sum[m]
-#define SCALE(m) s_scale[m]
+#define ROW_SUM(m) row_sums[m]
+#define SCALE(m) row_scales[m]
 // The weight a workgroup takes (uniform in the workgroup; ?: evaluates one side only).
 #define W4(which, index) ((which) == 0 ? w4[index] : (which) == 1 ? w4_b[index] : w4_c[index])
 #define W(which, index) ((which) == 0 ? w[index] : (which) == 1 ? w_b[index] : w_c[index])
@@ -183,10 +189,17 @@ int dot16(uvec4 xv, uint word) {
          dot4(xv.w, codes(word, 3));
 }
 
+// The UNROLL vectors from c0 of the subgroup's ROWS rows at `first` (whole 16-byte vectors).
+void load_weights(out uvec4 wv[UNROLL][ROWS], uint which, uint first, uint c0, uint vectors, uint group_end) {
+  [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+    const uint c = c0 + u * gl_SubgroupSize;
+    [[unroll]] for (uint r = 0; r < ROWS; ++r)
+      wv[u][r] = c < vectors && row_of(first, r) < group_end
+                     ? W4(weight_of(which, r), row_of(first, r) * vectors + c) : uvec4(0x55555555u);
+  }
+}
+
 void main() {
-#ifdef FUSED
-  quantize_rows();
-#endif
   const uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
   const uint words = p.words_per_row;
   uint which = 0, group = gl_WorkGroupID.x, n_total = p.n;
@@ -204,6 +217,18 @@ void main() {
 #endif
   const uint group_first = group * p.rows_per_group;
   const uint group_end = min(group_first + p.rows_per_group, n_total);
+  uvec4 early[UNROLL][ROWS];  // PREFETCH: the first pass's first vectors
+  bool prefetched = false;
+#ifdef FUSED
+  prefetched = PREFETCH && VECTORS;
+  uint sink = 0;
+  if (prefetched) {
+    load_weights(early, which, group_first + gl_SubgroupID * ROW_STEP, lane, words / 4, group_end);
+    [[unroll]] for (uint u = 0; u < UNROLL; ++u)
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) sink ^= early[u][r].x ^ early[u][r].y ^ early[u][r].z ^ early[u][r].w;
+  }
+  quantize_rows(sink);
+#endif
   for (uint first = group_first + gl_SubgroupID * ROW_STEP; first < group_end;
        first += gl_NumSubgroups * ROW_STEP) {
     int acc[M * ROWS];
@@ -212,11 +237,12 @@ void main() {
       const uint vectors = words / 4;
       for (uint c0 = lane; c0 < vectors; c0 += width * UNROLL) {
         uvec4 wv[UNROLL][ROWS];
-        [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-          const uint c = c0 + u * width;
-          [[unroll]] for (uint r = 0; r < ROWS; ++r)
-            wv[u][r] = c < vectors && row_of(first, r) < group_end
-                           ? W4(weight_of(which, r), row_of(first, r) * vectors + c) : uvec4(0x55555555u);
+        if (prefetched) {
+          [[unroll]] for (uint u = 0; u < UNROLL; ++u)
+            [[unroll]] for (uint r = 0; r < ROWS; ++r) wv[u][r] = early[u][r];
+          prefetched = false;
+        } else {
+          load_weights(wv, which, first, c0, vectors, group_end);
         }
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
           const uint c = c0 + u * width;
