@@ -159,6 +159,17 @@ def test_decode_attention(monkeypatch, fused, batch, hq, hkv, d, rows, start):
     np.testing.assert_array_equal(v_cache.numpy(), vc)
 
 
+@pytest.mark.parametrize("split", ["16", "64"])
+@pytest.mark.parametrize("batch,hq,hkv,d,rows,start", [
+    (1, 4, 1, 16, 64, 0), (3, 20, 5, 128, 130, 32), (1, 8, 4, 36, 70, 69), (2, 4, 1, 256, 300, 250),
+    (1, 8, 1, 8, 200, 150)])
+def test_decode_attention_with_other_split_sizes(monkeypatch, split, batch, hq, hkv, d, rows, start):
+    """16 and 64 keys a workgroup (BITNET_GPU_DECODE_SPLIT; 64 only where G * 64 <= 256, the last
+    case keeps 32) against NumPy, the untouched cache rows poisoned."""
+    monkeypatch.setenv("BITNET_GPU_DECODE_SPLIT", split)
+    test_decode_attention(monkeypatch, "1", batch, hq, hkv, d, rows, start)
+
+
 def test_decode_attention_replays_at_growing_lengths():
     """A recorded step replayed over many positions: the merge's counters start from zero every
     time, and each replay appends its key for the next."""
@@ -384,6 +395,20 @@ def test_greedy_generation_matches_reference_for_32_steps(tiny_model, seed):
     ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 32)
     np.testing.assert_array_equal(out, ref)
     assert len(np.unique(out[:, 6:])) > 4  # the test generates varied tokens
+
+
+def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatch):
+    """Decode graphs take 16 keys a workgroup up to SHORT_DECODE_CONTEXT tokens and 32 beyond: a
+    generation that crosses the switch (set at 9 tokens here) still gives the reference's ids, and
+    records one decode graph of each kind."""
+    monkeypatch.setattr(tiny_model, "SHORT_DECODE_CONTEXT", 9)
+    tiny_model.reset_graphs()
+    prompt = np.random.default_rng(11).integers(0, tiny_model.config.vocab_size, (2, 6))
+    out = tiny_model.generate(prompt, 24)
+    ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 24)
+    np.testing.assert_array_equal(out, ref)
+    assert sorted(key[3] for key in tiny_model._graphs if key[1] == 1) == [16, 32]
+    tiny_model.reset_graphs()
 
 
 def test_decode_steps_equal_a_full_forward(tiny_model):

@@ -1,6 +1,7 @@
 #include "ops/model.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,22 @@
 
 namespace bitnet::ops {
 
-constexpr int64_t kDecodeSplitKeys = 32;  // SPLIT in shaders/model/decode_attention.comp
+// Keys a decode_attention workgroup takes (SPLIT in shaders/model/decode_attention.comp): the
+// caller's 16, 32 or 64 (0: 32), or BITNET_GPU_DECODE_SPLIT for tuning; 32 where G * SPLIT would
+// pass 256.
+int64_t decode_split_keys(int64_t heads_per_kv, int64_t requested) {
+  if (requested != 0 && requested != 16 && requested != 32 && requested != 64)
+    throw ArgumentError("split_keys: expected 16, 32 or 64 (or 0), got " + std::to_string(requested));
+  const char* text = std::getenv("BITNET_GPU_DECODE_SPLIT");
+  int64_t split = requested != 0 ? requested : 32;
+  if (text && *text) {
+    const std::string value(text);
+    if (value != "16" && value != "32" && value != "64")
+      throw ArgumentError("BITNET_GPU_DECODE_SPLIT=" + value + ": expected 16, 32 or 64");
+    split = std::stoll(value);
+  }
+  return heads_per_kv * split <= 256 ? split : 32;
+}
 
 Tensor embedding(const Tensor& table, const Tensor& ids, const std::optional<Tensor>& given) {
   require_float(table, "table");
@@ -158,7 +174,8 @@ Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos, const Tensor& sin,
-                        const Tensor& start, const Tensor& k_cache, const Tensor& v_cache) {
+                        const Tensor& start, const Tensor& k_cache, const Tensor& v_cache,
+                        int64_t requested_split) {
   const AppendShape shape = check_append("decode_attention", q, k, v, cos, sin, start, k_cache, v_cache);
   const auto& device = q.device_ptr();
   const int64_t heads_per_kv = shape.hkv > 0 && shape.hq % shape.hkv == 0 ? shape.hq / shape.hkv : 0;
@@ -166,7 +183,8 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   // and the shared memory it needs; otherwise (or with BITNET_GPU_FUSED_ATTENTION=0) the two ops it fuses.
   // Its shared memory (shaders/model/decode_attention.comp): s_q, s_part, s_p, the per-head values,
   // five 256-entry arrays of which one is vec4, and a flag.
-  const int64_t shared_bytes = 4 * (2 * heads_per_kv * 256 + heads_per_kv * kDecodeSplitKeys + 4 * heads_per_kv +
+  const int64_t split_keys = decode_split_keys(heads_per_kv, requested_split);
+  const int64_t shared_bytes = 4 * (2 * heads_per_kv * 256 + heads_per_kv * split_keys + 4 * heads_per_kv +
                                     4 * 256) + 16 * 256 + 16;
   const bool fused = shape.rows == shape.batch && shape.d % 4 == 0 && shape.d <= 256 && heads_per_kv >= 1 &&
                      heads_per_kv <= 8 && shared_bytes <= device->limits().maxComputeSharedMemorySize &&
@@ -177,7 +195,7 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
   Tensor out = Tensor::empty(device, q.shape(), DType::float32);
   if (shape.rows == 0 || shape.hq == 0) return out;
-  const int64_t splits = (shape.cache_rows + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
+  const int64_t splits = (shape.cache_rows + split_keys - 1) / split_keys;
   Tensor partial = Tensor::empty(device, std::vector<int64_t>{shape.batch, shape.hq, splits, shape.d + 4},
                                  DType::float32);
   // The last workgroup of each (sequence, KV head) resets its counter: zeroed once, here.
@@ -193,7 +211,7 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   } push{static_cast<uint32_t>(shape.hq), static_cast<uint32_t>(shape.hkv), static_cast<uint32_t>(shape.d),
          static_cast<uint32_t>(shape.cache_rows), static_cast<uint32_t>(cos.shape()[0]),
          static_cast<uint32_t>(splits), 1.0f / std::sqrt(static_cast<float>(shape.d))};
-  Kernel kernel = Kernel::builtin(device, "decode_attention", {{0, heads_per_kv}});
+  Kernel kernel = Kernel::builtin(device, "decode_attention", {{0, heads_per_kv}, {1, split_keys}});
   BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), cos.binding(), sin.binding(),
                               k_cache.binding(), v_cache.binding(), k_cache.binding(), start.binding(),
                               partial.binding(), counter.binding(), out.binding(), v_cache.binding(),

@@ -25,8 +25,9 @@ Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 // rope_append, then attention_cached over the caches (causal), for one new token a sequence (q
 // [B, HQ, D], k and v [B, HKV, D]) in one dispatch that reads each cached key and value once for
-// the query heads sharing it; out [B, HQ, D]. Other shapes run the two ops.
+// the query heads sharing it; out [B, HQ, D]. Other shapes run the two ops. split_keys: keys a
+// workgroup takes (16, 32 or 64), or 0 for 32; BITNET_GPU_DECODE_SPLIT overrides either.
 Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos, const Tensor& sin,
-                        const Tensor& start, const Tensor& k_cache, const Tensor& v_cache);
+                        const Tensor& start, const Tensor& k_cache, const Tensor& v_cache, int64_t split_keys = 0);
 
 }  // namespace bitnet::ops

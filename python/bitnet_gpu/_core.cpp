@@ -721,7 +721,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("rope_append", &ops::rope_append, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cos"),
         py::arg("sin"), py::arg("start"), py::arg("k_cache"), py::arg("v_cache"), release);
   m.def("decode_attention", &ops::decode_attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cos"),
-        py::arg("sin"), py::arg("start"), py::arg("k_cache"), py::arg("v_cache"), release);
+        py::arg("sin"), py::arg("start"), py::arg("k_cache"), py::arg("v_cache"), py::arg("split_keys") = 0,
+        release);
   m.def("embedding", &ops::embedding, py::arg("table"), py::arg("ids"), py::arg("out") = py::none(), release);
   m.def("linear_rows", &ops::linear_rows, py::arg("x"), py::arg("w"), py::arg("out") = py::none(), release);
   m.def("argmax_rows", &ops::argmax_rows, py::arg("x"), py::arg("out") = py::none(), release);

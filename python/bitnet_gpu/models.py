@@ -319,9 +319,10 @@ class BitNetModel:
     def cache_nbytes(self) -> int:
         return sum(k.nbytes + v.nbytes for caches in self._caches.values() for k, v in caches)
 
-    def _record(self, batch, tokens, logits):
+    def _record(self, batch, tokens, logits, split_keys=0):
         """Records one step of `tokens` new tokens for `batch` sequences after `start` cached ones.
-        logits: 'last' (each sequence's last token, and its argmax) or 'all'."""
+        logits: 'last' (each sequence's last token, and its argmax) or 'all'. split_keys: the keys
+        a decode attention workgroup takes (0: its default)."""
         c = self.config
         rows = batch * tokens
         graph = Graph(self.device, timings=self.timings)
@@ -339,7 +340,7 @@ class BitNetModel:
                 kv_shape = (rows, c.num_key_value_heads, c.head_dim)
                 q, k, v = q.reshape(rows, c.num_attention_heads, c.head_dim), k.reshape(*kv_shape), v.reshape(*kv_shape)
                 if tokens == 1:  # decode: RoPE, the cache append and attention in one dispatch
-                    a = _core.decode_attention(q, k, v, self._cos, self._sin, start, k_cache, v_cache)
+                    a = _core.decode_attention(q, k, v, self._cos, self._sin, start, k_cache, v_cache, split_keys)
                 else:
                     q = _core.rope_append(q, k, v, self._cos, self._sin, start, k_cache, v_cache)
                     a = _core.attention_cached(q, k_cache, v_cache, start, True)
@@ -367,16 +368,22 @@ class BitNetModel:
     # Prefill graphs hold their intermediates (hundreds of MB for long prompts): only the most
     # recent few are kept; decode graphs (one token a sequence) are kept for every batch size.
     KEPT_PREFILL_GRAPHS = 2
+    # A decode step's attention takes 16 keys a workgroup while the context is at most this many
+    # tokens, 32 beyond (one recorded decode graph for each). H100, 2B4T, GPU time a step with 16
+    # against 32: 1612 / 1698 us at 128 cached tokens, 1657 / 1705 at 512, 1690 / 1715 at 768,
+    # 1882 / 1738 at 1024 (where 16-key splits need a second merge chunk), 2193 / 2013 at 2048.
+    SHORT_DECODE_CONTEXT = 768
 
-    def _graph(self, batch, tokens, logits):
-        key = (batch, tokens, logits)
+    def _graph(self, batch, tokens, logits, start=0):
+        split = 0 if tokens > 1 else 16 if start + 1 <= self.SHORT_DECODE_CONTEXT else 32
+        key = (batch, tokens, logits, split)
         if key in self._graphs:
             self._graphs[key] = self._graphs.pop(key)  # most recently used last
             return self._graphs[key]
         prefill = [k for k in self._graphs if k[1] > 1]
         if tokens > 1 and len(prefill) >= self.KEPT_PREFILL_GRAPHS:
             del self._graphs[prefill[0]]
-        self._graphs[key] = self._record(batch, tokens, logits)
+        self._graphs[key] = self._record(batch, tokens, logits, split)
         return self._graphs[key]
 
     def _ids(self, token_ids):
@@ -395,7 +402,7 @@ class BitNetModel:
         batch, tokens = ids.shape
         if start + tokens > self.max_tokens:
             raise _core.ShapeError(f"{start} cached + {tokens} new tokens exceed max_tokens={self.max_tokens}")
-        graph = self._graph(batch, tokens, logits)
+        graph = self._graph(batch, tokens, logits, start)
         return graph.run(ids=ids.reshape(-1), start=np.array([start], np.int32))
 
     def forward(self, token_ids) -> np.ndarray:

@@ -4,15 +4,15 @@
 //   k_cache[b, P] = rope(k[b]),  v_cache[b, P] = v[b]            (rope as in rope_append.comp)
 //   out[b, h] = softmax(rope(q[b, h]) . K^T / sqrt(D)) V         over cache rows [0, min(P + 1, ROWS))
 // so the steps rope_append + attention_cached make, with each key and value row read once for
-// the G = HQ / HKV query heads that share it. Workgroup (s, g, b) takes keys [32 s, 32 s + 32)
-// of KV head g: it scores them (eight invocations a key), takes their softmax weights and
+// the G = HQ / HKV query heads that share it. Workgroup (s, g, b) takes keys [SPLIT s, SPLIT s + SPLIT)
+// of KV head g: it scores them (PARTS invocations a key), takes their softmax weights and
 // value sums, and writes its max m, sum of exp(score - m) and weighted values for each of its G
 // heads. The workgroup holding key P computes that key and value itself (and appends them).
 // The last workgroup of (g, b) to finish, counted by an atomic, then merges the splits:
 // out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), taking CHUNK splits at a time (maxima and
 // totals by halving in shared memory, value sums as vec4 with eight loads in flight, rescaled as
 // the running maximum grows), and resets the counter for the next step. Needs D % 4 == 0,
-// D <= 256 and G <= 8 (decode_attention falls back otherwise).
+// D <= 256 and G <= 8 (decode_attention falls back otherwise), and G * SPLIT <= 256.
 #extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint G = 1;  // query heads a KV head serves
@@ -34,8 +34,10 @@ layout(push_constant) uniform Push {
   uint hq; uint hkv; uint d; uint cache_rows; uint table_rows; uint splits; float scale;
 } p;
 
-const uint SPLIT = 32;
-const uint MOST_VECTORS = 8;  // vec4 of a key row one invocation scores: D / 4 / 8 <= 8
+// Keys a workgroup scores (16, 32 or 64; G * SPLIT <= 256), PARTS invocations a key.
+layout(constant_id = 1) const uint SPLIT = 32;
+const uint PARTS = 256 / SPLIT;
+const uint MOST_VECTORS = 64 / PARTS;  // vec4 of a key row one invocation scores: D / 4 / PARTS
 const float LOWEST = -3.402823466e38;
 shared float s_q[G * 256];
 shared float s_k_new[256];
@@ -80,10 +82,10 @@ void main() {
   const uint cache_base = (b * p.cache_rows + first) * row_stride + g * d;  // key `first`, head g
 
   // Request this invocation's key vectors and value entries at once (not the new key's).
-  const uint j = lane / 8, part = lane % 8;
+  const uint j = lane / PARTS, part = lane % PARTS;
   vec4 key_vectors[MOST_VECTORS];
   [[unroll]] for (uint t = 0; t < MOST_VECTORS; ++t) {
-    const uint c = part + 8 * t;
+    const uint c = part + PARTS * t;
     key_vectors[t] = j < count && c < d4 && !(holds_new && j == new_key)
                          ? k_cache4[(cache_base + j * row_stride) / 4 + c] : vec4(0.0);
   }
@@ -124,17 +126,17 @@ void main() {
   }
   barrier();
 
-  // Scores: invocation (j, part) sums its vectors of key j against each query, then the eight
+  // Scores: invocation (j, part) sums its vectors of key j against each query, then the PARTS
   // parts are added in order.
   if (holds_new && j == new_key)
     [[unroll]] for (uint t = 0; t < MOST_VECTORS; ++t) {
-      const uint c = part + 8 * t;
+      const uint c = part + PARTS * t;
       if (c < d4) key_vectors[t] = vec4(s_k_new[4 * c], s_k_new[4 * c + 1], s_k_new[4 * c + 2], s_k_new[4 * c + 3]);
     }
   [[unroll]] for (uint head = 0; head < G; ++head) {
     float s = 0.0;
     [[unroll]] for (uint t = 0; t < MOST_VECTORS; ++t) {
-      const uint c = part + 8 * t;
+      const uint c = part + PARTS * t;
       if (c < d4) {
         const uint at = head * d + 4 * c;
         s += dot(vec4(s_q[at], s_q[at + 1], s_q[at + 2], s_q[at + 3]), key_vectors[t]);
@@ -146,7 +148,7 @@ void main() {
   if (lane < G * SPLIT) {
     const uint head = lane / SPLIT, key = lane % SPLIT;
     float total = 0.0;
-    for (uint t = 0; t < 8; ++t) total += s_part[head * 256 + key * 8 + t];
+    for (uint t = 0; t < PARTS; ++t) total += s_part[head * 256 + key * PARTS + t];
     s_p[lane] = key < count ? total * p.scale : LOWEST;
   }
   barrier();
