@@ -136,7 +136,7 @@ def _decode_attention_reference(q, k, v, k_cache, v_cache, start, theta):
     (1, 16, 2, 8, 1100, 1090), (2, 4, 1, 16, 2300, 2299), (1, 8, 1, 4, 8300, 8250)])
 def test_decode_attention(monkeypatch, fused, batch, hq, hkv, d, rows, start):
     """rope + KV append + attention in one dispatch (where D % 4 == 0, D <= 256 and HQ / HKV <= 8;
-    (6, 3) and 16 query heads a KV head take the two-op path; 258 splits of 8 heads merge in 9
+    (6, 3) and 16 query heads a KV head take the two-op path; 258 splits of 8 heads merge in 5
     chunks) against NumPy, with the cache rows
     it must not touch poisoned."""
     monkeypatch.setenv("BITNET_GPU_FUSED_ATTENTION", fused)

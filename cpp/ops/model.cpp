@@ -182,10 +182,11 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   // One dispatch for one new token a sequence, D % 4 == 0, D <= 256, up to 8 query heads a KV head
   // and the shared memory it needs; otherwise (or with BITNET_GPU_FUSED_ATTENTION=0) the two ops it fuses.
   // Its shared memory (shaders/model/decode_attention.comp): s_q, s_part, s_p, the per-head values,
-  // five 256-entry arrays of which one is vec4, and a flag.
+  // s_k_new, s_v_new and s_reduce (256 each), s_w (256 * MERGE_PER_LANE = 512), the vec4 s_sum4
+  // (256) and a flag.
   const int64_t split_keys = decode_split_keys(heads_per_kv, requested_split);
   const int64_t shared_bytes = 4 * (2 * heads_per_kv * 256 + heads_per_kv * split_keys + 4 * heads_per_kv +
-                                    4 * 256) + 16 * 256 + 16;
+                                    3 * 256 + 512) + 16 * 256 + 16;
   const bool fused = shape.rows == shape.batch && shape.d % 4 == 0 && shape.d <= 256 && heads_per_kv >= 1 &&
                      heads_per_kv <= 8 && shared_bytes <= device->limits().maxComputeSharedMemorySize &&
                      environment_switch("BITNET_GPU_FUSED_ATTENTION").value_or(true);

@@ -47,7 +47,8 @@ shared float s_p[G * SPLIT];
 shared float s_m[G];
 shared float s_l[G];
 shared float s_reduce[256];
-shared float s_w[256];
+const uint MERGE_PER_LANE = 2;  // splits whose (m, l) an invocation reads in each merge chunk
+shared float s_w[256 * MERGE_PER_LANE];
 shared vec4 s_sum4[256];
 shared float s_grown[G];
 shared float s_correction[G];
@@ -203,11 +204,12 @@ void main() {
   barrier();
   if (!s_last) return;
   memoryBarrierBuffer();
-  // Merge, CHUNK splits at a time: invocation (head, slot) reads split `slot`'s (m, l) for its
-  // head; maxima and totals by halving; each output then adds the chunk's weighted value sums,
-  // sixteen loads in flight, rescaled as the running maximum grows.
-  const uint CHUNK = G == 1 ? 256 : G == 2 ? 128 : G <= 4 ? 64 : 32;
-  const uint my_head = lane / CHUNK, slot = lane % CHUNK;
+  // Merge, CHUNK splits at a time: invocation (head, slot) reads the (m, l) of splits slot and
+  // slot + LANES of its head; maxima and totals by halving over the LANES invocations of a head;
+  // each output then adds the chunk's weighted value sums, eight loads in flight, rescaled as the
+  // running maximum grows.
+  const uint LANES = G == 1 ? 256 : G == 2 ? 128 : G <= 4 ? 64 : 32, CHUNK = MERGE_PER_LANE * LANES;
+  const uint my_head = lane / LANES, slot = lane % LANES;
   if (lane < G) {
     s_m[lane] = LOWEST;
     s_l[lane] = 0.0;
@@ -216,23 +218,33 @@ void main() {
   const uint n4 = G * d4, subsets4 = max(1u, 256 / n4), rounds4 = (n4 + 255) / 256;  // rounds4 <= 2
   vec4 out4[2] = vec4[2](vec4(0.0), vec4(0.0));
   for (uint first_split = 0; first_split < live; first_split += CHUNK) {
-    const uint split_index = first_split + slot;
-    const bool valid = my_head < G && split_index < live;
-    const uint at = ((b * p.hq + g * G + my_head) * p.splits + split_index) * (d + 4);
-    const float m_s = valid ? partial[at] : LOWEST, l_s = valid ? partial[at + 1] : 0.0;
+    float m_s[MERGE_PER_LANE], l_s[MERGE_PER_LANE];
+    float top = LOWEST;
+    [[unroll]] for (uint i = 0; i < MERGE_PER_LANE; ++i) {
+      const uint split_index = first_split + slot + i * LANES;
+      const bool valid = my_head < G && split_index < live;
+      const uint at = ((b * p.hq + g * G + my_head) * p.splits + split_index) * (d + 4);
+      m_s[i] = valid ? partial[at] : LOWEST;
+      l_s[i] = valid ? partial[at + 1] : 0.0;
+      top = max(top, m_s[i]);
+    }
     barrier();  // s_m's initial or previous values are written; s_w is read
-    s_reduce[lane] = m_s;
-    segment_reduce(CHUNK, true);
-    const float new_max = my_head < G ? max(s_m[my_head], s_reduce[my_head * CHUNK]) : 0.0;
-    const float w = valid ? exp(m_s - new_max) : 0.0;
+    s_reduce[lane] = top;
+    segment_reduce(LANES, true);
+    const float new_max = my_head < G ? max(s_m[my_head], s_reduce[my_head * LANES]) : 0.0;
+    float total = 0.0;
+    [[unroll]] for (uint i = 0; i < MERGE_PER_LANE; ++i) {
+      const float w = first_split + slot + i * LANES < live && my_head < G ? exp(m_s[i] - new_max) : 0.0;
+      if (my_head < G) s_w[my_head * CHUNK + slot + i * LANES] = w;
+      total += l_s[i] * w;
+    }
     barrier();  // s_reduce's maxima are read
     if (slot == 0 && my_head < G) s_grown[my_head] = new_max;
-    s_w[lane] = w;
-    s_reduce[lane] = l_s * w;
-    segment_reduce(CHUNK, false);
+    s_reduce[lane] = total;
+    segment_reduce(LANES, false);
     if (lane < G) {
       const float correction = exp(s_m[lane] - s_grown[lane]);
-      s_l[lane] = s_l[lane] * correction + s_reduce[lane * CHUNK];
+      s_l[lane] = s_l[lane] * correction + s_reduce[lane * LANES];
       s_m[lane] = s_grown[lane];
       s_correction[lane] = correction;
     }
