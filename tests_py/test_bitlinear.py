@@ -146,8 +146,6 @@ def test_bitlinear_errors(device, rng):
     grouped = bg.quantize_weights(rng.standard_normal((8, 32)).astype(np.float32), group_size=16)
     with pytest.raises(bg.UnsupportedError, match="group_size=16 .*own kernel"):
         bg.bitlinear(x, grouped, algorithm="tiled")
-    with pytest.raises(bg.UnsupportedError, match="group_size"):
-        bg.bitlinear_backward_input(np.ones((2, 8), np.float32), grouped)
     bad = x.copy()
     bad[1, 3] = np.nan
     with pytest.raises(ValueError, match="1 NaN or Inf value"):
@@ -202,6 +200,20 @@ def test_group_scales_change_the_result_as_the_formula_says(device, rng):
     xq, s = bg.quantize_activations(x)
     acc2 = xq[:, 2 * g:3 * g].astype(np.int64) @ q.unpack()[:, 2 * g:3 * g].T.astype(np.int64)
     np.testing.assert_allclose(y3 - y, 2 * q.scale[:, 2] * acc2 / s[:, None], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("m,k,n,g", [(1, 48, 5, 16), (3, 70, 9, 7), (17, 256, 33, 64), (2, 33, 1, 1)])
+def test_backward_input_with_one_scale_per_group(device, rng, m, k, n, g):
+    """grad_x = grad_y @ (W_q * gamma[n, k // g]) for group weights, within 1e-5 of the float64
+    reference (and of the layer's backward_input)."""
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    q = bg.quantize_weights(w, group_size=g)
+    grad_y = rng.standard_normal((m, n)).astype(np.float32)
+    got = bg.bitlinear_backward_input(grad_y, q)
+    want = ref.bitlinear_backward_input(grad_y, q.unpack(), q.scale)
+    assert got.shape == (m, k) and np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+    layer = bg.nn.BitLinear.from_float(w, group_size=g)
+    np.testing.assert_array_equal(layer.backward_input(grad_y), got)
 
 
 def test_group_scaled_weights_in_mixed_precision_matmul(device, rng):

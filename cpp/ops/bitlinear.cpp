@@ -43,7 +43,7 @@ void require_ternary(const QuantizedWeights& w) {
   require_ternary_any_scales(w);
   if (w.group_size != 0)
     throw UnsupportedError("bitlinear takes weights with one scale per tensor; group_size=" +
-                           std::to_string(w.group_size) + " is not supported here (bitlinear and ternary_matmul take it)");
+                           std::to_string(w.group_size) + " is not supported here (bitlinear, its backward and ternary_matmul take it)");
 }
 
 // Interleaved, zero-padded int8 rows and their sums (see shaders/bitlinear/bitlinear_common.glsl).
@@ -636,7 +636,7 @@ Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, BitLinearAlgor
 }
 
 Tensor bitlinear_backward_input(const Tensor& grad_y, const QuantizedWeights& w) {
-  require_ternary(w);
+  require_ternary_any_scales(w);
   if (grad_y.dtype() != DType::float32)
     throw DTypeError("grad_y: expected float32, got " + std::string(dtype_name(grad_y.dtype())));
   if (grad_y.shape().empty() || grad_y.shape().back() != w.rows)
@@ -649,11 +649,11 @@ Tensor bitlinear_backward_input(const Tensor& grad_y, const QuantizedWeights& w)
   shape.push_back(k);
   Tensor out = Tensor::empty(device, shape, DType::float32);
   if (m == 0) return out;
-  Kernel kernel = Kernel::builtin(device, "bitlinear_backward");
+  Kernel kernel = Kernel::builtin(device, "bitlinear_backward", {{0, w.group_size != 0}});
   struct {
-    uint32_t m, n, k, words_per_row;
+    uint32_t m, n, k, words_per_row, group;
   } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k),
-         static_cast<uint32_t>(padded(k) / 16)};
+         static_cast<uint32_t>(padded(k) / 16), static_cast<uint32_t>(std::max<int64_t>(w.group_size, 1))};
   BufferBinding bindings[] = {w.packed.binding(), w.scales.binding(), grad_y.binding(), out.binding()};
   OpSequence op_sequence(device);
   Sequence& sequence = op_sequence.sequence();

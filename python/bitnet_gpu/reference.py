@@ -207,8 +207,12 @@ def bitlinear(x: np.ndarray, q: np.ndarray, gamma, bias=None, scale=None):
 
 
 def bitlinear_backward_input(grad_y: np.ndarray, q: np.ndarray, gamma) -> np.ndarray:
-    """grad_x = grad_y @ (W_q * gamma), in float64."""
-    return (np.asarray(grad_y, np.float64) @ (q.astype(np.float64) * float(gamma))).astype(np.float32)
+    """grad_x = grad_y @ (W_q * gamma), in float64; gamma a scalar or [N, K // g] (one scale per
+    group of g weights along K)."""
+    gamma = np.asarray(gamma, np.float64)
+    if gamma.ndim == 2:
+        gamma = np.repeat(gamma, q.shape[1] // gamma.shape[1], axis=1)
+    return (np.asarray(grad_y, np.float64) @ (q.astype(np.float64) * gamma)).astype(np.float32)
 
 
 # Activations, softmax and norms (docs/NUMERICS.md), in float64.
