@@ -85,6 +85,11 @@ def test_argmax_over_many_chunks():
     x[1, -1] = np.inf
     x[2, [100, 8200]] = np.nan  # the first NaN, in the first chunk
     np.testing.assert_array_equal(_core.argmax_rows(_tensor(x)).numpy(), np.argmax(x, axis=1))
+    vocab = rng.standard_normal((3, 128256)).astype(np.float32)  # 126 chunks of 1024, the last partial
+    vocab[0, [128255, 1023, 1024]] = 9.0   # equal maxima across chunk edges: the first
+    vocab[1, -1] = np.nan                   # the NaN in the last, partial chunk
+    vocab[2, :] = -np.inf
+    np.testing.assert_array_equal(_core.argmax_rows(_tensor(vocab)).numpy(), np.argmax(vocab, axis=1))
 
 
 @pytest.mark.parametrize("batch,tokens,start", [(1, 1, 0), (2, 3, 9), (3, 1, 62)])

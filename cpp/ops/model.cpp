@@ -112,7 +112,7 @@ Tensor argmax_rows(const Tensor& x, const std::optional<Tensor>& given) {
   const auto& device = x.device_ptr();
   Tensor out = output(device, given, {m}, DType::int32, "out", {&x});
   if (m == 0) return out;
-  constexpr int64_t kChunk = 4096;  // CHUNK in shaders/model/argmax.comp
+  constexpr int64_t kChunk = 1024;  // CHUNK in shaders/model/argmax.comp
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   Tensor partial = Tensor::empty(device, std::vector<int64_t>{m, chunks, 2}, DType::uint32);
   struct {

@@ -4,6 +4,7 @@
 // (c, row) takes the c-th chunk of CHUNK values of the row and writes its best (value, index);
 // PHASE 1, one workgroup a row picks the best of the chunks. Picking is order-independent
 // (NaN first, then larger, then lower index), so the result is exact.
+#extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint PHASE = 0;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
@@ -11,7 +12,7 @@ layout(std430, binding = 1) buffer Partial { uvec2 partial[]; };  // [M, chunks]
 layout(std430, binding = 2) writeonly buffer Out { int index_out[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint chunks; } p;
 
-const uint CHUNK = 4096;
+const uint CHUNK = 1024;  // four values an invocation, requested together
 shared float s_value[256];
 shared uint s_index[256];
 
@@ -28,9 +29,14 @@ void main() {
   uint best_index = 0xffffffffu;
   if (PHASE == 0) {
     const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.n);
-    for (uint j = first + id; j < end; j += 256) {
-      const float v = x[row * p.n + j];
-      if (before(v, j, best, best_index)) { best = v; best_index = j; }
+    float v[CHUNK / 256];
+    [[unroll]] for (uint t = 0; t < CHUNK / 256; ++t) {
+      const uint j = first + id + 256 * t;
+      v[t] = j < end ? x[row * p.n + j] : 0.0;
+    }
+    [[unroll]] for (uint t = 0; t < CHUNK / 256; ++t) {
+      const uint j = first + id + 256 * t;
+      if (j < end && before(v[t], j, best, best_index)) { best = v[t]; best_index = j; }
     }
   } else {
     for (uint c = id; c < p.chunks; c += 256) {
