@@ -1,7 +1,6 @@
 #include "ops/bitlinear.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -118,24 +117,14 @@ void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, in
 }
 
 // Output rows a matvec subgroup computes together (its accumulators are M x rows registers) and
-// the vectors of each row a lane loads at once, or BITNET_GPU_MATVEC_ROWS (1 to 16) and
-// BITNET_GPU_MATVEC_UNROLL (1 to 4) for tuning.
-uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return fallback;
-  unsigned value = 0;
-  char extra = 0;
-  if (std::sscanf(text, "%u%c", &value, &extra) != 1 || value < 1 || value > most)
-    throw ArgumentError(std::string(name) + "=" + text + ": expected 1 to " + std::to_string(most));
-  return value;
-}
-
+// the vectors of each row a lane loads at once (`fallback` unless set), or BITNET_GPU_MATVEC_ROWS
+// (1 to 16) and BITNET_GPU_MATVEC_UNROLL (1 to 4) for tuning.
 // Four rows for long rows and few activation rows (measured best on the H100 from K = 8192), two
 // otherwise.
 uint32_t matvec_rows(int64_t m, int64_t k) {
   return tuning_value("BITNET_GPU_MATVEC_ROWS", k >= 8192 && m <= 4 ? 4 : 2, 16);
 }
-uint32_t matvec_unroll() { return tuning_value("BITNET_GPU_MATVEC_UNROLL", 1, 4); }
+uint32_t matvec_unroll(uint32_t fallback = 1) { return tuning_value("BITNET_GPU_MATVEC_UNROLL", fallback, 4); }
 // Whether a fused matvec requests its first weights before its pre-pass, or
 // BITNET_GPU_MATVEC_PREFETCH=0|1. Measured on the H100 in the 2B4T decode step (2026-11-23): q/k/v
 // 8.6 -> 8.0 us and o 7.9 -> 7.6 us with it; the gate/up dispatch with the gated output (864
@@ -288,7 +277,7 @@ void record_matvec(Sequence& sequence, const QuantizedWeights& w, const Prepared
                                    {3, accumulators.has_value()}, {4, vectors}, {5, int64_t{unroll}},
                                    {6, residual}});
   // Each subgroup takes `rows` rows at a time; a workgroup one round of its subgroups.
-  const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
+  const uint32_t subgroups = subgroups_in_256(*device);
   const uint32_t rows_per_group = rows * subgroups;
   struct {
     uint32_t n, words_per_row, rows_per_group;
@@ -333,9 +322,8 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
   // With the first weights requested before the pre-pass, a lane requests all of its vectors of
   // a row at once (up to 4), unless BITNET_GPU_MATVEC_UNROLL says otherwise.
   const bool prefetch = matvec_prefetch(k, gated_out) && words % 4 == 0;
-  const uint32_t unroll = prefetch && !std::getenv("BITNET_GPU_MATVEC_UNROLL")
-                              ? std::clamp<uint32_t>((words / 4 + subgroup_size - 1) / subgroup_size, 1, 4)
-                              : matvec_unroll();
+  const uint32_t unroll =
+      matvec_unroll(prefetch ? std::clamp<uint32_t>((words / 4 + subgroup_size - 1) / subgroup_size, 1, 4) : 1);
   Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware) + "_fused",
                                   {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
                                    {3, accumulators.has_value()}, {4, words % 4 == 0}, {5, int64_t{unroll}},
@@ -343,9 +331,9 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
                                    {9, int64_t{m * padded(k) / 4}}, {10, int64_t{(padded(k) / 4 + 255) / 256}},
                                    {11, static_cast<int64_t>(weights.size())}, {12, gated_out},
                                    {13, prefetch}});
-  const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
+  const uint32_t subgroups = subgroups_in_256(*device);
   // A subgroup takes `rows` rows at a time, or with gated_out one output row (a gate and an up row).
-  const uint32_t rows_per_group = (gated_out ? subgroups : rows * subgroups);
+  const uint32_t rows_per_group = gated_out ? subgroups : rows * subgroups;
   auto groups_of = [&](size_t i) {
     if (gated_out && i > 0) return uint64_t{0};
     return i < weights.size() ? (static_cast<uint64_t>(weights[i]->rows) + rows_per_group - 1) / rows_per_group : 0;
@@ -388,7 +376,7 @@ void record_grouped(Sequence& sequence, const QuantizedWeights& w, const Prepare
                                    {3, w.group_size % 16 == 0}, {4, w.group_size % 16 == 0 && words % 4 == 0},
                                    {5, int64_t{kGroupedRows}}});
   // kGroupedRows rows a subgroup at a time, one round of them a workgroup.
-  const uint32_t subgroups = std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device->info().subgroup_size));
+  const uint32_t subgroups = subgroups_in_256(*device);
   const uint32_t rows_per_group = kGroupedRows * subgroups;
   struct {
     uint32_t m, n, k, words_per_row, group, rows_per_group;

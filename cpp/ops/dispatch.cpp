@@ -1,6 +1,7 @@
 #include "ops/dispatch.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <string>
@@ -63,6 +64,20 @@ std::optional<bool> environment_switch(const char* name) {
   if (value != "0" && value != "1")
     throw ArgumentError(std::string(name) + "=" + value + ": expected 0 or 1");
   return value == "1";
+}
+
+uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  unsigned value = 0;
+  char extra = 0;
+  if (std::sscanf(text, "%u%c", &value, &extra) != 1 || value < 1 || value > most)
+    throw ArgumentError(std::string(name) + "=" + text + ": expected 1 to " + std::to_string(most));
+  return value;
+}
+
+uint32_t subgroups_in_256(const Device& device) {
+  return std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device.info().subgroup_size));
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {

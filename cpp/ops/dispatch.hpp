@@ -72,6 +72,13 @@ std::array<uint32_t, 3> checked_grid(const Device& device, std::array<uint64_t, 
 // otherwise).
 std::optional<bool> environment_switch(const char* name);
 
+// A tuning number from the environment: `fallback` when unset, else an integer from 1 to `most`
+// (ArgumentError otherwise).
+uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most);
+
+// Subgroups in a workgroup of 256 invocations on this device (at least 1).
+uint32_t subgroups_in_256(const Device& device);
+
 // "(2, 3)", "(4,)": shapes in error messages, as NumPy prints them.
 std::string shape_text(const std::vector<int64_t>& shape);
 

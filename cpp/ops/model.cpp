@@ -1,7 +1,6 @@
 #include "ops/model.hpp"
 
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -14,6 +13,8 @@
 #include "runtime/sequence.hpp"
 
 namespace bitnet::ops {
+
+namespace {
 
 // Keys a decode_attention workgroup takes (SPLIT in shaders/model/decode_attention.comp): the
 // caller's 16, 32 or 64 (0: 32), or BITNET_GPU_DECODE_SPLIT for tuning; 32 where G * SPLIT would
@@ -31,6 +32,13 @@ int64_t decode_split_keys(int64_t heads_per_kv, int64_t requested) {
   }
   return heads_per_kv * split <= 256 ? split : 32;
 }
+
+// Vectors of a weight row a linear_rows lane requests at once: 2, or BITNET_GPU_HEAD_IN_FLIGHT
+// (1 to 8). Measured on the H100, the 2B4T float16 head (128256 x 2560): 261 us with 1, 236 with
+// 2, 244 with 4, 276 with 8.
+uint32_t head_in_flight() { return tuning_value("BITNET_GPU_HEAD_IN_FLIGHT", 2, 8); }
+
+}  // namespace
 
 Tensor embedding(const Tensor& table, const Tensor& ids, const std::optional<Tensor>& given) {
   require_float(table, "table");
@@ -60,19 +68,6 @@ Tensor embedding(const Tensor& table, const Tensor& ids, const std::optional<Ten
   return out;
 }
 
-// Vectors of a weight row a linear_rows lane requests at once: 2, or BITNET_GPU_HEAD_IN_FLIGHT.
-// Measured on the H100, the 2B4T float16 head (128256 x 2560): 261 us with 1, 236 with 2, 244
-// with 4, 276 with 8.
-static int head_in_flight() {
-  const char* text = std::getenv("BITNET_GPU_HEAD_IN_FLIGHT");
-  if (!text || !*text) return 2;
-  int value = 0;
-  char extra = 0;
-  if (std::sscanf(text, "%d%c", &value, &extra) != 1 || value < 1 || value > 8)
-    throw ArgumentError(std::string("BITNET_GPU_HEAD_IN_FLIGHT=") + text + ": expected 1 to 8");
-  return value;
-}
-
 Tensor linear_rows(const Tensor& x, const Tensor& w, const std::optional<Tensor>& given) {
   require_float(w, "w");
   if (x.dtype() != DType::float32) throw DTypeError("x: expected float32, got " + std::string(dtype_name(x.dtype())));
@@ -90,7 +85,6 @@ Tensor linear_rows(const Tensor& x, const Tensor& w, const std::optional<Tensor>
     op.run();
     return out;
   }
-  // BITNET_GPU_HEAD_IN_FLIGHT (1 to 8): vectors of a weight row a lane requests at once, for tuning.
   Kernel kernel = Kernel::builtin(device, float_variant("linear_rows", w.dtype()),
                                   {{0, k % 4 == 0}, {1, int64_t{head_in_flight()}}});
   struct {
