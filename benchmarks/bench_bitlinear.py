@@ -8,14 +8,13 @@ and breaks down the wall time of a NumPy-in NumPy-out call. Prints tables and wr
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
 import bitnet_gpu as bg
 from common import (arguments, by_kernel, median_wall, profiled, torch_copy_gbps, torch_cuda,
-                    torch_time, write_results)  # benchmarks/common.py
+                    torch_time, with_settings, write_results)  # benchmarks/common.py
 
 SHAPES = [(1, 2560, 6912), (1, 6912, 2560), (1, 4096, 4096), (1, 8192, 8192), (1, 16384, 16384),
           (8, 4096, 4096), (512, 4096, 4096), (2048, 4096, 4096), (2048, 2560, 6912)]
@@ -33,18 +32,6 @@ def gpu_time(device, fn, repeats):
     times (the pre-pass's two phases share a label and are added)."""
     t, timings = profiled(bg, device, fn, repeats)
     return t, by_kernel(timings)
-
-
-def with_env(name, value, fn):
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        return fn()
-    finally:
-        if old is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = old
 
 
 def parity(x, q, algorithm=None):
@@ -79,15 +66,13 @@ def main():
                "accumulators_exact": exact, "weight_GBps": packed / t / 1e9, "variants": {}}
         if m <= 8:
             for split in ("0", "1"):
-                row["variants"][f"pre-pass split={split}"] = with_env(
-                    "BITNET_GPU_PREPARE_SPLIT", split,
+                row["variants"][f"pre-pass split={split}"] = with_settings(
+                    {"BITNET_GPU_PREPARE_SPLIT": split},
                     lambda: gpu_time(device, lambda: bg.bitlinear(x, q), args.repeats)[0])
             for rows, unroll in MATVEC_SETTINGS:
-                row["variants"][f"matvec rows={rows} unroll={unroll}"] = with_env(
-                    "BITNET_GPU_MATVEC_ROWS", rows, lambda: with_env(
-                        "BITNET_GPU_MATVEC_UNROLL", unroll,
-                        lambda: gpu_time(device, lambda: bg.bitlinear(x, q, algorithm="matvec"),
-                                         args.repeats)[0]))
+                row["variants"][f"matvec rows={rows} unroll={unroll}"] = with_settings(
+                    {"BITNET_GPU_MATVEC_ROWS": rows, "BITNET_GPU_MATVEC_UNROLL": unroll},
+                    lambda: gpu_time(device, lambda: bg.bitlinear(x, q, algorithm="matvec"), args.repeats)[0])
         else:
             if m <= 512 or device.info.type == "cpu":
                 row["variants"]["tiled"] = gpu_time(
@@ -99,7 +84,7 @@ def main():
                         row.setdefault("coopmat_parity", {})[tile] = [rel_t, exact_t]
                         return gpu_time(device, lambda: bg.bitlinear(x, q, algorithm="coopmat"),
                                         args.repeats)[0]
-                    row["variants"][f"coopmat {tile}"] = with_env("BITNET_GPU_COOPMAT_TILE", tile, run)
+                    row["variants"][f"coopmat {tile}"] = with_settings({"BITNET_GPU_COOPMAT_TILE": tile}, run)
         if "copy_GBps" in results:
             row["fraction_of_copy"] = row["weight_GBps"] / results["copy_GBps"]
         if torch is not None:

@@ -15,7 +15,6 @@ copies so that it runs at the clock a busy GPU keeps, as the other benchmarks' r
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -23,7 +22,7 @@ import numpy as np
 import bitnet_gpu as bg
 from bench_model import gpu_seconds, per_op  # benchmarks/bench_model.py
 from bitnet_gpu.models import BitNetConfig, BitNetModel
-from common import arguments, profiled, torch_cuda, write_results
+from common import arguments, profiled, torch_cuda, with_settings, write_results
 
 
 def parse_settings(text):
@@ -35,20 +34,6 @@ def parse_settings(text):
             continue
         settings.append(dict(pair.split("=", 1) for pair in item.split(",")))
     return settings
-
-
-def with_settings(setting, fn):
-    """fn() with the variables of `setting` set, the environment restored afterwards."""
-    old = {name: os.environ.get(name) for name in setting}
-    os.environ.update(setting)
-    try:
-        return fn()
-    finally:
-        for name, value in old.items():
-            if value is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = value
 
 
 def label(setting):
@@ -79,11 +64,16 @@ def main():
     device = bg.default_device()
     torch = torch_cuda()
 
-    def busy():  # the GPU at its working clock before a timing (see the module's docstring)
-        if torch is None:
+    # 64 MB copied over and over: the GPU at its working clock before a timing (see the docstring).
+    buffers = None
+    if torch is not None:
+        source = torch.empty(2**26, dtype=torch.uint8, device="cuda")
+        buffers = (source, torch.empty_like(source))
+
+    def busy():
+        if buffers is None:
             return
-        a = torch.empty(2**26, dtype=torch.uint8, device="cuda")
-        b = torch.empty_like(a)
+        a, b = buffers
         start = time.perf_counter()
         while time.perf_counter() - start < 0.05:
             b.copy_(a)

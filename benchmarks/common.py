@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 
@@ -39,6 +40,21 @@ def median_wall(fn, repeats):
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def with_settings(setting, fn):
+    """fn() with the environment variables of `setting` ({name: value}) set, the environment
+    restored afterwards."""
+    old = {name: os.environ.get(name) for name in setting}
+    os.environ.update(setting)
+    try:
+        return fn()
+    finally:
+        for name, value in old.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def write_results(path, results):
