@@ -14,6 +14,8 @@
 // the running maximum grows), and resets the counter for the next step. Needs D % 4 == 0,
 // D <= 256 and G <= 8 (decode_attention falls back otherwise), and G * SPLIT <= 256.
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
+#include "../ops/rope_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint G = 1;  // query heads a KV head serves
 layout(std430, binding = 0) readonly buffer Q { float q[]; };          // [B, HQ, D]
@@ -104,20 +106,19 @@ void main() {
     const uint head = index / half_d, i = index % half_d;
     const uint at = (b * p.hq + g * G + head) * d + i;
     const float c = cos_table[table + i], s = sin_table[table + i];
-    const float x0 = q[at], x1 = q[at + half_d];
-    s_q[head * d + i] = x0 * c - x1 * s;
-    s_q[head * d + i + half_d] = x0 * s + x1 * c;
+    const vec2 r = rope_rotate(q[at], q[at + half_d], c, s);
+    s_q[head * d + i] = r.x;
+    s_q[head * d + i + half_d] = r.y;
   }
   if (holds_new) {
     const uint from = (b * p.hkv + g) * d, to = cache_base + new_key * row_stride;
     if (lane < half_d) {
       const float c = cos_table[table + lane], s = sin_table[table + lane];
-      const float x0 = k[from + lane], x1 = k[from + lane + half_d];
-      const float r0 = x0 * c - x1 * s, r1 = x0 * s + x1 * c;
-      s_k_new[lane] = r0;
-      s_k_new[lane + half_d] = r1;
-      k_cache[to + lane] = r0;
-      k_cache[to + lane + half_d] = r1;
+      const vec2 r = rope_rotate(k[from + lane], k[from + lane + half_d], c, s);
+      s_k_new[lane] = r.x;
+      s_k_new[lane + half_d] = r.y;
+      k_cache[to + lane] = r.x;
+      k_cache[to + lane + half_d] = r.y;
     }
     if (lane < d) {
       const float x = v[from + lane];

@@ -6,6 +6,8 @@
 //   v_cache[b, position] = v
 // with rope as in shaders/ops/rope.comp (half-split, float64 angle tables [TABLE_ROWS, D / 2]).
 // Rows that would land past a cache's end are not written.
+#extension GL_GOOGLE_include_directive : require
+#include "../ops/rope_common.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer K { float k[]; };
@@ -34,13 +36,14 @@ void main() {
       const float c = cos_table[table], s = sin_table[table];
       const uint at = th * p.d + i;
       const float a = is_q ? q[at] : k[at], b = is_q ? q[at + half_d] : k[at + half_d];
+      const vec2 r = rope_rotate(a, b, c, s);
       if (is_q) {
-        q_out[at] = a * c - b * s;
-        q_out[at + half_d] = a * s + b * c;
+        q_out[at] = r.x;
+        q_out[at + half_d] = r.y;
       } else if (position < p.cache_rows) {
         const uint to = (((t / p.period) * p.cache_rows + position) * p.hkv + h) * p.d + i;
-        k_cache[to] = a * c - b * s;
-        k_cache[to + half_d] = a * s + b * c;
+        k_cache[to] = r.x;
+        k_cache[to + half_d] = r.y;
       }
     } else {
       const uint j = index - q_pairs - k_pairs, t = j / kv_row, e = j % kv_row;

@@ -8,6 +8,7 @@
 // in the thousands of radians would lose the phase). One invocation per (t, h, i).
 #extension GL_GOOGLE_include_directive : require
 #include "ops_common.glsl"
+#include "rope_common.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer X { ELEMENT x[]; };
 layout(std430, binding = 1) readonly buffer Cos { float cos_table[]; };
@@ -22,7 +23,8 @@ void main() {
     const uint base = th * p.d;
     const float c = cos_table[t * half_d + i], s = sin_table[t * half_d + i];
     const float a = float(x[base + i]), b = float(x[base + i + half_d]);
-    y[base + i] = ELEMENT(a * c - b * s);
-    y[base + i + half_d] = ELEMENT(a * s + b * c);
+    const vec2 r = rope_rotate(a, b, c, s);
+    y[base + i] = ELEMENT(r.x);
+    y[base + i + half_d] = ELEMENT(r.y);
   }
 }
