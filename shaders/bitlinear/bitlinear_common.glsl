@@ -9,6 +9,9 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
 
+// Byte i of a packed 4 x 8-bit word, as a signed int8.
+int byte_of(uint word, uint i) { return int(word << (24 - 8 * i)) >> 24; }
+
 #ifdef HW_DOT
 #extension GL_EXT_spirv_intrinsics : require
 // OpSDot (SPV_KHR_integer_dot_product) on packed 4x8-bit signed vectors.
@@ -17,8 +20,8 @@ int sdot_packed(uint a, uint b, spirv_literal int format);
 int dot4(uint a, uint b) { return sdot_packed(a, b, 0); }
 #else
 int dot4(uint a, uint b) {
-  const ivec4 va = ivec4(int(a << 24) >> 24, int(a << 16) >> 24, int(a << 8) >> 24, int(a) >> 24);
-  const ivec4 vb = ivec4(int(b << 24) >> 24, int(b << 16) >> 24, int(b << 8) >> 24, int(b) >> 24);
+  const ivec4 va = ivec4(byte_of(a, 0), byte_of(a, 1), byte_of(a, 2), byte_of(a, 3));
+  const ivec4 vb = ivec4(byte_of(b, 0), byte_of(b, 1), byte_of(b, 2), byte_of(b, 3));
   return va.x * vb.x + va.y * vb.y + va.z * vb.z + va.w * vb.w;
 }
 #endif

@@ -38,8 +38,6 @@ layout(push_constant) uniform Push {
 // The codes c = W_q + 1 of four weights, one per byte, as signed bytes W_q (no borrow between bytes).
 uint signed_codes(uint c) { return ((c | 0x80808080u) - 0x01010101u) ^ 0x80808080u; }
 
-int byte_of(uint word, uint i) { return int(word << (24 - 8 * i)) >> 24; }
-
 int signed_dot16(uvec4 xv, uint word) {
   return dot4(xv.x, signed_codes(codes(word, 0))) + dot4(xv.y, signed_codes(codes(word, 1))) +
          dot4(xv.z, signed_codes(codes(word, 2))) + dot4(xv.w, signed_codes(codes(word, 3)));
