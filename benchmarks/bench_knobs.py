@@ -91,13 +91,19 @@ def main():
                 exact = np.array_equal(bg.bitlinear(x, q, return_accumulator=True)[1].numpy(), reference)
                 busy()
                 t, timings = profiled(bg, device, lambda: bg.bitlinear(x, q), args.repeats)
-                return t, [name for name, _ in timings], exact
-            t, kernels, exact = with_settings(setting, run)
-            row = {"shape": [m, k, n], "setting": label(setting), "gpu_us": t * 1e6, "kernels": kernels,
-                   "accumulators_equal_default": exact}
+                return t, [(name, seconds * 1e6) for name, seconds in timings], exact
+            try:
+                t, kernels, exact = with_settings(setting, run)
+            except bg.Error as error:  # a setting this device cannot take (shared memory, ...)
+                print(f"bitlinear {(m, k, n)} {label(setting):50s} {type(error).__name__}: {error}", flush=True)
+                results["bitlinear"].append({"shape": [m, k, n], "setting": label(setting), "error": str(error)})
+                continue
+            row = {"shape": [m, k, n], "setting": label(setting), "gpu_us": t * 1e6,
+                   "kernels_us": kernels, "accumulators_equal_default": exact}
             results["bitlinear"].append(row)
-            print(f"bitlinear {(m, k, n)} {label(setting):50s} {t * 1e6:8.2f} us  {'+'.join(kernels)}"
-                  f"{'' if exact else '  ACCUMULATORS DIFFER'}", flush=True)
+            print(f"bitlinear {(m, k, n)} {label(setting):50s} {t * 1e6:8.2f} us  "
+                  + " + ".join(f"{name} {us:.2f}" for name, us in kernels)
+                  + ("" if exact else "  ACCUMULATORS DIFFER"), flush=True)
 
     contexts = [int(c) for c in args.contexts.split(",") if c]
     if contexts:

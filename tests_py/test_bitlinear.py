@@ -247,6 +247,16 @@ def test_int8_times_ternary_is_exact(device, rng):
         bg.mixed_precision_matmul(a, q, algorithm="matvec")
 
 
+def check_tensor_cores(rng, m, k, n):
+    """The cooperative-matrix kernel under the current settings: BitLinear (y and exact
+    accumulators) and the int8 x int8 product."""
+    x, q, bias = case(rng, m, k, n)
+    check(x, q, bias, *bg.bitlinear(x, q, bias, return_accumulator=True, algorithm="coopmat"))
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    assert np.array_equal(bg.mixed_precision_matmul(a, b, algorithm="coopmat"), ref.exact_int_matmul(a, b))
+
+
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
 @pytest.mark.parametrize("tile", ["128x128", "64x64", "64x128", "128x256", "256x128",
                                   "64x128x128", "128x128x128", "64x256x128"])
@@ -255,13 +265,39 @@ def test_int8_times_ternary_is_exact(device, rng):
 def test_tensor_core_path_every_tile(device, rng, monkeypatch, tile, m, k, n):
     """The cooperative-matrix kernel (GPU only): edges of every tile size, exact accumulators."""
     monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", tile)
-    x, q, bias = case(rng, m, k, n)
-    y, acc = bg.bitlinear(x, q, bias, return_accumulator=True, algorithm="coopmat")
-    check(x, q, bias, y, acc)
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    exact = bg.mixed_precision_matmul(a, b, algorithm="coopmat")
-    assert np.array_equal(exact, ref.exact_int_matmul(a, b))
+    check_tensor_cores(rng, m, k, n)
+
+
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
+@pytest.mark.parametrize("tile,subgroup_rows", [("256x128", "4"), ("256x128", "8"), ("128x256", "1"),
+                                                ("128x128x128", "4"), ("64x128", "4")])
+@pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700)])
+def test_tensor_core_subgroup_layouts(device, rng, monkeypatch, tile, subgroup_rows, m, k, n):
+    """The 8 subgroups split a tile rows x (8 / rows) (BITNET_GPU_COOPMAT_SUBGROUP_ROWS, GPU only)."""
+    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", tile)
+    monkeypatch.setenv("BITNET_GPU_COOPMAT_SUBGROUP_ROWS", subgroup_rows)
+    check_tensor_cores(rng, m, k, n)
+
+
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
+@pytest.mark.parametrize("depth", ["1", "2"])
+@pytest.mark.parametrize("tile", ["256x128", "64x128", "128x128x128"])
+@pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700), (70, 200, 130),
+                                   (20, 448, 30)])
+def test_tensor_core_loads_steps_ahead(device, rng, monkeypatch, depth, tile, m, k, n):
+    """BITNET_GPU_COOPMAT_DEPTH (GPU only): one K step (K = 16), numbers of steps that are and are
+    not multiples of the depth, a partial last step; exact accumulators."""
+    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", tile)
+    monkeypatch.setenv("BITNET_GPU_COOPMAT_DEPTH", depth)
+    check_tensor_cores(rng, m, k, n)
+
+
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
+@pytest.mark.parametrize("m,k,n", [(128, 300, 640), (512, 300, 2560), (512, 300, 6912), (1030, 77, 129)])
+def test_tensor_core_automatic_tile(device, rng, m, k, n):
+    """The tile chosen from the multiprocessor count (GPU only; on the H100 these shapes take the
+    64, 128 and 256-row tiles): exact accumulators."""
+    check_tensor_cores(rng, m, k, n)
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
@@ -273,6 +309,11 @@ def test_coopmat_tile_setting_is_checked(device, rng, monkeypatch):
     monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", "256x256x128")  # over 48 KiB of shared memory
     with pytest.raises(bg.UnsupportedError, match="shared memory"):
         bg.bitlinear(x, q, algorithm="coopmat")
+    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", "64x128")
+    for rows in ["3", "8"]:  # not a power of two; 64 rows in 8 parts of 8
+        monkeypatch.setenv("BITNET_GPU_COOPMAT_SUBGROUP_ROWS", rows)
+        with pytest.raises(bg.ArgumentError, match=f"BITNET_GPU_COOPMAT_SUBGROUP_ROWS={rows}"):
+            bg.bitlinear(x, q, algorithm="coopmat")
 
 
 def test_backward_input_matches_the_straight_through_estimator(device, rng):

@@ -32,6 +32,8 @@ def test_devices_describe_capabilities():
         assert info.memory_heaps and all(h["size"] > 0 for h in info.memory_heaps)
         assert info.subgroup_size > 0 and info.max_workgroup_invocations >= 128
         assert info.max_storage_buffer_range > 0 and info.max_shared_memory > 0
+        # VK_NV_shader_sm_builtins' count where the driver has it (NVIDIA's does), else 0
+        assert info.multiprocessors > 0 if info.driver_name == "NVIDIA" else info.multiprocessors >= 0
         assert FEATURES <= set(info.features)
         assert all(isinstance(v, bool) for v in info.features.values())
 

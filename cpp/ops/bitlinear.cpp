@@ -134,15 +134,44 @@ bool matvec_prefetch(int64_t k, bool gated_out) {
   return environment_switch("BITNET_GPU_MATVEC_PREFETCH").value_or(k <= 4096 && !gated_out);
 }
 
-// The cooperative-matrix tile TILE_M x TILE_N and K step: 256 x 128 for large M, 64 x 128 below
-// (more workgroups to fill the GPU), K in steps of 64; or BITNET_GPU_COOPMAT_TILE=MxN[xK] (M and N
-// multiples of 64 up to 256, K 64 or 128) for tuning.
+// The cooperative-matrix kernel's shape: its TILE_M x TILE_N output tile and K step, how its 8
+// subgroups split the tile (subgroup_rows x (8 / subgroup_rows) parts) and how many K steps it
+// loads ahead (depth).
 struct CoopmatTile {
-  uint32_t m = 128, n = 128, k = 64;
+  uint32_t m = 128, n = 128, k = 64, subgroup_rows = 2, depth = 2;
 };
 
-CoopmatTile coopmat_tile(int64_t rows) {
-  CoopmatTile tile{rows >= 1024 ? 256u : 64u, 128, 64};
+// The tile for an m x n output: of 256 x 128 (K steps of 64), 128 x 128 and 64 x 128 (K steps of
+// 128), the one with the least estimated time, counted as rounds of one workgroup on each
+// multiprocessor times the tile's work times its cost per value (measured on the H100 with
+// depth 2: 1, 1.05 and 1.5). A whole number of rounds matters more than the tile: (2048, 4096,
+// 4096) 177 us with 256 x 128 (2 rounds) against 186 with 128 x 128 (4); (2048, 6912, 2560) 270
+// against 210 (4 rounds against 7 of half the work); (512, 4096, 4096) 87 against 49;
+// (128, 4096, 4096) 33 with 64 x 128. Where the multiprocessor count is unknown: 256 x 128 from
+// m = 1024, else 64 x 128 with K steps of 64.
+// Tuning: BITNET_GPU_COOPMAT_TILE=MxN[xK] (M and N multiples of 64 up to 256, K 64 or 128),
+// BITNET_GPU_COOPMAT_SUBGROUP_ROWS (1, 2, 4 or 8, parts of multiples of 16; 4 from 128 tile rows,
+// else 2 unless set), BITNET_GPU_COOPMAT_DEPTH (1 or 2, default 2: (2048, 4096, 4096) 195 -> 177
+// us, (2048, 2560, 6912) 261 -> 239 us).
+CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
+  const uint32_t depth = tuning_value("BITNET_GPU_COOPMAT_DEPTH", 2, 2);
+  CoopmatTile tile{rows >= 1024 ? 256u : 64u, 128, 64, rows >= 1024 ? 4u : 2u, depth};
+  if (const uint32_t multiprocessors = device.info().multiprocessors) {
+    const CoopmatTile candidates[] = {{256, 128, 64, 4, depth}, {128, 128, 128, 4, depth},
+                                      {64, 128, 128, 2, depth}};
+    const double cost_per_value[] = {1.0, 1.05, 1.5};
+    double best = 0.0;
+    for (int i = 0; i < 3; ++i) {
+      const auto& c = candidates[i];
+      const uint64_t groups = static_cast<uint64_t>((rows + c.m - 1) / c.m) * ((cols + c.n - 1) / c.n);
+      const double estimate = static_cast<double>((groups + multiprocessors - 1) / multiprocessors) *
+                              c.m * c.n * cost_per_value[i];
+      if (i == 0 || estimate < best) {
+        best = estimate;
+        tile = c;
+      }
+    }
+  }
   if (const char* text = std::getenv("BITNET_GPU_COOPMAT_TILE"); text && *text) {
     unsigned m = 0, n = 0, k = 64;
     const int fields = std::sscanf(text, "%ux%ux%u", &m, &n, &k);
@@ -150,7 +179,15 @@ CoopmatTile coopmat_tile(int64_t rows) {
         (k != 64 && k != 128))
       throw ArgumentError("BITNET_GPU_COOPMAT_TILE=" + std::string(text) +
                           ": expected MxN or MxNxK, M and N multiples of 64 up to 256, K 64 or 128");
-    tile = {m, n, k};
+    tile = {m, n, k, m >= 128 ? 4u : 2u, depth};
+  }
+  if (const char* text = std::getenv("BITNET_GPU_COOPMAT_SUBGROUP_ROWS"); text && *text) {
+    const uint32_t r = tuning_value("BITNET_GPU_COOPMAT_SUBGROUP_ROWS", 2, 8);
+    if ((r != 1 && r != 2 && r != 4 && r != 8) || tile.m % (16 * r) || tile.n % (16 * (8 / r)))
+      throw ArgumentError("BITNET_GPU_COOPMAT_SUBGROUP_ROWS=" + std::string(text) + ": expected 1, 2, 4 or 8 "
+                          "splitting the " + std::to_string(tile.m) + "x" + std::to_string(tile.n) +
+                          " tile into multiples of 16");
+    tile.subgroup_rows = r;
   }
   return tile;
 }
@@ -159,7 +196,7 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
                     int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
                     const std::optional<Tensor>& bias, const TiledOutputs& out) {
   const auto& device = b.device_ptr();
-  const CoopmatTile tile = coopmat_tile(m);
+  const CoopmatTile tile = coopmat_tile(*device, m, n);
   const uint32_t tile_m = tile.m, tile_n = tile.n, blocks = tile.k / 16;
   const uint64_t shared_bytes = uint64_t{tile_m + tile_n} * (blocks + 1) * 16;
   if (shared_bytes > device->limits().maxComputeSharedMemorySize)
@@ -170,7 +207,8 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
   Kernel kernel = Kernel::builtin(device, "bitlinear_coopmat",
                                   {{0, ternary}, {1, bias.has_value()}, {2, out.y.has_value()},
                                    {3, out.accumulators.has_value()}, {4, int64_t{tile_m}},
-                                   {5, int64_t{tile_n}}, {6, int64_t{blocks}}});
+                                   {5, int64_t{tile_n}}, {6, int64_t{blocks}},
+                                   {7, int64_t{tile.subgroup_rows}}, {8, int64_t{tile.depth}}});
   dispatch_tiles(sequence, kernel, {b.binding(), b.binding()}, a, false, m, n, k, tile_m, tile_n,
                  scales, gamma, bias, out);
 }
@@ -212,9 +250,12 @@ void record_prepare(Sequence& sequence, const Tensor& x, int64_t m, int64_t k,
                     BitLinearAlgorithm algorithm, const FusedInput& fused = {}) {
   const auto& device = x.device_ptr();
   if (fused.any() || !split_prepare(k, algorithm)) {
+    // Vectors a lane holds (the kernel's CACHED): 1 where rows are too long to hold (its loop
+    // path), which keeps that path's registers few too.
+    const int64_t cached = (padded(k) / 4 + 255) / 256;
     Kernel prepare = Kernel::builtin(device, float_variant("bitlinear_prepare", x.dtype()),
                                      {{0, double{kEps}}, {1, fused.norm_weight != nullptr},
-                                      {2, fused.up != nullptr}});
+                                      {2, fused.up != nullptr}, {3, cached <= 16 ? cached : 1}});
     struct {
       uint32_t rows, k, padded_k;
       float norm_eps;

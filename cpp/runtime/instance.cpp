@@ -199,8 +199,11 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
   VkPhysicalDeviceShaderIntegerDotProductProperties dot{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES};
+  VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm_builtins{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
   VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   const bool external_host = has_extension(physical, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+  const bool sm_count = has_extension(physical, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
   VkPhysicalDeviceProperties basic;
   vkGetPhysicalDeviceProperties(physical, &basic);
   const bool vulkan13 = basic.apiVersion >= VK_API_VERSION_1_3;
@@ -211,6 +214,10 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
   if (external_host) {
     *tail = &host_memory;
     tail = &host_memory.pNext;
+  }
+  if (sm_count) {
+    *tail = &sm_builtins;
+    tail = &sm_builtins.pNext;
   }
   if (vulkan13) *tail = &dot;
   vkGetPhysicalDeviceProperties2(physical, &props);
@@ -258,6 +265,7 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
     info.max_workgroup_count[i] = limits.maxComputeWorkGroupCount[i];
   }
   info.max_shared_memory = limits.maxComputeSharedMemorySize;
+  info.multiprocessors = sm_count ? sm_builtins.shaderSMCount : 0;
   info.max_storage_buffer_range = limits.maxStorageBufferRange;
   info.max_allocation_size = maintenance3.maxMemoryAllocationSize;
   info.max_push_constants_size = limits.maxPushConstantsSize;

@@ -34,6 +34,7 @@ struct DeviceInfo {
   std::array<uint32_t, 3> max_workgroup_size{};
   std::array<uint32_t, 3> max_workgroup_count{};
   uint32_t max_shared_memory = 0;
+  uint32_t multiprocessors = 0;  // streaming multiprocessors (VK_NV_shader_sm_builtins); 0: unknown
   uint64_t max_storage_buffer_range = 0;
   uint64_t max_allocation_size = 0;
   uint32_t max_push_constants_size = 0;

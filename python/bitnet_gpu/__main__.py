@@ -37,7 +37,8 @@ def info(_args) -> int:
         print(f"    subgroup {d.subgroup_size}, workgroup <= {d.max_workgroup_invocations} "
               f"invocations, shared memory {_size(d.max_shared_memory)}, "
               f"storage buffer range {_size(d.max_storage_buffer_range)}, "
-              f"allocation <= {_size(d.max_allocation_size)}")
+              f"allocation <= {_size(d.max_allocation_size)}"
+              + (f", {d.multiprocessors} multiprocessors" if d.multiprocessors else ""))
         features = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in sorted(d.features.items()))
         print(f"    features: {features}")
     print("(* = the device bitnet_gpu uses by default; BITNET_GPU_DEVICE=<index|name> changes it)")

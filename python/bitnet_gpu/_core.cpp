@@ -325,6 +325,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("max_workgroup_size", &DeviceInfo::max_workgroup_size)
       .def_readonly("max_workgroup_count", &DeviceInfo::max_workgroup_count)
       .def_readonly("max_shared_memory", &DeviceInfo::max_shared_memory)
+      .def_readonly("multiprocessors", &DeviceInfo::multiprocessors)
       .def_readonly("max_storage_buffer_range", &DeviceInfo::max_storage_buffer_range)
       .def_readonly("max_allocation_size", &DeviceInfo::max_allocation_size)
       .def_readonly("max_push_constants_size", &DeviceInfo::max_push_constants_size)

@@ -2,10 +2,11 @@
 // BitLinear for large M on int8 tensor cores (VK_NV_cooperative_matrix, 16 x 16 x 32 int8 ->
 // int32 per subgroup of 32). A workgroup of 8 subgroups owns a TILE_M x TILE_N output tile and
 // walks K in steps of 16 * BLOCKS: the int8 activations (already in the interleaved layout of
-// bitlinear_common.glsl) and the packed ternary weights come from memory into registers one step
-// ahead, then into shared memory, the weights expanded there to signed int8 in the same
+// bitlinear_common.glsl) and the packed ternary weights come from memory into registers DEPTH
+// steps ahead, then into shared memory, the weights expanded there to signed int8 in the same
 // interleaved order, so the K permutation cancels in the dot product and no row-sum correction is
-// needed. Each subgroup multiplies a (TILE_M / 2) x (TILE_N / 4) part of the tile. The epilogue
+// needed. Each subgroup multiplies a (TILE_M / SUBGROUP_ROWS) x (TILE_N / SUBGROUP_COLS) part of
+// the tile, the 8 subgroups in SUBGROUP_ROWS x SUBGROUP_COLS. The epilogue
 // stages every 16 x 16 int32 result through shared memory (the tiles' space, no longer needed) to
 // scale it by gamma / s[m] and add the bias. TERNARY = false multiplies two interleaved int8
 // matrices (int8_matmul). Shared memory: (TILE_M + TILE_N) * (BLOCKS + 1) * 16 bytes.
@@ -27,7 +28,9 @@ layout(constant_id = 5) const uint TILE_N = 128;  // loads whole vectors of both
 layout(constant_id = 6) const uint BLOCKS = 4;    // blocks of 16 int8 (one uvec4) per K step, even
 
 const uint STRIDE = BLOCKS + 1;     // uvec4 per shared row, one of skew against bank conflicts
-const uint SUBGROUP_ROWS = 2, SUBGROUP_COLS = 4;
+layout(constant_id = 7) const uint SUBGROUP_ROWS = 2;  // 1, 2, 4 or 8
+layout(constant_id = 8) const uint DEPTH = 1;          // K steps loaded ahead: 1 or 2
+const uint SUBGROUP_COLS = 8 / SUBGROUP_ROWS;
 const uint C_ROWS = TILE_M / (SUBGROUP_ROWS * 16), C_COLS = TILE_N / (SUBGROUP_COLS * 16);
 const uint A_LOADS = TILE_M * BLOCKS / 256, B_LOADS = TILE_N * BLOCKS / 256;
 
@@ -68,49 +71,71 @@ void main() {
   [[unroll]] for (uint i = 0; i < C_ROWS; ++i)
     [[unroll]] for (uint j = 0; j < C_COLS; ++j) result[i][j] = icoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0);
 
-  uvec4 next_a[A_LOADS];
-  uvec4 next_b[B_LOADS];
-  // Loads for the K step starting at block `first`: zeros past M, N or K.
-  #define LOAD_STEP(first)                                                                   \
+  // A K step's loads in registers (the weights still packed: 16 codes a word), DEPTH steps
+  // ahead: set 0, and with DEPTH 2 set 1 for every other step. Named sets, not an array of sets:
+  // on the H100, sets in an array indexed from an unrolled loop made the kernel 25-35% slower.
+  uvec4 a0[A_LOADS], a1[A_LOADS], b0[B_LOADS], b1[B_LOADS];
+  uint w0[B_LOADS], w1[B_LOADS];
+  // Loads for the K step starting at block `first` into set (A, W, B): zeros past M, N or K
+  // (code 1 is weight 0).
+  #define LOAD_STEP(first, A, W, B)                                                          \
     [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {                                          \
       const uint e = thread + l * 256, row = e / BLOCKS, block = (first) + e % BLOCKS;        \
-      next_a[l] = m0 + row < p.m && block < p.blocks ? a[(m0 + row) * p.blocks + block]       \
-                                                     : uvec4(0);                              \
+      A[l] = m0 + row < p.m && block < p.blocks ? a[(m0 + row) * p.blocks + block] : uvec4(0); \
     }                                                                                        \
     [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {                                          \
       const uint e = thread + l * 256, row = e / BLOCKS, block = (first) + e % BLOCKS;        \
       const bool inside = n0 + row < p.n && block < p.blocks;                                \
-      if (TERNARY) next_b[l] = inside ? expand(w[(n0 + row) * p.blocks + block]) : uvec4(0); \
-      else next_b[l] = inside ? b[(n0 + row) * p.blocks + block] : uvec4(0);                 \
+      if (TERNARY) W[l] = inside ? w[(n0 + row) * p.blocks + block] : 0x55555555u;           \
+      else B[l] = inside ? b[(n0 + row) * p.blocks + block] : uvec4(0);                      \
     }
-  LOAD_STEP(0)
-
-  for (uint first = 0; first < p.blocks; first += BLOCKS) {
-    barrier();  // every subgroup is done reading the previous step's tiles
-    [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {
-      const uint e = thread + l * 256;
-      tiles[(e / BLOCKS) * STRIDE + e % BLOCKS] = next_a[l];
-    }
-    [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {
-      const uint e = thread + l * 256;
-      tiles[B_TILE + (e / BLOCKS) * STRIDE + e % BLOCKS] = next_b[l];
-    }
+  // Set (A, W, B) into the tiles, the weights expanded to int8, between barriers: every subgroup
+  // is done reading the previous step's tiles, then every tile is written.
+  #define STORE_STEP(A, W, B)                                                                \
+    barrier();                                                                               \
+    [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {                                          \
+      const uint e = thread + l * 256;                                                       \
+      tiles[(e / BLOCKS) * STRIDE + e % BLOCKS] = A[l];                                      \
+    }                                                                                        \
+    [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {                                          \
+      const uint e = thread + l * 256;                                                       \
+      tiles[B_TILE + (e / BLOCKS) * STRIDE + e % BLOCKS] = TERNARY ? expand(W[l]) : B[l];    \
+    }                                                                                        \
     barrier();
-    if (first + BLOCKS < p.blocks) { LOAD_STEP(first + BLOCKS) }
+  #define MULTIPLY_STEP()                                                                    \
+    [[unroll]] for (uint step = 0; step < BLOCKS; step += 2) {  /* 32 values per multiply */ \
+      icoopmatNV<8, gl_ScopeSubgroup, 16, 32> mat_a[C_ROWS];                                 \
+      [[unroll]] for (uint i = 0; i < C_ROWS; ++i) {                                         \
+        const uint row = 16 * (C_ROWS * sub_row + i);                                        \
+        coopMatLoadNV(mat_a[i], tiles, row * STRIDE + step, STRIDE, false);                  \
+      }                                                                                      \
+      [[unroll]] for (uint j = 0; j < C_COLS; ++j) {                                         \
+        icoopmatNV<8, gl_ScopeSubgroup, 32, 16> mat_b;                                       \
+        const uint col = 16 * (C_COLS * sub_col + j);                                        \
+        /* column-major K x N */                                                             \
+        coopMatLoadNV(mat_b, tiles, B_TILE + col * STRIDE + step, STRIDE, true);             \
+        [[unroll]] for (uint i = 0; i < C_ROWS; ++i)                                         \
+          result[i][j] = coopMatMulAddNV(mat_a[i], mat_b, result[i][j]);                     \
+      }                                                                                      \
+    }
 
-    [[unroll]] for (uint step = 0; step < BLOCKS; step += 2) {  // 32 values per multiply
-      icoopmatNV<8, gl_ScopeSubgroup, 16, 32> mat_a[C_ROWS];
-      [[unroll]] for (uint i = 0; i < C_ROWS; ++i) {
-        const uint row = 16 * (C_ROWS * sub_row + i);
-        coopMatLoadNV(mat_a[i], tiles, row * STRIDE + step, STRIDE, false);
-      }
-      [[unroll]] for (uint j = 0; j < C_COLS; ++j) {
-        icoopmatNV<8, gl_ScopeSubgroup, 32, 16> mat_b;
-        const uint col = 16 * (C_COLS * sub_col + j);
-        coopMatLoadNV(mat_b, tiles, B_TILE + col * STRIDE + step, STRIDE, true);  // column-major K x N
-        [[unroll]] for (uint i = 0; i < C_ROWS; ++i)
-          result[i][j] = coopMatMulAddNV(mat_a[i], mat_b, result[i][j]);
-      }
+  LOAD_STEP(0, a0, w0, b0)
+  if (DEPTH == 1) {
+    for (uint first = 0; first < p.blocks; first += BLOCKS) {
+      STORE_STEP(a0, w0, b0)
+      if (first + BLOCKS < p.blocks) { LOAD_STEP(first + BLOCKS, a0, w0, b0) }
+      MULTIPLY_STEP()
+    }
+  } else {  // two steps a round, the loads two steps ahead
+    if (BLOCKS < p.blocks) { LOAD_STEP(BLOCKS, a1, w1, b1) }
+    for (uint first = 0; first < p.blocks; first += 2 * BLOCKS) {
+      STORE_STEP(a0, w0, b0)
+      if (first + 2 * BLOCKS < p.blocks) { LOAD_STEP(first + 2 * BLOCKS, a0, w0, b0) }
+      MULTIPLY_STEP()
+      if (first + BLOCKS >= p.blocks) break;  // uniform
+      STORE_STEP(a1, w1, b1)
+      if (first + 3 * BLOCKS < p.blocks) { LOAD_STEP(first + 3 * BLOCKS, a1, w1, b1) }
+      MULTIPLY_STEP()
     }
   }
 

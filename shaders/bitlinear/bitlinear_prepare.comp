@@ -33,7 +33,9 @@ layout(std430, binding = 6) readonly buffer NormWeight { vec4 norm_weight4[]; };
 layout(std430, binding = 7) readonly buffer Up { ELEMENT4 up4[]; };  // [rows, K] with GATED
 layout(push_constant) uniform Push { uint rows; uint k; uint padded_k; float norm_eps; } p;
 
-const uint CACHED = 16;  // vectors per invocation held in registers
+// Vectors per invocation held in registers: ceil(padded K / 4 / 256), at most 16, set by the host
+// so that short rows take few registers and more workgroups fit on a multiprocessor.
+layout(constant_id = 3) const uint CACHED = 16;
 
 shared float s_max[256];
 shared int s_sum[256];
