@@ -163,14 +163,16 @@ Device::~Device() {
   vkDestroyDevice(device_, nullptr);
 }
 
-VkResult Device::wait_for_fence(VkFence fence) {
+VkResult Device::wait_for_fence(VkFence fence, uint32_t expected_us) {
   if (VkResult failure = fault::injected(fault::Site::wait); failure != VK_SUCCESS) {
     // The work really runs to its end first, so nothing the caller then frees is still in use.
     vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX);
     return failure;
   }
   if (spin_wait_us_ > 0) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_wait_us_);
+    const uint32_t extra = std::min(kMostExpectedSpinUs, expected_us + expected_us / 4);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(spin_wait_us_ + extra);
     do {
       const VkResult status = vkGetFenceStatus(device_, fence);
       if (status != VK_NOT_READY) return status;

@@ -51,8 +51,12 @@ class Device : public std::enable_shared_from_this<Device> {
   VkResult allocate_memory(const VkMemoryAllocateInfo& info, VkDeviceMemory* memory);
   // Waits for a submitted fence: polls it for up to spin_wait_us() first (a GPU's completion
   // interrupt and the thread's wake-up cost tens of microseconds, as long as a small kernel
-  // runs), then blocks. Returns vkGetFenceStatus / vkWaitForFences's result, unchecked.
-  VkResult wait_for_fence(VkFence fence);
+  // runs), then blocks. `expected_us`, the time the same work took before (a graph's last
+  // replay), extends the polling by that much and a quarter more, up to kMostExpectedSpinUs, where
+  // spin_wait_us() > 0: on the H100 a 1.6 ms decode step that slept after 200 us of polling took
+  // 65 us longer. Returns vkGetFenceStatus / vkWaitForFences's result, unchecked.
+  VkResult wait_for_fence(VkFence fence, uint32_t expected_us = 0);
+  static constexpr uint32_t kMostExpectedSpinUs = 10000;
   // 200 us on a GPU, 0 on a CPU implementation (its worker threads need the cores);
   // BITNET_GPU_SPIN_WAIT_US overrides.
   uint32_t spin_wait_us() const { return spin_wait_us_; }

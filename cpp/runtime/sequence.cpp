@@ -1,6 +1,7 @@
 #include "runtime/sequence.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "runtime/command_context.hpp"
 #include "runtime/device.hpp"
@@ -371,8 +372,12 @@ void Sequence::replay() {
   if (!closed_ || !context_) throw ArgumentError("a graph replays once its recording is closed");
   device_->ensure_usable();
   device_->submit(*context_);
+  const auto submitted = std::chrono::steady_clock::now();
   VkFence fence = context_->fence.get();
-  device_->check(device_->wait_for_fence(fence), "vkWaitForFences");
+  device_->check(device_->wait_for_fence(fence, last_replay_us_), "vkWaitForFences");
+  const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::steady_clock::now() - submitted);
+  last_replay_us_ = static_cast<uint32_t>(std::min<int64_t>(waited.count(), Device::kMostExpectedSpinUs));
   context_->submitted = false;
   device_->check(vkResetFences(device_->handle(), 1, &fence), "vkResetFences");
   replay_timings_ = read_timings(*device_, *context_, labels_, timing_);

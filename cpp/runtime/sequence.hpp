@@ -110,6 +110,7 @@ class Sequence {
   Reuse reuse_;
   bool closed_ = false;
   std::vector<OpTiming> replay_timings_;
+  uint32_t last_replay_us_ = 0;  // submission to completion of the last replay, on the host's clock
   bool active_ = false;
   size_t barriers_ = 0;
   std::vector<std::string> labels_;

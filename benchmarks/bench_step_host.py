@@ -1,0 +1,80 @@
+"""Where a decode step's wall time goes beyond its GPU time: the 2B4T decode step (random weights,
+batch 1) timed whole and in parts, median wall microseconds over many steps:
+
+    python3 benchmarks/bench_step_host.py [--json FILE] [--repeats N] [--context 128]
+
+- step: model._step(...)["next"].numpy(), what generate() does per token;
+- inputs: copying the token id and the position into the graph's input tensors;
+- replay: the graph's submission and the wait for its fence alone;
+- read: the next id from its host-memory tensor;
+- empty: a submit-and-wait of one empty kernel;
+- gpu: the graph's GPU time from its two timestamps.
+
+BITNET_GPU_SPIN_WAIT_US (read when the device is created) sets how long a wait polls the fence
+before it sleeps; run the script under different values to see what sleeping costs.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import numpy as np
+
+import bitnet_gpu as bg
+from bench_model import gpu_seconds  # benchmarks/bench_model.py
+from bitnet_gpu.models import BitNetConfig, BitNetModel
+from common import arguments, write_results
+
+
+def median_us(fn, repeats):
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - start) / 1e3)
+    return statistics.median(times)
+
+
+def main():
+    args = arguments(__doc__, lambda p: (p.add_argument("--context", type=int, default=128),
+                                         p.add_argument("--config", default="2b4t")))
+    repeats = max(args.repeats, 200)
+    device = bg.default_device()
+    config = BitNetConfig.preset(args.config)
+    model = BitNetModel.random(config, seed=0, max_tokens=args.context + 8)
+    fill = np.random.default_rng(2).integers(0, config.vocab_size, (1, args.context)).astype(np.int32)
+    model._step(fill, 0, "last")
+    one = np.array([[17]], np.int32)
+    ids, start = one.reshape(-1), np.array([args.context], np.int32)
+
+    def step():
+        return model._step(one, args.context, "last")["next"].numpy()
+
+    warm = time.perf_counter()
+    while time.perf_counter() - warm < 2.0:  # clocks up
+        step()
+    graph = model._graph(1, 1, "last", args.context)
+    inputs = graph._inputs
+    empty = bg.builtin_kernel("empty", device)
+
+    parts = {
+        "step": median_us(step, repeats),
+        "inputs": median_us(lambda: (inputs["ids"].copy_from(ids), inputs["start"].copy_from(start)), repeats),
+        "replay": median_us(graph._core.replay, repeats),
+        "read": median_us(lambda: graph._outputs["next"].numpy(), repeats),
+        "empty": median_us(lambda: empty.dispatch(1, []), repeats),
+        "gpu": gpu_seconds(model, step, 50) * 1e6,
+    }
+    spin = os.environ.get("BITNET_GPU_SPIN_WAIT_US", "default")
+    print(f"{device.name}, context {args.context}, BITNET_GPU_SPIN_WAIT_US={spin}: median us")
+    for name, us in parts.items():
+        print(f"  {name:8s} {us:9.1f}")
+    write_results(args.json, {"device": device.name, "context": args.context, "spin_wait_us": spin,
+                              "median_us": parts})
+
+
+if __name__ == "__main__":
+    main()
