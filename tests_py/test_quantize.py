@@ -159,9 +159,15 @@ def test_asymmetric_activation_parity(device, rng, shape):
     x = (rng.standard_normal(shape) * 3 + rng.uniform(-2, 2)).astype(np.float32)
     q, step, zp = bg.quantize_activations(x, symmetric=False)
     assert q.dtype == np.uint8 and zp.dtype == np.uint8 and step.shape == shape[:-1]
-    rq, rstep, rzp = ref.quantize_activations_asymmetric(x)
+    _, rstep, rzp = ref.quantize_activations_asymmetric(x)
     np.testing.assert_allclose(step, rstep, rtol=1e-6)
-    assert np.array_equal(zp, rzp)
+    # The zero point is a rounded quotient too: within 1e-6 of a tie it may differ by one (seen on
+    # the H100, whose float division is not correctly rounded). q is then checked against it.
+    ratio = -np.minimum(x.astype(np.float64).min(axis=-1), 0) / step.astype(np.float64)
+    zp_mismatch = zp != rzp
+    assert (np.abs(zp.astype(np.int64) - rzp) <= 1).all()
+    assert (ref.rounding_tie_gap(ratio[zp_mismatch]) <= 1e-6).all()
+    rq = ref.quantize_activations_asymmetric(x, scale=step, zero_point=zp)[0]
     values = np.clip(x.astype(np.float64) / step[..., None].astype(np.float64), -1e9, 1e9)
     mismatch = q.astype(np.int64) != rq.astype(np.int64)
     v = values[mismatch]
