@@ -20,9 +20,9 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from bench_model import gpu_seconds, per_op  # benchmarks/bench_model.py
+from bench_model import decode_step, fill_cache, gpu_seconds, per_op  # benchmarks/bench_model.py
 from bitnet_gpu.models import BitNetConfig, BitNetModel
-from common import arguments, profiled, torch_cuda, with_settings, write_results
+from common import arguments, keep_running, profiled, torch_cuda, with_settings, write_results
 
 
 def parse_settings(text):
@@ -70,14 +70,15 @@ def main():
         source = torch.empty(2**26, dtype=torch.uint8, device="cuda")
         buffers = (source, torch.empty_like(source))
 
+    def copy_once():
+        source, target = buffers
+        target.copy_(source)
+        torch.cuda.synchronize()
+
     def busy():
-        if buffers is None:
-            return
-        a, b = buffers
-        start = time.perf_counter()
-        while time.perf_counter() - start < 0.05:
-            b.copy_(a)
-            torch.cuda.synchronize()
+        if buffers is not None:
+            keep_running(copy_once, 0.05)
+
     rng = np.random.default_rng(0)
     results = {"device": device.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                "settings": [label(s) for s in settings], "bitlinear": [], "decode": []}
@@ -109,15 +110,10 @@ def main():
     if contexts:
         config = BitNetConfig.preset(args.config)
         model = BitNetModel.random(config, seed=0, max_tokens=max(contexts) + 8)
-        fill = np.random.default_rng(2).integers(0, config.vocab_size, (1, max(contexts))).astype(np.int32)
-        model._step(fill, 0, "last")
-        one = np.array([[17]], np.int32)
+        fill_cache(model, max(contexts))
         for context in contexts:
-            def step():
-                return model._step(one, context, "last")["next"].numpy()
-            warm = time.perf_counter()
-            while time.perf_counter() - warm < 2.0:  # clocks up before the first setting
-                step()
+            step = decode_step(model, context)
+            keep_running(step)  # clocks up before the first setting
             reference = step()
             for setting in settings:
                 def measure():

@@ -48,6 +48,24 @@ def split(timings):
     return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
 
 
+# The token every timed decode step feeds (any id would do).
+DECODE_TOKEN = np.array([[17]], np.int32)
+
+
+def fill_cache(model, tokens):
+    """Real keys and values in the cache for `tokens` random tokens (a prefill, seed 2), so decode
+    steps can run at any context up to that; returns those token ids [1, tokens]."""
+    fill = np.random.default_rng(2).integers(0, model.config.vocab_size, (1, tokens)).astype(np.int32)
+    model._step(fill, 0, "last")
+    return fill
+
+
+def decode_step(model, context):
+    """One decode step of DECODE_TOKEN after `context` cached tokens, as generate() runs it (the
+    next id read back)."""
+    return lambda: model._step(DECODE_TOKEN, context, "last")["next"].numpy()
+
+
 def gpu_seconds(model, run, repeats):
     """Median GPU seconds of run() with the graph timed as a whole (one timestamp pair)."""
     model.timings = "total"
@@ -166,10 +184,7 @@ def main():
     start = time.perf_counter()
     model = BitNetModel.random(config, seed=0, max_tokens=max_tokens)
     results["load_seconds"] = time.perf_counter() - start
-    one = np.array([[17]], np.int32)
-    # Real keys and values in the cache up to the longest context (a prefill), then decode there.
-    fill = np.random.default_rng(2).integers(0, config.vocab_size, (1, max(contexts))).astype(np.int32)
-    model._step(fill, 0, "last")
+    fill = fill_cache(model, max(contexts))
     model.reset_graphs()
     results["weights_bytes"] = model.nbytes
     results["projection_bytes"] = model.projection_nbytes
@@ -183,14 +198,13 @@ def main():
         print(f"copy bandwidth {copy_gbps:.0f} GB/s: limit {model.projection_nbytes / copy_gbps / 1e3:.0f} us/token "
               f"for the packed projections, {step_bytes / copy_gbps / 1e3:.0f} us with the head")
 
-    model._step(one, contexts[0], "last")
+    decode_step(model, contexts[0])()
     results["decode_memory_in_use_bytes"] = device.memory_stats()["in_use_bytes"] - before
     peer = TorchBitNet(torch, config, max_tokens) if torch else None
     if peer:
         peer.step(torch.tensor(fill[0], device="cuda"), 0)
     for context in contexts:
-        def step():
-            return model._step(one, context, "last")["next"].numpy()
+        step = decode_step(model, context)
         step()
         wall = median_wall(step, args.steps)
         gpu = gpu_seconds(model, step, args.steps)

@@ -17,25 +17,13 @@ before it sleeps; run the script under different values to see what sleeping cos
 from __future__ import annotations
 
 import os
-import statistics
-import time
 
 import numpy as np
 
 import bitnet_gpu as bg
-from bench_model import gpu_seconds  # benchmarks/bench_model.py
+from bench_model import DECODE_TOKEN, decode_step, fill_cache, gpu_seconds  # benchmarks/bench_model.py
 from bitnet_gpu.models import BitNetConfig, BitNetModel
-from common import arguments, write_results
-
-
-def median_us(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter_ns()
-        fn()
-        times.append((time.perf_counter_ns() - start) / 1e3)
-    return statistics.median(times)
+from common import arguments, keep_running, median_wall, write_results
 
 
 def main():
@@ -45,27 +33,23 @@ def main():
     device = bg.default_device()
     config = BitNetConfig.preset(args.config)
     model = BitNetModel.random(config, seed=0, max_tokens=args.context + 8)
-    fill = np.random.default_rng(2).integers(0, config.vocab_size, (1, args.context)).astype(np.int32)
-    model._step(fill, 0, "last")
-    one = np.array([[17]], np.int32)
-    ids, start = one.reshape(-1), np.array([args.context], np.int32)
-
-    def step():
-        return model._step(one, args.context, "last")["next"].numpy()
-
-    warm = time.perf_counter()
-    while time.perf_counter() - warm < 2.0:  # clocks up
-        step()
+    fill_cache(model, args.context)
+    ids, start = DECODE_TOKEN.reshape(-1), np.array([args.context], np.int32)
+    step = decode_step(model, args.context)
+    keep_running(step)
     graph = model._graph(1, 1, "last", args.context)
     inputs = graph._inputs
     empty = bg.builtin_kernel("empty", device)
 
+    def median_us(fn):
+        return median_wall(fn, repeats) * 1e6
+
     parts = {
-        "step": median_us(step, repeats),
-        "inputs": median_us(lambda: (inputs["ids"].copy_from(ids), inputs["start"].copy_from(start)), repeats),
-        "replay": median_us(graph._core.replay, repeats),
-        "read": median_us(lambda: graph._outputs["next"].numpy(), repeats),
-        "empty": median_us(lambda: empty.dispatch(1, []), repeats),
+        "step": median_us(step),
+        "inputs": median_us(lambda: (inputs["ids"].copy_from(ids), inputs["start"].copy_from(start))),
+        "replay": median_us(graph._core.replay),
+        "read": median_us(lambda: graph._outputs["next"].numpy()),
+        "empty": median_us(lambda: empty.dispatch(1, [])),
         "gpu": gpu_seconds(model, step, 50) * 1e6,
     }
     spin = os.environ.get("BITNET_GPU_SPIN_WAIT_US", "default")

@@ -42,6 +42,13 @@ def median_wall(fn, repeats):
     return statistics.median(times)
 
 
+def keep_running(fn, seconds=2.0):
+    """Calls fn() for `seconds`: the GPU's clocks up before a timing (an idle H100 sits at 345 MHz)."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn()
+
+
 def with_settings(setting, fn):
     """fn() with the environment variables of `setting` ({name: value}) set, the environment
     restored afterwards."""

@@ -155,10 +155,9 @@ struct CoopmatTile {
 // us, (2048, 2560, 6912) 261 -> 239 us).
 CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
   const uint32_t depth = tuning_value("BITNET_GPU_COOPMAT_DEPTH", 2, 2);
-  CoopmatTile tile{rows >= 1024 ? 256u : 64u, 128, 64, rows >= 1024 ? 4u : 2u, depth};
+  CoopmatTile tile{rows >= 1024 ? 256u : 64u, 128, 64};
   if (const uint32_t multiprocessors = device.info().multiprocessors) {
-    const CoopmatTile candidates[] = {{256, 128, 64, 4, depth}, {128, 128, 128, 4, depth},
-                                      {64, 128, 128, 2, depth}};
+    const CoopmatTile candidates[] = {{256, 128, 64}, {128, 128, 128}, {64, 128, 128}};
     const double cost_per_value[] = {1.0, 1.05, 1.5};
     double best = 0.0;
     for (int i = 0; i < 3; ++i) {
@@ -179,8 +178,10 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
         (k != 64 && k != 128))
       throw ArgumentError("BITNET_GPU_COOPMAT_TILE=" + std::string(text) +
                           ": expected MxN or MxNxK, M and N multiples of 64 up to 256, K 64 or 128");
-    tile = {m, n, k, m >= 128 ? 4u : 2u, depth};
+    tile = {m, n, k};
   }
+  tile.subgroup_rows = tile.m >= 128 ? 4 : 2;
+  tile.depth = depth;
   if (const char* text = std::getenv("BITNET_GPU_COOPMAT_SUBGROUP_ROWS"); text && *text) {
     const uint32_t r = tuning_value("BITNET_GPU_COOPMAT_SUBGROUP_ROWS", 2, 8);
     if ((r != 1 && r != 2 && r != 4 && r != 8) || tile.m % (16 * r) || tile.n % (16 * (8 / r)))
@@ -243,19 +244,24 @@ struct FusedInput {
   bool any() const { return up || norm_weight; }
 };
 
-bool can_fuse_input(int64_t k) { return k % 4 == 0 && padded(k) <= 16 * 256 * 4; }
+// Vectors of 4 values each invocation of a 256-wide workgroup holds for a row of k values (the
+// pre-passes' CACHED), and the most they hold in registers.
+int64_t lane_vectors(int64_t k) { return (padded(k) / 4 + 255) / 256; }
+constexpr int64_t kMostLaneVectors = 16;
+
+bool can_fuse_input(int64_t k) { return k % 4 == 0 && lane_vectors(k) <= kMostLaneVectors; }
 
 void record_prepare(Sequence& sequence, const Tensor& x, int64_t m, int64_t k,
                     const PreparedRows& prepared, const Tensor& scales, const Tensor& nonfinite,
                     BitLinearAlgorithm algorithm, const FusedInput& fused = {}) {
   const auto& device = x.device_ptr();
   if (fused.any() || !split_prepare(k, algorithm)) {
-    // Vectors a lane holds (the kernel's CACHED): 1 where rows are too long to hold (its loop
-    // path), which keeps that path's registers few too.
-    const int64_t cached = (padded(k) / 4 + 255) / 256;
+    // The kernel's CACHED: 1 where rows are too long to hold (its loop path), which keeps that
+    // path's registers few too.
+    const int64_t cached = lane_vectors(k) <= kMostLaneVectors ? lane_vectors(k) : 1;
     Kernel prepare = Kernel::builtin(device, float_variant("bitlinear_prepare", x.dtype()),
                                      {{0, double{kEps}}, {1, fused.norm_weight != nullptr},
-                                      {2, fused.up != nullptr}, {3, cached <= 16 ? cached : 1}});
+                                      {2, fused.up != nullptr}, {3, cached}});
     struct {
       uint32_t rows, k, padded_k;
       float norm_eps;
@@ -369,7 +375,7 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
                                   {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
                                    {3, accumulators.has_value()}, {4, words % 4 == 0}, {5, int64_t{unroll}},
                                    {6, residual}, {7, fused.norm_weight != nullptr}, {8, fused.up != nullptr},
-                                   {9, int64_t{m * padded(k) / 4}}, {10, int64_t{(padded(k) / 4 + 255) / 256}},
+                                   {9, int64_t{m * padded(k) / 4}}, {10, lane_vectors(k)},
                                    {11, static_cast<int64_t>(weights.size())}, {12, gated_out},
                                    {13, prefetch}});
   const uint32_t subgroups = subgroups_in_256(*device);

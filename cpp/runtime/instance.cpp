@@ -203,7 +203,7 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
   VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   const bool external_host = has_extension(physical, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
-  const bool sm_count = has_extension(physical, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
+  const bool sm_builtins_available = has_extension(physical, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
   VkPhysicalDeviceProperties basic;
   vkGetPhysicalDeviceProperties(physical, &basic);
   const bool vulkan13 = basic.apiVersion >= VK_API_VERSION_1_3;
@@ -215,7 +215,7 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
     *tail = &host_memory;
     tail = &host_memory.pNext;
   }
-  if (sm_count) {
+  if (sm_builtins_available) {
     *tail = &sm_builtins;
     tail = &sm_builtins.pNext;
   }
@@ -265,7 +265,7 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
     info.max_workgroup_count[i] = limits.maxComputeWorkGroupCount[i];
   }
   info.max_shared_memory = limits.maxComputeSharedMemorySize;
-  info.multiprocessors = sm_count ? sm_builtins.shaderSMCount : 0;
+  info.multiprocessors = sm_builtins_available ? sm_builtins.shaderSMCount : 0;
   info.max_storage_buffer_range = limits.maxStorageBufferRange;
   info.max_allocation_size = maintenance3.maxMemoryAllocationSize;
   info.max_push_constants_size = limits.maxPushConstantsSize;
