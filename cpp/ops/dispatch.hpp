@@ -61,6 +61,9 @@ BufferBinding rows_of(const Tensor& tensor, const RowRange& range, uint64_t row_
 // Workgroups for `invocations` invocations of `local_size`, capped at the device's limit (the
 // kernels loop grid-stride over what is left).
 uint32_t workgroups(const Device& device, uint64_t invocations, uint32_t local_size = 256);
+// Whether the device's driver ends a shader invocation's loops after 65535 passes in all
+// (lavapipe; see shaders/runtime/strided_loop.glsl), so kernels must keep their loops' passes few.
+bool guards_loop_passes(const Device& device);
 
 // A dispatch grid from 64-bit workgroup counts; UnsupportedError "<what> is over this device's
 // workgroup-count limits" where one is over maxComputeWorkGroupCount (rather than letting the

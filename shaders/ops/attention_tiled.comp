@@ -14,6 +14,11 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool CAUSAL = true;
 layout(constant_id = 1) const bool FROM_START = false;
+// The loops inside the tile loop with fixed trip counts, unrolled (set on lavapipe, which ends an
+// invocation's loops after 65535 passes in all, silently: see shaders/runtime/strided_loop.glsl;
+// the variable loops reached that within about 25k keys). Off elsewhere: on the H100 the unrolled
+// form made prefill attention 11% slower.
+layout(constant_id = 2) const bool UNROLLED = false;
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
 layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
 layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };   // [>= L, HKV, D]
@@ -90,15 +95,20 @@ void main() {
     if (first + BK < most_keys) fetch_tile(first + BK, min(BK, most_keys - first - BK), base, g, d4, next_k, next_v);
     barrier();
     float score = 0.0;
-    for (uint c = 0; c < d4; ++c) score += dot(s_q[score_row * PADDED4 + c], s_k[score_key * PADDED4 + c]);
+    if (UNROLLED) {
+      [[unroll]] for (uint c = 0; c < ROW4; ++c)
+        if (c < d4) score += dot(s_q[score_row * PADDED4 + c], s_k[score_key * PADDED4 + c]);
+    } else {
+      for (uint c = 0; c < d4; ++c) score += dot(s_q[score_row * PADDED4 + c], s_k[score_key * PADDED4 + c]);
+    }
     s_s[lane] = first + score_key < my_keys ? score * p.scale : LOWEST;
     barrier();
     if (lane < BQ) {  // row `lane`: new max, weights, running sum, in key order
       const float old_max = s_m[lane];
       float m = old_max;
-      for (uint key = 0; key < BK; ++key) m = max(m, s_s[lane * BK + key]);
+      [[unroll]] for (uint key = 0; key < BK; ++key) m = max(m, s_s[lane * BK + key]);
       float sum = 0.0;
-      for (uint key = 0; key < BK; ++key) {
+      [[unroll]] for (uint key = 0; key < BK; ++key) {
         const float s = s_s[lane * BK + key];
         const float w = s == LOWEST ? 0.0 : exp(s - m);
         s_s[lane * BK + key] = w;
@@ -113,10 +123,19 @@ void main() {
     const float correction = s_correction[value_row];
     acc[0] *= correction;
     acc[1] *= correction;
-    for (uint key = 0; key < count; ++key) {
-      const float w = s_s[value_row * BK + key];
-      acc[0] += w * s_v[key * ROW4 + value_dim];
-      acc[1] += w * s_v[key * ROW4 + value_dim + 16];
+    if (UNROLLED) {
+      [[unroll]] for (uint key = 0; key < BK; ++key)
+        if (key < count) {
+          const float w = s_s[value_row * BK + key];
+          acc[0] += w * s_v[key * ROW4 + value_dim];
+          acc[1] += w * s_v[key * ROW4 + value_dim + 16];
+        }
+    } else {
+      for (uint key = 0; key < count; ++key) {
+        const float w = s_s[value_row * BK + key];
+        acc[0] += w * s_v[key * ROW4 + value_dim];
+        acc[1] += w * s_v[key * ROW4 + value_dim + 16];
+      }
     }
   }
   barrier();  // s_l is written (also where no tile ran)

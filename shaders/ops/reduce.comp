@@ -1,13 +1,15 @@
 #version 450
 //! variant f32
 //! variant f16 INPUT_F16
-// Reduction over one axis of x viewed as [outer, length, inner], float32 accumulation in a fixed
-// order (the same input gives the same output): OP 0 sum, 1 mean, 2 max. inner == 1: one
-// workgroup per outer index, 256 strided partial results combined in order; otherwise one
-// invocation per (outer, inner) walking the axis (coalesced across inner).
+// Reduction over one axis of x viewed as [outer, length, inner], float32 accumulation (sums
+// compensated, see add()) in a fixed order (the same input gives the same output): OP 0 sum,
+// 1 mean, 2 max. inner == 1: one workgroup per outer index, 256 strided partial results combined
+// in order; otherwise one invocation per (outer, inner) walking the axis (coalesced across inner).
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
 #include "ops_common.glsl"
+#include "../runtime/strided_loop.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0;
 layout(constant_id = 1) const bool ROWS = true;  // inner == 1
@@ -20,13 +22,25 @@ shared float s_partial[256];
 float combine(float a, float b) { return OP == 2 ? max(a, b) : a + b; }
 float start() { return OP == 2 ? -3.402823466e38 : 0.0; }
 float finish(float v) { return OP == 1 ? v / float(p.count) : v; }
+// acc = combine(acc, v); sums carry what each addition rounded away in `lost` (Kahan), so that a
+// long run of values (a thread may add millions) keeps float32 precision.
+void add(inout precise float acc, inout precise float lost, float v) {
+  if (OP == 2) {
+    acc = max(acc, v);
+    return;
+  }
+  precise const float y = v - lost;
+  precise const float t = acc + y;
+  lost = (t - acc) - y;
+  acc = t;
+}
 
 void main() {
   const uint lane = gl_LocalInvocationID.x;
   if (ROWS) {
     for (uint o = gl_WorkGroupID.x; o < p.outer; o += gl_NumWorkGroups.x) {
-      float acc = start();
-      for (uint i = lane; i < p.count; i += 256) acc = combine(acc, float(x[o * p.count + i]));
+      precise float acc = start(), lost = 0.0;
+      FOR_STRIDED(i, lane, p.count, 256) add(acc, lost, float(x[o * p.count + i]));
       s_partial[lane] = acc;
       barrier();
       for (uint width = 128; width > 0; width /= 2) {  // a fixed tree: deterministic
@@ -41,8 +55,8 @@ void main() {
   const uint outputs = p.outer * p.inner;
   for (uint index = gl_GlobalInvocationID.x; index < outputs; index += gl_NumWorkGroups.x * 256) {
     const uint o = index / p.inner, in_ = index % p.inner;
-    float acc = start();
-    for (uint i = 0; i < p.count; ++i) acc = combine(acc, float(x[(o * p.count + i) * p.inner + in_]));
+    precise float acc = start(), lost = 0.0;
+    FOR_STRIDED(i, 0, p.count, 1) add(acc, lost, float(x[(o * p.count + i) * p.inner + in_]));
     y[index] = ELEMENT(finish(acc));
   }
 }

@@ -16,6 +16,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #include "ops_common.glsl"
 #include "group_reduce.glsl"
+#include "../runtime/strided_loop.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0;
 layout(std430, binding = 0) readonly buffer X { ELEMENT x[]; };
@@ -85,15 +86,15 @@ void main() {
       }
     } else if (OP == 5) {
       float m = -3.402823466e38;
-      for (uint i = lane; i < p.k; i += 256) m = max(m, value_at(base, i));
+      FOR_STRIDED(i, lane, p.k, 256) m = max(m, value_at(base, i));
       a = group_max(m);
       float s = 0.0;
-      for (uint i = lane; i < p.k; i += 256) s += exp(value_at(base, i) - a);
+      FOR_STRIDED(i, lane, p.k, 256) s += exp(value_at(base, i) - a);
       b = 1.0 / group_sum(s);
       float dot_gs = 0.0;
-      for (uint i = lane; i < p.k; i += 256) dot_gs += float(grad[base + i]) * exp(value_at(base, i) - a) * b;
+      FOR_STRIDED(i, lane, p.k, 256) dot_gs += float(grad[base + i]) * exp(value_at(base, i) - a) * b;
       const float total = group_sum(dot_gs);
-      for (uint i = lane; i < p.k; i += 256) {
+      FOR_STRIDED(i, lane, p.k, 256) {
         const float soft = exp(value_at(base, i) - a) * b;
         y[base + i] = ELEMENT(soft * (float(grad[base + i]) - total));
       }
@@ -102,21 +103,21 @@ void main() {
       float mean = 0.0;
       if (OP == 4) {
         float s = 0.0;
-        for (uint i = lane; i < p.k; i += 256) s += value_at(base, i);
+        FOR_STRIDED(i, lane, p.k, 256) s += value_at(base, i);
         mean = group_sum(s) / k;
       }
       float q = 0.0;
-      for (uint i = lane; i < p.k; i += 256) { const float d = value_at(base, i) - mean; q += d * d; }
+      FOR_STRIDED(i, lane, p.k, 256) { const float d = value_at(base, i) - mean; q += d * d; }
       const float r = 1.0 / sqrt(group_sum(q) / k + p.eps);
       float s_gw = 0.0, s_gwx = 0.0;
-      for (uint i = lane; i < p.k; i += 256) {
+      FOR_STRIDED(i, lane, p.k, 256) {
         const float gw = float(grad[base + i]) * weight[i];
         s_gw += gw;
         s_gwx += gw * (value_at(base, i) - mean) * r;
       }
       const float mean_gw = OP == 4 ? group_sum(s_gw) / k : 0.0;
       const float mean_gwx = group_sum(s_gwx) / k;
-      for (uint i = lane; i < p.k; i += 256) {
+      FOR_STRIDED(i, lane, p.k, 256) {
         const float g = float(grad[base + i]), xhat = (value_at(base, i) - mean) * r;
         y[base + i] = ELEMENT(r * (g * weight[i] - mean_gw - xhat * mean_gwx));
         gxhat[base + i] = g * xhat;
@@ -124,24 +125,24 @@ void main() {
     } else {
       if (OP == 0) {
         float m = -3.402823466e38;
-        for (uint i = lane; i < p.k; i += 256) m = max(m, value_at(base, i));
+        FOR_STRIDED(i, lane, p.k, 256) m = max(m, value_at(base, i));
         a = group_max(m);
         float s = 0.0;
-        for (uint i = lane; i < p.k; i += 256) s += exp(value_at(base, i) - a);
+        FOR_STRIDED(i, lane, p.k, 256) s += exp(value_at(base, i) - a);
         b = 1.0 / group_sum(s);
       } else if (OP == 1) {
         float s = 0.0;
-        for (uint i = lane; i < p.k; i += 256) { const float v = value_at(base, i); s += v * v; }
+        FOR_STRIDED(i, lane, p.k, 256) { const float v = value_at(base, i); s += v * v; }
         a = 1.0 / sqrt(group_sum(s) / float(p.k) + p.eps);
       } else {
         float s = 0.0;
-        for (uint i = lane; i < p.k; i += 256) s += value_at(base, i);
+        FOR_STRIDED(i, lane, p.k, 256) s += value_at(base, i);
         a = group_sum(s) / float(p.k);
         float q = 0.0;
-        for (uint i = lane; i < p.k; i += 256) { const float d = value_at(base, i) - a; q += d * d; }
+        FOR_STRIDED(i, lane, p.k, 256) { const float d = value_at(base, i) - a; q += d * d; }
         b = 1.0 / sqrt(group_sum(q) / float(p.k) + p.eps);
       }
-      for (uint i = lane; i < p.k; i += 256) y[base + i] = ELEMENT(transform(value_at(base, i), i, a, b));
+      FOR_STRIDED(i, lane, p.k, 256) y[base + i] = ELEMENT(transform(value_at(base, i), i, a, b));
     }
   }
 }

@@ -12,6 +12,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
 #include "quantize_common.glsl"
+#include "../runtime/strided_loop.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool SYMMETRIC = true;
 layout(constant_id = 1) const float QMAX = 127.0;
@@ -108,13 +109,13 @@ void main() {
         }
       }
     } else if (vectorized) {
-      for (uint i = lane; i < vectors; i += 256) {
+      FOR_STRIDED(i, lane, vectors, 256) {
         const vec4 v = vec4(x4[base / 4 + i]);
         accumulate(v.x, a, b, bad); accumulate(v.y, a, b, bad);
         accumulate(v.z, a, b, bad); accumulate(v.w, a, b, bad);
       }
     } else {
-      for (uint i = lane; i < p.k; i += 256) accumulate(float(x[base + i]), a, b, bad);
+      FOR_STRIDED(i, lane, p.k, 256) accumulate(float(x[base + i]), a, b, bad);
     }
     reduce_row(a, b, bad);
     float scale, zero_point;
@@ -125,10 +126,10 @@ void main() {
         if (i < vectors) q4[base / 4 + i] = quantize4(cache[c], scale, zero_point);
       }
     } else if (vectorized) {
-      for (uint i = lane; i < vectors; i += 256)
+      FOR_STRIDED(i, lane, vectors, 256)
         q4[base / 4 + i] = quantize4(vec4(x4[base / 4 + i]), scale, zero_point);
     } else {
-      for (uint i = lane; i < p.k; i += 256)
+      FOR_STRIDED(i, lane, p.k, 256)
         q[base + i] = uint8_t(quantize(float(x[base + i]), scale, zero_point));
     }
     if (lane == 0) {
