@@ -45,3 +45,9 @@ def random_array(rng, shape, dtype):
 
 ALL_DTYPES = [np.float32, np.float16, np.int8, np.uint8, np.int32, np.uint32]
 AWKWARD_SHAPES = [(1,), (7,), (33,), (4097,), (3, 5), (2, 3, 7), (), (0,), (4, 0, 3)]
+
+
+def rel(a, b):
+    """||a - b|| / ||b|| in float64: the parity tests' relative error."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)

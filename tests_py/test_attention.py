@@ -6,11 +6,7 @@ import pytest
 
 import bitnet_gpu as bg
 from bitnet_gpu import reference as ref
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+from conftest import rel
 
 
 def qkv(rng, tq, l, hq, hkv, d, dtype=np.float32, scale=1.0):

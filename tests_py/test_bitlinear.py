@@ -40,8 +40,8 @@ def check(x, q, bias, y, acc):
     # Float32 rounding is relative to the terms of acc * gamma / s + bias, which the bias can
     # cancel: on the H100, (1, 16, 1) with a product and a bias of about 0.1 left y = -0.0015, one
     # rounding of the product 1.1e-5 of it (seed 10579515670173296942).
-    b = 0.0 if bias is None else np.abs(np.asarray(bias, np.float64))
-    terms = np.abs(ry.astype(np.float64) - (0.0 if bias is None else np.asarray(bias, np.float64))) + b
+    added = np.zeros(()) if bias is None else np.asarray(bias, np.float64)
+    terms = np.abs(ry.astype(np.float64) - added) + np.abs(added)
     assert np.linalg.norm(y - ry) <= 1e-6 * np.linalg.norm(terms)
 
 

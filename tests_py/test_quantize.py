@@ -10,6 +10,7 @@ import pytest
 
 import bitnet_gpu as bg
 from bitnet_gpu import reference as ref
+from conftest import rel
 
 SHAPES = [(1, 1), (1, 4097), (33, 17), (7, 33), (64, 256), (4096, 4096)]
 
@@ -24,11 +25,6 @@ def assert_rounded(got, values, what):
     near_tie = ref.rounding_tie_gap(v) <= 1e-6
     off_by_one = np.abs(got[mismatch].astype(np.int64) - expected[mismatch].astype(np.int64)) <= 1
     assert (near_tie & off_by_one).all(), f"{what}: {(~(near_tie & off_by_one)).sum()} values differ"
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
 
 
 def poison(device, nbytes_list):

@@ -74,11 +74,11 @@ void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Te
   // (attention_tiled.comp); BITNET_GPU_ATTENTION_TILED=0 or 1 overrides, for tests and tuning.
   const bool tiled = d <= kTiledMostD &&
                      environment_switch("BITNET_GPU_ATTENTION_TILED").value_or(keys.seq_tokens >= kTiledQueries);
+  Specialization specialization{{0, causal}, {1, from_start}};
   // attention_tiled's UNROLLED: where a loop guard counts passes (see that shader).
-  const bool unrolled = guards_loop_passes(*device);
-  Kernel kernel = tiled ? Kernel::builtin(device, float_variant("attention_tiled", q.dtype()),
-                                          {{0, causal}, {1, from_start}, {2, unrolled}})
-                        : Kernel::builtin(device, float_variant("attention", q.dtype()), {{0, causal}, {1, from_start}});
+  if (tiled) specialization.emplace(2, guards_loop_passes(*device));
+  Kernel kernel = Kernel::builtin(device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()),
+                                  specialization);
   struct {
     uint32_t tq, hq, hkv, d, l;
     float scale;

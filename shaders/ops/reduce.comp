@@ -2,7 +2,7 @@
 //! variant f32
 //! variant f16 INPUT_F16
 // Reduction over one axis of x viewed as [outer, length, inner], float32 accumulation (sums
-// compensated, see add()) in a fixed order (the same input gives the same output): OP 0 sum,
+// compensated, see accumulate()) in a fixed order (the same input gives the same output): OP 0 sum,
 // 1 mean, 2 max. inner == 1: one workgroup per outer index, 256 strided partial results combined
 // in order; otherwise one invocation per (outer, inner) walking the axis (coalesced across inner).
 #extension GL_GOOGLE_include_directive : require
@@ -24,7 +24,7 @@ float start() { return OP == 2 ? -3.402823466e38 : 0.0; }
 float finish(float v) { return OP == 1 ? v / float(p.count) : v; }
 // acc = combine(acc, v); sums carry what each addition rounded away in `lost` (Kahan), so that a
 // long run of values (a thread may add millions) keeps float32 precision.
-void add(inout precise float acc, inout precise float lost, float v) {
+void accumulate(inout precise float acc, inout precise float lost, float v) {
   if (OP == 2) {
     acc = max(acc, v);
     return;
@@ -40,7 +40,7 @@ void main() {
   if (ROWS) {
     for (uint o = gl_WorkGroupID.x; o < p.outer; o += gl_NumWorkGroups.x) {
       precise float acc = start(), lost = 0.0;
-      FOR_STRIDED(i, lane, p.count, 256) add(acc, lost, float(x[o * p.count + i]));
+      FOR_STRIDED(i, lane, p.count, 256) accumulate(acc, lost, float(x[o * p.count + i]));
       s_partial[lane] = acc;
       barrier();
       for (uint width = 128; width > 0; width /= 2) {  // a fixed tree: deterministic
@@ -56,7 +56,7 @@ void main() {
   for (uint index = gl_GlobalInvocationID.x; index < outputs; index += gl_NumWorkGroups.x * 256) {
     const uint o = index / p.inner, in_ = index % p.inner;
     precise float acc = start(), lost = 0.0;
-    FOR_STRIDED(i, 0, p.count, 1) add(acc, lost, float(x[(o * p.count + i) * p.inner + in_]));
+    FOR_STRIDED(i, 0, p.count, 1) accumulate(acc, lost, float(x[(o * p.count + i) * p.inner + in_]));
     y[index] = ELEMENT(finish(acc));
   }
 }
