@@ -13,6 +13,7 @@ import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.checkpoint import load_safetensors, save_safetensors
 from bitnet_gpu.models import BitNetConfig, BitNetModel, PROJECTIONS, unpack_hf_ternary, weight_names
+from conftest import rel
 
 rng = np.random.default_rng()
 FLOAT_TOL = {np.float32: 1e-5, np.float16: 2e-3}
@@ -24,11 +25,6 @@ def _tensor(a):
 
 def _poisoned(shape, dtype):
     return _tensor(np.full(shape, np.nan if np.dtype(dtype).kind == "f" else -7, dtype))
-
-
-def _rel(out, ref):
-    ref = np.asarray(ref, np.float64)
-    return np.linalg.norm(np.asarray(out, np.float64) - ref) / max(np.linalg.norm(ref), 1e-30)
 
 
 # ----------------------------------------------------------------------------------- kernels
@@ -60,7 +56,7 @@ def test_linear_rows(dtype, m, k, n):
     out = _poisoned((m, n), np.float32)
     _core.linear_rows(_tensor(x), _tensor(w), out)
     ref = x.astype(np.float64) @ w.astype(np.float64).T
-    assert _rel(out.numpy(), ref) <= 1e-5
+    assert rel(out.numpy(), ref) <= 1e-5
 
 
 def test_argmax_rows_follows_numpy():
@@ -104,13 +100,13 @@ def test_rope_append(batch, tokens, start):
     q_out = _core.rope_append(_tensor(q), _tensor(k), _tensor(v), _tensor(cos), _tensor(sin),
                               _tensor(np.array([start], np.int32)), k_cache, v_cache)
     pos = start + np.arange(batch * tokens) % tokens
-    assert _rel(q_out.numpy(), reference.rope(q, pos, 10000.0)) <= 1e-5
+    assert rel(q_out.numpy(), reference.rope(q, pos, 10000.0)) <= 1e-5
     kc, vc = k_cache.numpy(), v_cache.numpy()
     k_ref = reference.rope(k, pos, 10000.0)
     for r in range(batch * tokens):
         b, p = r // tokens, pos[r]
         if p < rows:
-            assert _rel(kc[b, p], k_ref[r]) <= 1e-5
+            assert rel(kc[b, p], k_ref[r]) <= 1e-5
             np.testing.assert_array_equal(vc[b, p], v[r])
     untouched = np.ones((batch, rows), bool)
     for r in range(batch * tokens):
@@ -158,9 +154,9 @@ def test_decode_attention(monkeypatch, fused, batch, hq, hkv, d, rows, start):
                                  _tensor(np.array([start], np.int32)), k_cache, v_cache)
     ref, kc, vc = _decode_attention_reference(q, k, v, k_host, v_host, start, 500000.0)
     assert out.shape == (batch, hq, d)
-    assert _rel(out.numpy(), ref) <= 1e-5
+    assert rel(out.numpy(), ref) <= 1e-5
     np.testing.assert_array_equal(np.isnan(k_cache.numpy()), np.isnan(kc))
-    assert _rel(np.nan_to_num(k_cache.numpy()), np.nan_to_num(kc)) <= 1e-6
+    assert rel(np.nan_to_num(k_cache.numpy()), np.nan_to_num(kc)) <= 1e-6
     np.testing.assert_array_equal(v_cache.numpy(), vc)
 
 
@@ -197,7 +193,7 @@ def test_decode_attention_replays_at_growing_lengths():
         v = rng.standard_normal((batch, hkv, d)).astype(np.float32)
         out = graph.run(q=q, k=k, v=v, start=np.array([position], np.int32), numpy=True)["out"]
         ref, k_host, v_host = _decode_attention_reference(q, k, v, k_host, v_host, position, 10000.0)
-        assert _rel(out, ref) <= 1e-5, position
+        assert rel(out, ref) <= 1e-5, position
 
 
 def test_decode_attention_rejects_bad_input():
@@ -325,7 +321,7 @@ def test_attention_cached_matches_full_attention(monkeypatch, tiled, dtype, batc
     length = start + tokens
     for b in range(batch):
         ref = reference.attention(q[b * tokens:(b + 1) * tokens], k_all[b, :length], v_all[b, :length], True)
-        assert _rel(out.numpy()[b * tokens:(b + 1) * tokens], ref) <= FLOAT_TOL[dtype]
+        assert rel(out.numpy()[b * tokens:(b + 1) * tokens], ref) <= FLOAT_TOL[dtype]
 
 
 # ----------------------------------------------------------------------------------- model
@@ -356,10 +352,10 @@ def _check_logits(logits, ref, ties):
         near = np.flatnonzero(ties[b] <= TIE_WINDOW)
         first = near[0] if near.size else ref.shape[1]
         if first > 0:
-            error = _rel(logits[b, :first], ref[b, :first])
+            error = rel(logits[b, :first], ref[b, :first])
             assert error <= 1e-4, f"sequence {b}: relative error {error:.2e} over its {first} tokens before a near tie"
             strict += 1
-        error = _rel(logits[b], ref[b])
+        error = rel(logits[b], ref[b])
         assert error <= 5e-2, f"sequence {b}: relative error {error:.2e}"
     return strict
 
@@ -426,7 +422,7 @@ def test_decode_steps_equal_a_full_forward(tiny_model):
     # Decode attends with the split-key kernel, a prefill with the other: float32 sums in another
     # order, so an int8 near a rounding tie may differ between the two (as against the reference).
     _, ties = reference.bitnet_forward(tiny_model.reference_params(), tiny_model.config, ids[None], True)
-    assert _rel(np.array(steps), full) <= (1e-5 if ties.min() > TIE_WINDOW else 5e-2)
+    assert rel(np.array(steps), full) <= (1e-5 if ties.min() > TIE_WINDOW else 5e-2)
 
 
 def test_prefill_graphs_do_not_accumulate(tiny_model):
