@@ -22,7 +22,7 @@ import numpy as np
 import bitnet_gpu as bg
 from bench_model import decode_step, fill_cache, gpu_seconds, per_op  # benchmarks/bench_model.py
 from bitnet_gpu.models import BitNetConfig, BitNetModel
-from common import arguments, keep_running, profiled, torch_cuda, with_settings, write_results
+from common import arguments, graph_seconds, keep_running, profiled, torch_cuda, with_settings, write_results
 
 
 def parse_settings(text):
@@ -91,7 +91,8 @@ def main():
             def run():
                 exact = np.array_equal(bg.bitlinear(x, q, return_accumulator=True)[1].numpy(), reference)
                 busy()
-                t, timings = profiled(bg, device, lambda: bg.bitlinear(x, q), args.repeats)
+                t = graph_seconds(bg, device, lambda: bg.bitlinear(x, q), args.repeats)
+                timings = profiled(bg, device, lambda: bg.bitlinear(x, q), args.repeats)[1]
                 return t, [(name, seconds * 1e6) for name, seconds in timings], exact
             try:
                 t, kernels, exact = with_settings(setting, run)

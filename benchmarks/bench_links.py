@@ -7,29 +7,22 @@ timestamps. The floor is a tiny kernel; the others are a decode step's ops at 2B
 
 from __future__ import annotations
 
-import statistics
-
 import numpy as np
 
 import bitnet_gpu as bg
 from bitnet_gpu import _core
-from common import arguments, write_results
+from common import arguments, timed_graph, write_results
 
 CHAIN = 100
 
 
 def per_link(device, record, repeats):
     """GPU microseconds per op of a graph of CHAIN dependent ops recorded by record()."""
-    g = bg.Graph(device, timings="total")
-    with g:
+    def chain():
         for _ in range(CHAIN):
             record()
-    g.run()
-    times = []
-    for _ in range(repeats):
-        g.run()
-        times.append(g.timings()[0][1])
-    return statistics.median(times) / CHAIN * 1e6, g.barrier_count
+    seconds, graph = timed_graph(bg, device, chain, repeats)
+    return seconds / CHAIN * 1e6, graph.barrier_count
 
 
 def main():

@@ -83,6 +83,26 @@ def arguments(doc, extra=None):
     return parser.parse_args()
 
 
+def timed_graph(bg, device, record, repeats):
+    """(median GPU seconds, the graph) of the ops record() makes, recorded once into a graph timed
+    as a whole (one timestamp pair) and replayed `repeats` times after one warm-up replay. Unlike a
+    profile, which puts a timestamp after every op, this times the ops as a plain call runs them."""
+    graph = bg.Graph(device, timings="total")
+    with graph:
+        record()
+    graph.run()
+    times = []
+    for _ in range(repeats):
+        graph.run()
+        times.append(graph.timings()[0][1])
+    return statistics.median(times), graph
+
+
+def graph_seconds(bg, device, fn, repeats):
+    """Median GPU seconds of fn()'s ops timed as a whole (timed_graph)."""
+    return timed_graph(bg, device, fn, repeats)[0]
+
+
 def profiled(bg, device, fn, repeats):
     """(median GPU seconds of all of fn()'s ops from Vulkan timestamps, the last run's per-op
     timings), after one warm-up call."""

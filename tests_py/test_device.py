@@ -10,6 +10,7 @@ from bitnet_gpu import _core
 
 FEATURES = {"float16", "int8", "storage8", "storage16", "integer_dot_product",
             "cooperative_matrix", "external_memory_host", "timestamps"}
+NVIDIA_PROPRIETARY, MESA_LLVMPIPE = 4, 13  # VkDriverId values (vulkan_core.h)
 
 
 def run_python(code, **env):
@@ -33,7 +34,9 @@ def test_devices_describe_capabilities():
         assert info.subgroup_size > 0 and info.max_workgroup_invocations >= 128
         assert info.max_storage_buffer_range > 0 and info.max_shared_memory > 0
         # VK_NV_shader_sm_builtins' count where the driver has it (NVIDIA's does), else 0
-        assert info.multiprocessors > 0 if info.driver_name == "NVIDIA" else info.multiprocessors >= 0
+        assert info.multiprocessors > 0 if info.driver_id == NVIDIA_PROPRIETARY else info.multiprocessors >= 0
+        # VkDriverId, which the kernels' choices go by: lavapipe is MESA_LLVMPIPE
+        assert (info.driver_id == MESA_LLVMPIPE) == (info.driver_name == "llvmpipe")
         assert FEATURES <= set(info.features)
         assert all(isinstance(v, bool) for v in info.features.values())
 

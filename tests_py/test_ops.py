@@ -273,6 +273,46 @@ def test_norm_backward_against_finite_differences(device, rng, shape):
         assert abs(gb[j] - numeric(lambda v: ref.layer_norm(x, w, v, 1e-5), b.astype(np.float64), j)) < 1e-3
 
 
+# Rows held in registers (K % 4 == 0, K <= 8192) and rows read in passes (the rest).
+BACKWARD_SHAPES = [(1, 1), (3, 7), (2, 33), (5, 4096), (3, 4100), (2, 8192), (2, 8196), (1, 4097),
+                   (2, 3, 300)]
+
+
+@pytest.mark.parametrize("shape", BACKWARD_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_backward_row_ops_against_the_reference(device, rng, shape, dtype):
+    """rms_norm, layer_norm and softmax backward against the float64 derivatives of reference.py,
+    every result. The tolerance is that of reductions, relative to the size of the terms that make
+    each result, since they cancel (a row of one value has grad_x = 0 up to eps)."""
+    x, w, _, g = _norm_losses(rng, shape)
+    x, g = x.astype(dtype), g.astype(dtype)
+    x64, g64, k = x.astype(np.float64), g.astype(np.float64), shape[-1]
+    tolerance = 2e-3 if dtype == np.float16 else 1e-5
+
+    def close(got, expected, terms):
+        got = np.asarray(got, np.float64)
+        assert got.shape == expected.shape and not np.isnan(got).any()
+        assert np.linalg.norm(got - expected) <= tolerance * np.linalg.norm(terms) + 1e-30
+
+    r = 1 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + 1e-6)
+    rows = lambda v: np.abs(v).reshape(-1, k).sum(axis=0)  # noqa: E731
+    gx, gw = bg.rms_norm_backward(g, x, w, 1e-6)
+    rgx, rgw = ref.rms_norm_backward(g, x, w, 1e-6)
+    close(gx, rgx, 2 * r * np.abs(g64 * w))
+    close(gw, rgw, rows(g64 * x64 * r))
+    centered = x64 - x64.mean(axis=-1, keepdims=True)
+    r = 1 / np.sqrt((centered ** 2).mean(axis=-1, keepdims=True) + 1e-5)
+    gx, gg, gb = bg.layer_norm_backward(g, x, w, 1e-5)
+    rgx, rgg, rgb = ref.layer_norm_backward(g, x, w, 1e-5)
+    close(gx, rgx, 3 * r * np.abs(g64 * w))
+    close(gg, rgg, rows(g64 * centered * r))
+    close(gb, rgb, rows(g64))
+    out = np.full(shape, np.nan, dtype)  # poisoned: every element must be written
+    assert bg.softmax_backward(g, x, out=out) is out
+    s = ref.softmax(x64)
+    close(out, ref.softmax_backward(g, x), s * (np.abs(g64) + np.abs(g64 * s).sum(axis=-1, keepdims=True)))
+
+
 def test_reductions_into_out(device, rng):
     x = rng.standard_normal((4, 5, 6)).astype(np.float32)
     out = np.full((5,), np.nan, np.float32)

@@ -46,7 +46,7 @@ uint32_t workgroups(const Device& device, uint64_t invocations, uint32_t local_s
       std::clamp<uint64_t>(needed, 1, device.limits().maxComputeWorkGroupCount[0]));
 }
 
-bool guards_loop_passes(const Device& device) { return device.info().driver_name == "llvmpipe"; }
+bool guards_loop_passes(const Device& device) { return device.info().driver_id == VK_DRIVER_ID_MESA_LLVMPIPE; }
 
 std::array<uint32_t, 3> checked_grid(const Device& device, std::array<uint64_t, 3> groups,
                                      const std::string& what) {

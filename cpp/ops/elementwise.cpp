@@ -88,9 +88,10 @@ void run_rows(uint32_t op, const Tensor& x, const Tensor* grad, const Tensor* we
       float eps;
     } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), eps};
     const BufferBinding in = rows_of(x, range, row_bytes), result = rows_of(y, range, row_bytes);
+    const BufferBinding grad_rows = grad ? rows_of(*grad, range, row_bytes) : in;
+    const BufferBinding gxhat_rows = gxhat ? rows_of(*gxhat, range, float_row) : result;
     BufferBinding bindings[] = {in, in, weight ? weight->binding() : in, bias ? bias->binding() : in,
-                                result, result, grad ? rows_of(*grad, range, row_bytes) : in,
-                                gxhat ? rows_of(*gxhat, range, float_row) : result};
+                                result, result, grad_rows, gxhat_rows, grad_rows, gxhat_rows};
     sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
   }
   op_sequence.run();

@@ -251,6 +251,7 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
   info.vendor_id = props.properties.vendorID;
   info.device_id = props.properties.deviceID;
   info.driver_name = driver.driverName;
+  info.driver_id = static_cast<uint32_t>(driver.driverID);
   info.driver_info = driver.driverInfo;
   info.driver_version = props.properties.driverVersion;
   info.vulkan_version = version_string(props.properties.apiVersion);

@@ -25,6 +25,7 @@ struct DeviceInfo {
   uint32_t vendor_id = 0;
   uint32_t device_id = 0;
   std::string driver_name;
+  uint32_t driver_id = 0;  // VkDriverId: which driver this is, sturdier than its name
   std::string driver_info;
   uint32_t driver_version = 0;
   std::string vulkan_version;

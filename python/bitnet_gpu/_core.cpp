@@ -306,6 +306,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("vendor_id", &DeviceInfo::vendor_id)
       .def_readonly("device_id", &DeviceInfo::device_id)
       .def_readonly("driver_name", &DeviceInfo::driver_name)
+      .def_readonly("driver_id", &DeviceInfo::driver_id)
       .def_readonly("driver_info", &DeviceInfo::driver_info)
       .def_readonly("driver_version", &DeviceInfo::driver_version)
       .def_readonly("vulkan_version", &DeviceInfo::vulkan_version)

@@ -300,6 +300,37 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
     return (x - mean) / np.sqrt(var + eps) * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
 
 
+def softmax_backward(grad_y: np.ndarray, x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """grad_x of softmax(x) along `axis`: s (grad_y - sum(grad_y s)), s = softmax(x)."""
+    s = softmax(x, axis)
+    g = np.asarray(grad_y, np.float64)
+    return s * (g - (g * s).sum(axis=axis, keepdims=True))
+
+
+def rms_norm_backward(grad_y: np.ndarray, x: np.ndarray, weight: np.ndarray, eps: float = 1e-6):
+    """(grad_x, grad_weight) of rms_norm over the last axis, the exact derivative: with
+    r = 1 / sqrt(mean(x^2) + eps), xhat = x r and gw = grad_y weight,
+    grad_x = r (gw - xhat mean(gw xhat)) and grad_weight = sum over rows of grad_y xhat."""
+    x, g = np.asarray(x, np.float64), np.asarray(grad_y, np.float64)
+    r = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    xhat, gw = x * r, g * np.asarray(weight, np.float64)
+    grad_x = r * (gw - xhat * (gw * xhat).mean(axis=-1, keepdims=True))
+    return grad_x, (g * xhat).reshape(-1, x.shape[-1]).sum(axis=0)
+
+
+def layer_norm_backward(grad_y: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float = 1e-5):
+    """(grad_x, grad_gamma, grad_beta) of layer_norm over the last axis, the exact derivative: with
+    r = 1 / sqrt(var + eps), xhat = (x - mean) r and gw = grad_y gamma,
+    grad_x = r (gw - mean(gw) - xhat mean(gw xhat))."""
+    x, g = np.asarray(x, np.float64), np.asarray(grad_y, np.float64)
+    mean = x.mean(axis=-1, keepdims=True)
+    r = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
+    xhat, gw = (x - mean) * r, g * np.asarray(gamma, np.float64)
+    grad_x = r * (gw - gw.mean(axis=-1, keepdims=True) - xhat * (gw * xhat).mean(axis=-1, keepdims=True))
+    rows = lambda v: v.reshape(-1, x.shape[-1]).sum(axis=0)  # noqa: E731
+    return grad_x, rows(g * xhat), rows(g)
+
+
 def rope(x: np.ndarray, positions, theta: float = 10000.0) -> np.ndarray:
     """Half-split rotary embedding of x [T, H, D], in float64."""
     x = np.asarray(x, np.float64)

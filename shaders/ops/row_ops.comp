@@ -9,7 +9,8 @@
 //        y = grad_x = r (gw - xhat mean(gw xhat))  or  r (gw - mean(gw) - xhat mean(gw xhat)),
 //        gw = grad * weight, and gxhat = grad * xhat per element (summed over rows for grad_weight)
 //   OP 5 softmax backward: y = grad_x = s (grad - sum(grad s)), s = softmax(x)
-// Rows with K % 4 == 0 and K <= 8192 are read once into registers; others are read per pass.
+// Rows with K % 4 == 0 and K <= 8192 are read once into registers (the backward ops: x and grad);
+// others are read per pass.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -27,6 +28,8 @@ layout(std430, binding = 4) writeonly buffer Y { ELEMENT y[]; };
 layout(std430, binding = 5) writeonly buffer Y4 { ELEMENT4 y4[]; };
 layout(std430, binding = 6) readonly buffer Grad { ELEMENT grad[]; };        // backward only
 layout(std430, binding = 7) writeonly buffer GradXhat { float gxhat[]; };    // backward only
+layout(std430, binding = 8) readonly buffer Grad4 { ELEMENT4 grad4[]; };      // the grad tensor
+layout(std430, binding = 9) writeonly buffer GradXhat4 { vec4 gxhat4[]; };   // the gxhat tensor
 layout(push_constant) uniform Push { uint rows; uint k; float eps; } p;
 
 const uint CACHED = 8;  // vectors a lane holds: rows up to 8 * 256 * 4 = 8192 values
@@ -43,12 +46,72 @@ float transform(float v, uint col, float a, float b) {
 
 void main() {
   const uint lane = gl_LocalInvocationID.x;
-  const bool cached = OP < 3 && p.k % 4 == 0 && p.k / 4 <= CACHED * 256;
+  const bool cached = p.k % 4 == 0 && p.k / 4 <= CACHED * 256;
   const uint vectors = p.k / 4;
   for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
     const uint base = row * p.k;
     float a = 0.0, b = 0.0;
-    if (cached) {
+    if (cached && OP >= 3) {
+      // The backward ops with x and grad in registers: each read once, y (and gxhat) written once.
+      // The same formulas as the passes below, vector by vector; lanes past the row hold zeros and
+      // are left out wherever a zero would still count.
+      vec4 v[CACHED], g[CACHED];
+      [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+        const uint i = lane + c * 256;
+        v[c] = i < vectors ? vec4(x4[base / 4 + i]) : vec4(0.0);
+        g[c] = i < vectors ? vec4(grad4[base / 4 + i]) : vec4(0.0);
+      }
+      if (OP == 5) {
+        float m = -3.402823466e38;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c)
+          if (lane + c * 256 < vectors) m = max(m, max(max(v[c].x, v[c].y), max(v[c].z, v[c].w)));
+        a = group_max(m);
+        float s = 0.0;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c)
+          if (lane + c * 256 < vectors) { const vec4 e = exp(v[c] - a); s += (e.x + e.y) + (e.z + e.w); }
+        b = 1.0 / group_sum(s);
+        float dot_gs = 0.0;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c)
+          if (lane + c * 256 < vectors) dot_gs += dot(g[c], exp(v[c] - a) * b);
+        const float total = group_sum(dot_gs);
+        [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+          const uint i = lane + c * 256;
+          if (i < vectors) y4[base / 4 + i] = ELEMENT4(exp(v[c] - a) * b * (g[c] - total));
+        }
+      } else {
+        const float k = float(p.k);
+        float mean = 0.0;
+        if (OP == 4) {
+          float s = 0.0;
+          [[unroll]] for (uint c = 0; c < CACHED; ++c) s += (v[c].x + v[c].y) + (v[c].z + v[c].w);
+          mean = group_sum(s) / k;
+        }
+        float q = 0.0;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c)
+          if (lane + c * 256 < vectors) { const vec4 d = v[c] - mean; q += dot(d, d); }
+        const float r = 1.0 / sqrt(group_sum(q) / k + p.eps);
+        float s_gw = 0.0, s_gwx = 0.0;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+          const uint i = lane + c * 256;
+          if (i < vectors) {
+            const vec4 gw = g[c] * vec4(weight[4 * i], weight[4 * i + 1], weight[4 * i + 2], weight[4 * i + 3]);
+            s_gw += (gw.x + gw.y) + (gw.z + gw.w);
+            s_gwx += dot(gw, (v[c] - mean) * r);
+          }
+        }
+        const float mean_gw = OP == 4 ? group_sum(s_gw) / k : 0.0;
+        const float mean_gwx = group_sum(s_gwx) / k;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+          const uint i = lane + c * 256;
+          if (i < vectors) {
+            const vec4 w = vec4(weight[4 * i], weight[4 * i + 1], weight[4 * i + 2], weight[4 * i + 3]);
+            const vec4 xhat = (v[c] - mean) * r;
+            y4[base / 4 + i] = ELEMENT4(r * (g[c] * w - mean_gw - xhat * mean_gwx));
+            gxhat4[base / 4 + i] = g[c] * xhat;
+          }
+        }
+      }
+    } else if (cached) {
       vec4 v[CACHED];
       [[unroll]] for (uint c = 0; c < CACHED; ++c) {
         const uint i = lane + c * 256;
