@@ -273,9 +273,10 @@ def test_norm_backward_against_finite_differences(device, rng, shape):
         assert abs(gb[j] - numeric(lambda v: ref.layer_norm(x, w, v, 1e-5), b.astype(np.float64), j)) < 1e-3
 
 
-# Rows held in registers (K % 4 == 0, K <= 8192) and rows read in passes (the rest).
+# Rows held in registers (K % 4 == 0, K <= 8192) and rows read in passes (the rest); 600 rows:
+# more rows than workgroups, so workgroups sum the weight-gradient terms of several rows each.
 BACKWARD_SHAPES = [(1, 1), (3, 7), (2, 33), (5, 4096), (3, 4100), (2, 8192), (2, 8196), (1, 4097),
-                   (2, 3, 300)]
+                   (2, 3, 300), (600, 64), (600, 33)]
 
 
 @pytest.mark.parametrize("shape", BACKWARD_SHAPES)

@@ -69,30 +69,66 @@ int64_t row_length(const Tensor& x) {
   return x.shape().back();
 }
 
+// Whether row_ops.comp holds rows of k values in registers (K % 4 == 0, K <= 8192).
+bool rows_in_registers(int64_t k) { return k % 4 == 0 && k / 4 <= 8 * 256; }
+
+// Vectors of 4 values a lane of row_ops.comp holds for rows of k values (its CACHED): the fewest
+// that hold the row where it is kept in registers, else 1 (unused).
+uint32_t row_vectors(int64_t k) { return rows_in_registers(k) ? static_cast<uint32_t>((k / 4 + 255) / 256) : 1u; }
+
+// Workgroups that the backward norms' rows are dealt to when each writes its column sums of the
+// parameters' gradient terms (COLUMN_PARTIALS): enough to fill the GPU, and never so few that a
+// workgroup takes more than 4096 rows (lavapipe ends an invocation's loops after 65535 passes).
+uint64_t partial_groups(const Device& device, uint64_t rows) {
+  const uint64_t fill = device.info().multiprocessors ? device.info().multiprocessors * 2ull : 256ull;
+  return std::min({rows, std::max(fill, (rows + 4095) / 4096),
+                   static_cast<uint64_t>(device.limits().maxComputeWorkGroupCount[0])});
+}
+
+// The rows of the parameters' gradient terms run_rows writes for `rows` rows of k values:
+// one per row, or with column partials one per workgroup of each chunk of rows.
+uint64_t term_rows(const Device& device, uint64_t rows, int64_t k, uint64_t row_bytes, bool partials) {
+  if (!partials) return rows;
+  uint64_t total = 0;
+  for (const RowRange& range : row_ranges(device, rows, {row_bytes, static_cast<uint64_t>(k) * 4}))
+    total += partial_groups(device, range.count);
+  return total;
+}
+
 // shaders/ops/row_ops.comp's OP over x's rows, in chunks within the binding limit: y (the
-// result), and for the backward ops grad and gxhat (float32 [rows, K]).
+// result), and for the backward norms their gradient terms (float32 [term_rows, K]): gxhat
+// (grad * xhat) and, for layer_norm, gsum (grad).
 void run_rows(uint32_t op, const Tensor& x, const Tensor* grad, const Tensor* weight,
-              const Tensor* bias, float eps, const Tensor& y, const Tensor* gxhat) {
+              const Tensor* bias, float eps, const Tensor& y, const Tensor* gxhat = nullptr,
+              const Tensor* gsum = nullptr) {
   const int64_t k = x.shape().back();
   const uint64_t rows = x.size() / static_cast<uint64_t>(k);
   if (rows == 0) return;
   const auto& device = x.device_ptr();
-  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()), {{0, int64_t{op}}});
+  const bool partials = gxhat && rows_in_registers(k);
+  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()),
+                                  {{0, int64_t{op}}, {1, int64_t{row_vectors(k)}}, {2, partials}});
   const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
   const uint64_t float_row = static_cast<uint64_t>(k) * 4;
   OpSequence op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
+  uint64_t term_row = 0;  // the first row of the gradient terms this chunk writes
   for (const RowRange& range : row_ranges(*device, rows, {row_bytes, gxhat ? float_row : 0})) {
     struct {
       uint32_t rows, k;
       float eps;
     } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), eps};
+    const uint64_t groups = partials ? partial_groups(*device, range.count) : range.count;
+    const RowRange terms{term_row, partials ? groups : range.count};
+    term_row += terms.count;
     const BufferBinding in = rows_of(x, range, row_bytes), result = rows_of(y, range, row_bytes);
     const BufferBinding grad_rows = grad ? rows_of(*grad, range, row_bytes) : in;
-    const BufferBinding gxhat_rows = gxhat ? rows_of(*gxhat, range, float_row) : result;
+    const BufferBinding gxhat_rows = gxhat ? rows_of(*gxhat, terms, float_row) : result;
+    const BufferBinding gsum_rows = gsum ? rows_of(*gsum, terms, float_row) : gxhat_rows;
     BufferBinding bindings[] = {in, in, weight ? weight->binding() : in, bias ? bias->binding() : in,
-                                result, result, grad_rows, gxhat_rows, grad_rows, gxhat_rows};
-    sequence.dispatch(kernel, {workgroups(*device, range.count, 1), 1, 1}, bindings, push_bytes(push));
+                                result, result, grad_rows, gxhat_rows, grad_rows, gxhat_rows,
+                                gsum_rows, gsum_rows};
+    sequence.dispatch(kernel, {workgroups(*device, groups, 1), 1, 1}, bindings, push_bytes(push));
   }
   op_sequence.run();
 }
@@ -187,7 +223,7 @@ Tensor softmax_backward(const Tensor& grad_y, const Tensor& x, const std::option
   row_length(x);
   require_same(grad_y, "grad_y", x, "x");
   Tensor gx = output(x.device_ptr(), given, x.shape(), x.dtype(), "grad_x", {&x, &grad_y});
-  run_rows(5, x, &grad_y, nullptr, nullptr, 0.0f, gx, nullptr);
+  run_rows(5, x, &grad_y, nullptr, nullptr, 0.0f, gx);
   return gx;
 }
 
@@ -197,10 +233,16 @@ NormGradients norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor&
   require_same(grad_y, "grad_y", x, "x");
   require_row_vector(weight, "weight", k, x);
   const auto& device = x.device_ptr();
-  NormGradients result{Tensor::empty(device, x.shape(), x.dtype()),
-                       Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(x.size()) / k, k},
-                                     DType::float32)};
-  run_rows(layer_norm ? 4 : 3, x, &grad_y, &weight, nullptr, eps, result.grad_x, &result.grad_times_xhat);
+  const uint64_t rows = x.size() / static_cast<uint64_t>(k);
+  const std::vector<int64_t> terms{
+      static_cast<int64_t>(term_rows(*device, rows, k, static_cast<uint64_t>(k) * dtype_size(x.dtype()),
+                                     rows > 0 && rows_in_registers(k))),
+      k};
+  NormGradients result{Tensor::empty(device, x.shape(), x.dtype()), Tensor::empty(device, terms, DType::float32),
+                       std::nullopt};
+  if (layer_norm) result.grad_sum = Tensor::empty(device, terms, DType::float32);
+  run_rows(layer_norm ? 4 : 3, x, &grad_y, &weight, nullptr, eps, result.grad_x, &result.grad_times_xhat,
+           result.grad_sum ? &*result.grad_sum : nullptr);
   return result;
 }
 

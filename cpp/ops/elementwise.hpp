@@ -35,8 +35,11 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional
 
 
 struct NormGradients {
-  Tensor grad_x;           // x's shape and dtype
-  Tensor grad_times_xhat;  // float32 [rows, K]: grad * xhat; summed over rows, the weight's gradient
+  Tensor grad_x;  // x's shape and dtype
+  // float32 [R, K] whose sum over R is the weight's gradient (of grad * xhat): R is the row count,
+  // or where the kernel holds rows in registers, the count of workgroups that each summed theirs.
+  Tensor grad_times_xhat;
+  std::optional<Tensor> grad_sum;  // layer_norm: float32 [R, K] summing to the bias's gradient (of grad)
 };
 // grad_x of softmax over the last axis: s (grad_y - sum(grad_y s)), s = softmax(x).
 Tensor softmax_backward(const Tensor& grad_y, const Tensor& x, const std::optional<Tensor>& out = {});

@@ -739,7 +739,8 @@ PYBIND11_MODULE(_core, m) {
         release);
   py::class_<ops::NormGradients>(m, "NormGradients")
       .def_readonly("grad_x", &ops::NormGradients::grad_x)
-      .def_readonly("grad_times_xhat", &ops::NormGradients::grad_times_xhat);
+      .def_readonly("grad_times_xhat", &ops::NormGradients::grad_times_xhat)
+      .def_readonly("grad_sum", &ops::NormGradients::grad_sum);
   m.def("softmax_backward", &ops::softmax_backward, py::arg("grad_y"), py::arg("x"),
         py::arg("out") = py::none(), release);
   m.def("norm_backward", &ops::norm_backward, py::arg("grad_y"), py::arg("x"), py::arg("weight"),

@@ -85,7 +85,8 @@ def _rows_sum(t):
 
 
 def rms_norm_backward(grad_y, x, weight, eps=1e-6):
-    """(grad_x, grad_weight) of rms_norm(x, weight, eps) over the last axis."""
+    """(grad_x, grad_weight) of rms_norm(x, weight, eps) over the last axis; grad_x in x's dtype,
+    grad_weight float32."""
     tx, as_tensor = _tensor(x, "x", None, _FLOATS)
     tg = _like(grad_y, tx.device, "grad_y")
     r = _core.norm_backward(tg, tx, _float32(weight, tx.device, "weight"), float(eps), False)
@@ -93,11 +94,12 @@ def rms_norm_backward(grad_y, x, weight, eps=1e-6):
 
 
 def layer_norm_backward(grad_y, x, gamma, eps=1e-5):
-    """(grad_x, grad_gamma, grad_beta) of layer_norm(x, gamma, beta, eps) over the last axis."""
+    """(grad_x, grad_gamma, grad_beta) of layer_norm(x, gamma, beta, eps) over the last axis;
+    grad_x in x's dtype, grad_gamma and grad_beta float32."""
     tx, as_tensor = _tensor(x, "x", None, _FLOATS)
     tg = _like(grad_y, tx.device, "grad_y")
     r = _core.norm_backward(tg, tx, _float32(gamma, tx.device, "gamma"), float(eps), True)
-    grad_beta = _rows_sum(tg)
+    grad_beta = _rows_sum(r.grad_sum)
     return (_out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor),
             _out(grad_beta, as_tensor))
 

@@ -9,6 +9,10 @@
 //        y = grad_x = r (gw - xhat mean(gw xhat))  or  r (gw - mean(gw) - xhat mean(gw xhat)),
 //        gw = grad * weight, and gxhat = grad * xhat per element (summed over rows for grad_weight)
 //   OP 5 softmax backward: y = grad_x = s (grad - sum(grad s)), s = softmax(x)
+// The backward norms also write the terms of the parameters' gradients, float32 [R, K], whose
+// sums over R are grad_weight (of grad * xhat) and, for layer_norm, grad_bias (of grad): one row
+// per row of x, or with COLUMN_PARTIALS (rows held in registers) one row per workgroup, the sum
+// over the rows that workgroup took (row w, w + G, w + 2G, ... in that order).
 // Rows with K % 4 == 0 and K <= 8192 are read once into registers (the backward ops: x and grad);
 // others are read per pass.
 #extension GL_GOOGLE_include_directive : require
@@ -30,9 +34,14 @@ layout(std430, binding = 6) readonly buffer Grad { ELEMENT grad[]; };        // 
 layout(std430, binding = 7) writeonly buffer GradXhat { float gxhat[]; };    // backward only
 layout(std430, binding = 8) readonly buffer Grad4 { ELEMENT4 grad4[]; };      // the grad tensor
 layout(std430, binding = 9) writeonly buffer GradXhat4 { vec4 gxhat4[]; };   // the gxhat tensor
+layout(std430, binding = 10) writeonly buffer GradSum { float gsum[]; };     // layer_norm backward
+layout(std430, binding = 11) writeonly buffer GradSum4 { vec4 gsum4[]; };    // the gsum tensor
 layout(push_constant) uniform Push { uint rows; uint k; float eps; } p;
 
-const uint CACHED = 8;  // vectors a lane holds: rows up to 8 * 256 * 4 = 8192 values
+// Vectors a lane holds: rows up to CACHED * 256 * 4 values (at most 8192; the host sets the fewest
+// a row needs, so short rows take fewer registers).
+layout(constant_id = 1) const uint CACHED = 8;
+layout(constant_id = 2) const bool COLUMN_PARTIALS = false;
 
 // The statistics a row needs: (a, b) = (max, 1 / sum exp) for softmax, (1 / rms, 0) for
 // rms_norm, (mean, 1 / std) for layer_norm. The pass functions read value i of the row.
@@ -48,6 +57,12 @@ void main() {
   const uint lane = gl_LocalInvocationID.x;
   const bool cached = p.k % 4 == 0 && p.k / 4 <= CACHED * 256;
   const uint vectors = p.k / 4;
+  const bool partials = COLUMN_PARTIALS && cached && (OP == 3 || OP == 4);
+  vec4 sum_gxhat[CACHED], sum_g[CACHED];  // with partials: this workgroup's column sums
+  [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+    sum_gxhat[c] = vec4(0.0);
+    sum_g[c] = vec4(0.0);
+  }
   for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
     const uint base = row * p.k;
     float a = 0.0, b = 0.0;
@@ -107,7 +122,13 @@ void main() {
             const vec4 w = vec4(weight[4 * i], weight[4 * i + 1], weight[4 * i + 2], weight[4 * i + 3]);
             const vec4 xhat = (v[c] - mean) * r;
             y4[base / 4 + i] = ELEMENT4(r * (g[c] * w - mean_gw - xhat * mean_gwx));
-            gxhat4[base / 4 + i] = g[c] * xhat;
+            if (partials) {
+              sum_gxhat[c] += g[c] * xhat;
+              if (OP == 4) sum_g[c] += g[c];
+            } else {
+              gxhat4[base / 4 + i] = g[c] * xhat;
+              if (OP == 4) gsum4[base / 4 + i] = g[c];
+            }
           }
         }
       }
@@ -184,6 +205,7 @@ void main() {
         const float g = float(grad[base + i]), xhat = (value_at(base, i) - mean) * r;
         y[base + i] = ELEMENT(r * (g * weight[i] - mean_gw - xhat * mean_gwx));
         gxhat[base + i] = g * xhat;
+        if (OP == 4) gsum[base + i] = g;
       }
     } else {
       if (OP == 0) {
@@ -206,6 +228,16 @@ void main() {
         b = 1.0 / sqrt(group_sum(q) / float(p.k) + p.eps);
       }
       FOR_STRIDED(i, lane, p.k, 256) y[base + i] = ELEMENT(transform(value_at(base, i), i, a, b));
+    }
+  }
+  if (partials) {
+    const uint first = gl_WorkGroupID.x * vectors;
+    [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+      const uint i = lane + c * 256;
+      if (i < vectors) {
+        gxhat4[first + i] = sum_gxhat[c];
+        if (OP == 4) gsum4[first + i] = sum_g[c];
+      }
     }
   }
 }
