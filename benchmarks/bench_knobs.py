@@ -6,7 +6,9 @@ under settings of the BITNET_GPU_* tuning variables, everything recorded afresh 
         [--shapes 1x2560x6912,1x16384x16384] [--contexts 128,2048] [--config 2b4t]
 
 Settings are separated by ";", the variables of one setting by ","; "default" is the build's
-defaults. Each decode row also lists the mean GPU time of every kernel of a layer.
+defaults. A BitLinear row's time is the whole call recorded as a graph and timed with one
+timestamp pair, followed by each kernel's time from a profiled run (a timestamp after every op); a
+decode row's is the step's graph the same way, followed by the mean time of every kernel of a layer.
 
 Isolated calls leave the GPU idle between them, and an idle H100 drops its SM clock to 345 MHz
 (nvidia-smi, measured): where PyTorch has CUDA, each BitLinear timing follows 50 ms of device
