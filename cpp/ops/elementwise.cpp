@@ -90,52 +90,63 @@ uint64_t partial_groups(const Device& device, uint64_t rows) {
                    static_cast<uint64_t>(device.limits().maxComputeWorkGroupCount[0])});
 }
 
-// The rows of the parameters' gradient terms run_rows writes for `rows` rows of k values:
-// one per row, or with column partials one per workgroup of each chunk of rows.
-uint64_t term_rows(const Device& device, uint64_t rows, int64_t k, uint64_t row_bytes, bool partials) {
-  if (!partials) return rows;
-  uint64_t total = 0;
-  for (const RowRange& range : row_ranges(device, rows, {row_bytes, static_cast<uint64_t>(k) * 4}))
-    total += partial_groups(device, range.count);
-  return total;
-}
+// The backward norms' parameter-gradient terms (see NormGradients), which run_rows allocates.
+struct GradientTerms {
+  std::optional<Tensor> grad_times_xhat, grad_sum;
+};
 
-// shaders/ops/row_ops.comp's OP over x's rows, in chunks within the binding limit: y (the
-// result), and for the backward norms their gradient terms (float32 [term_rows, K]): gxhat
-// (grad * xhat) and, for layer_norm, gsum (grad).
-void run_rows(uint32_t op, const Tensor& x, const Tensor* grad, const Tensor* weight,
-              const Tensor* bias, float eps, const Tensor& y, const Tensor* gxhat = nullptr,
-              const Tensor* gsum = nullptr) {
+// shaders/ops/row_ops.comp's OP over x's rows, in chunks within the binding limit, into y; the
+// backward norms (OP 3, 4) also return their gradient terms, float32 [R, K]: gxhat (grad * xhat)
+// and, for layer_norm, gsum (grad), R being one row per row of x, or where rows are held in
+// registers one row per workgroup of each chunk.
+GradientTerms run_rows(uint32_t op, const Tensor& x, const Tensor* grad, const Tensor* weight,
+                       const Tensor* bias, float eps, const Tensor& y) {
   const int64_t k = x.shape().back();
   const uint64_t rows = x.size() / static_cast<uint64_t>(k);
-  if (rows == 0) return;
   const auto& device = x.device_ptr();
-  const bool partials = gxhat && rows_in_registers(k);
-  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()),
-                                  {{0, int64_t{op}}, {1, int64_t{row_vectors(k)}}, {2, partials}});
+  const bool norm_backward = op == 3 || op == 4;
+  const bool partials = norm_backward && rows_in_registers(k);
   const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
   const uint64_t float_row = static_cast<uint64_t>(k) * 4;
+  const std::vector<RowRange> ranges = row_ranges(*device, rows, {row_bytes, norm_backward ? float_row : 0});
+  std::vector<uint64_t> groups;  // each chunk's workgroups, and with partials its rows of terms
+  uint64_t term_rows = 0;
+  for (const RowRange& range : ranges) {
+    groups.push_back(partials ? partial_groups(*device, range.count) : range.count);
+    term_rows += groups.back();
+  }
+  GradientTerms terms;
+  if (norm_backward) {
+    const std::vector<int64_t> shape{static_cast<int64_t>(term_rows), k};
+    terms.grad_times_xhat = Tensor::empty(device, shape, DType::float32);
+    if (op == 4) terms.grad_sum = Tensor::empty(device, shape, DType::float32);
+  }
+  if (rows == 0) return terms;
+  Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()),
+                                  {{0, int64_t{op}}, {1, int64_t{row_vectors(k)}}, {2, partials}});
   OpSequence op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   uint64_t term_row = 0;  // the first row of the gradient terms this chunk writes
-  for (const RowRange& range : row_ranges(*device, rows, {row_bytes, gxhat ? float_row : 0})) {
+  for (size_t chunk = 0; chunk < ranges.size(); ++chunk) {
+    const RowRange& range = ranges[chunk];
     struct {
       uint32_t rows, k;
       float eps;
     } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(k), eps};
-    const uint64_t groups = partials ? partial_groups(*device, range.count) : range.count;
-    const RowRange terms{term_row, partials ? groups : range.count};
-    term_row += terms.count;
+    const RowRange term_range{term_row, groups[chunk]};
+    term_row += groups[chunk];
     const BufferBinding in = rows_of(x, range, row_bytes), result = rows_of(y, range, row_bytes);
     const BufferBinding grad_rows = grad ? rows_of(*grad, range, row_bytes) : in;
-    const BufferBinding gxhat_rows = gxhat ? rows_of(*gxhat, terms, float_row) : result;
-    const BufferBinding gsum_rows = gsum ? rows_of(*gsum, terms, float_row) : gxhat_rows;
+    const BufferBinding gxhat_rows =
+        terms.grad_times_xhat ? rows_of(*terms.grad_times_xhat, term_range, float_row) : result;
+    const BufferBinding gsum_rows = terms.grad_sum ? rows_of(*terms.grad_sum, term_range, float_row) : gxhat_rows;
     BufferBinding bindings[] = {in, in, weight ? weight->binding() : in, bias ? bias->binding() : in,
                                 result, result, grad_rows, gxhat_rows, grad_rows, gxhat_rows,
                                 gsum_rows, gsum_rows};
-    sequence.dispatch(kernel, {workgroups(*device, groups, 1), 1, 1}, bindings, push_bytes(push));
+    sequence.dispatch(kernel, {workgroups(*device, groups[chunk], 1), 1, 1}, bindings, push_bytes(push));
   }
   op_sequence.run();
+  return terms;
 }
 
 }  // namespace
@@ -174,7 +185,7 @@ Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
   Tensor y = output(x.device_ptr(), out, x.shape(), x.dtype(), "y",
                     {&x, weight ? &*weight : nullptr, bias ? &*bias : nullptr});
   run_rows(static_cast<uint32_t>(op), x, nullptr, weight ? &*weight : nullptr,
-           bias ? &*bias : nullptr, eps, y, nullptr);
+           bias ? &*bias : nullptr, eps, y);
   return y;
 }
 
@@ -237,18 +248,9 @@ NormGradients norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor&
   const int64_t k = row_length(x);
   require_same(grad_y, "grad_y", x, "x");
   require_row_vector(weight, "weight", k, x);
-  const auto& device = x.device_ptr();
-  const uint64_t rows = x.size() / static_cast<uint64_t>(k);
-  const std::vector<int64_t> terms{
-      static_cast<int64_t>(term_rows(*device, rows, k, static_cast<uint64_t>(k) * dtype_size(x.dtype()),
-                                     rows > 0 && rows_in_registers(k))),
-      k};
-  NormGradients result{Tensor::empty(device, x.shape(), x.dtype()), Tensor::empty(device, terms, DType::float32),
-                       std::nullopt};
-  if (layer_norm) result.grad_sum = Tensor::empty(device, terms, DType::float32);
-  run_rows(layer_norm ? 4 : 3, x, &grad_y, &weight, nullptr, eps, result.grad_x, &result.grad_times_xhat,
-           result.grad_sum ? &*result.grad_sum : nullptr);
-  return result;
+  Tensor grad_x = Tensor::empty(x.device_ptr(), x.shape(), x.dtype());
+  GradientTerms terms = run_rows(layer_norm ? 4 : 3, x, &grad_y, &weight, nullptr, eps, grad_x);
+  return {grad_x, *terms.grad_times_xhat, terms.grad_sum};
 }
 
 Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Tensor>& given) {

@@ -47,6 +47,10 @@ layout(constant_id = 2) const bool COLUMN_PARTIALS = false;
 // rms_norm, (mean, 1 / std) for layer_norm. The pass functions read value i of the row.
 float value_at(uint base, uint i) { return float(x[base + i]); }
 
+vec4 weight_vector(uint i) {  // weights 4i .. 4i + 3 (the buffer is scalar floats)
+  return vec4(weight[4 * i], weight[4 * i + 1], weight[4 * i + 2], weight[4 * i + 3]);
+}
+
 float transform(float v, uint col, float a, float b) {
   if (OP == 0) return exp(v - a) * b;
   if (OP == 1) return v * a * weight[col];
@@ -109,7 +113,7 @@ void main() {
         [[unroll]] for (uint c = 0; c < CACHED; ++c) {
           const uint i = lane + c * 256;
           if (i < vectors) {
-            const vec4 gw = g[c] * vec4(weight[4 * i], weight[4 * i + 1], weight[4 * i + 2], weight[4 * i + 3]);
+            const vec4 gw = g[c] * weight_vector(i);
             s_gw += (gw.x + gw.y) + (gw.z + gw.w);
             s_gwx += dot(gw, (v[c] - mean) * r);
           }
@@ -119,9 +123,8 @@ void main() {
         [[unroll]] for (uint c = 0; c < CACHED; ++c) {
           const uint i = lane + c * 256;
           if (i < vectors) {
-            const vec4 w = vec4(weight[4 * i], weight[4 * i + 1], weight[4 * i + 2], weight[4 * i + 3]);
             const vec4 xhat = (v[c] - mean) * r;
-            y4[base / 4 + i] = ELEMENT4(r * (g[c] * w - mean_gw - xhat * mean_gwx));
+            y4[base / 4 + i] = ELEMENT4(r * (g[c] * weight_vector(i) - mean_gw - xhat * mean_gwx));
             if (partials) {
               sum_gxhat[c] += g[c] * xhat;
               if (OP == 4) sum_g[c] += g[c];
