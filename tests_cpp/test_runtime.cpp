@@ -191,6 +191,13 @@ TEST(Kernel, BuiltinPipelinesAreCachedByNameAndExactSpecialization) {
   EXPECT_FALSE(same(a, Kernel::builtin(device(), "quantize_rows_f16", {{2, 1e-7}})));
 }
 
+TEST(Kernel, ReportsTheDriversStatisticsWhereItHasThem) {
+  Kernel axpy = Kernel::builtin(device(), "axpy", {{0, int64_t{256}}});
+  const auto statistics = axpy.statistics();
+  EXPECT_EQ(statistics.empty(), !device()->feature("pipeline_statistics"));
+  for (const auto& s : statistics) EXPECT_FALSE(s.name.empty());
+}
+
 TEST(Sequence, HundredDependentKernelsGiveTheRightAnswer) {
   const uint32_t n = 10007;
   auto x = random_floats(n, 3), y = random_floats(n, 4);

@@ -32,6 +32,20 @@ def test_builtin_kernel_interface(device):
     assert k.push_constant_size == 8 and k.local_size == (128, 1, 1)
 
 
+def test_kernel_statistics_come_from_the_driver_where_it_reports_them(device):
+    k = bg.builtin_kernel("axpy", device, {0: 128})
+    stats = k.statistics
+    assert isinstance(stats, dict)
+    if not device.info.features["pipeline_statistics"]:
+        assert stats == {}  # lavapipe has no VK_KHR_pipeline_executable_properties
+        return
+    assert stats and all(isinstance(name, str) and name for name in stats)
+    assert all(isinstance(v, (bool, int, float)) for v in stats.values())
+    # Every pipeline is built with its statistics captured, built-in and user kernels alike.
+    wide = bg.builtin_kernel("axpy", device, {0: 256}).statistics
+    assert set(wide) == set(stats)
+
+
 @pytest.mark.parametrize("n", [1, 7, 33, 4097, 100003])
 def test_axpy_parity(device, rng, n):
     x = rng.standard_normal(n).astype(np.float32)

@@ -119,6 +119,15 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     want.pNext = &coopmat;
   }
 
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+  if (info_.features["pipeline_statistics"]) {
+    extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    executables.pipelineExecutableInfo = VK_TRUE;
+    executables.pNext = want.pNext;
+    want.pNext = &executables;
+  }
+
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo queue_info{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
   queue_info.queueFamilyIndex = queue_family_;
@@ -135,6 +144,17 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   if (info_.features["external_memory_host"])
     get_host_pointer_properties = reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(
         vkGetDeviceProcAddr(device_, "vkGetMemoryHostPointerPropertiesEXT"));
+  if (info_.features["pipeline_statistics"]) {
+    get_executable_properties = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
+        vkGetDeviceProcAddr(device_, "vkGetPipelineExecutablePropertiesKHR"));
+    get_executable_statistics = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+        vkGetDeviceProcAddr(device_, "vkGetPipelineExecutableStatisticsKHR"));
+    if (!get_executable_properties || !get_executable_statistics) {
+      get_executable_properties = nullptr;
+      get_executable_statistics = nullptr;
+      info_.features["pipeline_statistics"] = false;
+    }
+  }
 
   spin_wait_us_ = info_.type == "cpu" ? 0 : 200;
   if (const char* text = std::getenv("BITNET_GPU_SPIN_WAIT_US"); text && *text) {

@@ -229,6 +229,14 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
   features.pNext = &f11;
   f11.pNext = &f12;
   if (vulkan13) f12.pNext = &f13;
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+  const bool executables_available =
+      has_extension(physical, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+  if (executables_available) {
+    executables.pNext = features.pNext;
+    features.pNext = &executables;
+  }
   vkGetPhysicalDeviceFeatures2(physical, &features);
 
   VkPhysicalDeviceMemoryProperties memory;
@@ -291,6 +299,8 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
        nv_coopmat && subgroup.subgroupSize == 32 && f12.shaderInt8 == VK_TRUE &&
            f12.vulkanMemoryModel == VK_TRUE && has_int8_cooperative_matrix(physical)},
       {"external_memory_host", external_host},
+      // Kernel statistics (registers, shared and spilled memory, ...) from the driver's compiler.
+      {"pipeline_statistics", executables_available && executables.pipelineExecutableInfo == VK_TRUE},
       {"timestamps", timestamps},
       {"subgroup_arithmetic",
        (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) != 0 &&

@@ -274,11 +274,41 @@ std::shared_ptr<const Pipeline> PipelineCache::build(std::span<const uint32_t> s
   info.stage.pName = interface.entry.c_str();
   info.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec_info;
   info.layout = layout;
+  if (device_.feature("pipeline_statistics")) info.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   VkPipeline handle;
   device_.check(vkCreateComputePipelines(device, cache_.get(), 1, &info, nullptr, &handle),
                 "vkCreateComputePipelines");
   pipeline->pipeline = PipelineHandle(device, handle);
   return pipeline;
+}
+
+std::vector<KernelStatistic> Kernel::statistics() const {
+  std::vector<KernelStatistic> result;
+  if (!device_->feature("pipeline_statistics")) return result;
+  device_->ensure_usable();
+  VkPipelineExecutableInfoKHR executable{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
+  executable.pipeline = pipeline_->pipeline.get();
+  executable.executableIndex = 0;
+  uint32_t count = 0;
+  device_->check(device_->get_executable_statistics(device_->handle(), &executable, &count, nullptr),
+                 "vkGetPipelineExecutableStatisticsKHR");
+  std::vector<VkPipelineExecutableStatisticKHR> statistics(
+      count, VkPipelineExecutableStatisticKHR{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+  VkResult status = device_->get_executable_statistics(device_->handle(), &executable, &count, statistics.data());
+  if (status != VK_INCOMPLETE) device_->check(status, "vkGetPipelineExecutableStatisticsKHR");
+  statistics.resize(count);
+  for (const auto& s : statistics) {
+    KernelStatistic out{s.name, s.description, false};
+    switch (s.format) {
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: out.value = s.value.b32 == VK_TRUE; break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: out.value = s.value.i64; break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: out.value = s.value.u64; break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: out.value = s.value.f64; break;
+      default: continue;
+    }
+    result.push_back(std::move(out));
+  }
+  return result;
 }
 
 Kernel::Kernel(std::shared_ptr<Device> device, std::shared_ptr<const Pipeline> pipeline,

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <variant>
+#include <vector>
 
 #include "runtime/handle.hpp"
 #include "runtime/memory.hpp"
@@ -59,6 +60,14 @@ class PipelineCache {
   std::unordered_map<std::string, std::shared_ptr<const Pipeline>> builtins_;
 };
 
+// One figure the driver's compiler reports for a pipeline (VK_KHR_pipeline_executable_properties):
+// for example NVIDIA's register count, or the shared and spilled memory a workgroup takes.
+struct KernelStatistic {
+  std::string name;
+  std::string description;
+  std::variant<bool, int64_t, uint64_t, double> value;
+};
+
 // A user's (or a built-in) compute shader, ready to dispatch over tensors.
 class Kernel {
  public:
@@ -73,6 +82,10 @@ class Kernel {
   const std::array<uint32_t, 3>& local_size() const { return pipeline_->local_size; }
   const std::shared_ptr<Device>& device() const { return device_; }
   const std::shared_ptr<const Pipeline>& pipeline() const { return pipeline_; }
+
+  // The statistics of the pipeline's first executable, as the driver names them; empty where the
+  // device does not report them (DeviceInfo features "pipeline_statistics").
+  std::vector<KernelStatistic> statistics() const;
 
   // Records into this thread's active sequence on the kernel's device, or runs now and waits.
   void dispatch(std::array<uint32_t, 3> groups, std::span<const BufferBinding> bindings,

@@ -538,6 +538,18 @@ PYBIND11_MODULE(_core, m) {
                                const auto& s = k.local_size();
                                return py::make_tuple(s[0], s[1], s[2]);
                              })
+      .def_property_readonly(
+          "statistics",
+          [](const Kernel& k) {
+            py::dict out;
+            for (const auto& s : k.statistics())
+              std::visit([&](const auto& value) { out[py::str(s.name)] = value; }, s.value);
+            return out;
+          },
+          "What the driver's compiler reports for this kernel (VK_KHR_pipeline_executable_properties), "
+          "by the driver's names: on NVIDIA the registers a thread takes, the shared and spilled "
+          "memory, and so on. Empty where the device does not report them "
+          "(device.info.features['pipeline_statistics']).")
       .def(
           "dispatch",
           [](const Kernel& kernel, py::handle groups, const std::vector<const Tensor*>& tensors,
