@@ -28,10 +28,9 @@ COOPMAT_TILES = ["64x128", "128x128", "128x256", "256x128", "64x128x128", "128x1
 
 
 def gpu_time(device, fn, repeats):
-    """Median GPU seconds of fn()'s ops timed as a whole (a graph with one timestamp pair: the
-    cache prefetch beside the pre-pass overlaps it as in a plain call), and the per-kernel times
-    of a profiled run (a timestamp after each op, so there the ops run one after the other; the
-    pre-pass's two phases share a label and are added)."""
+    """Median GPU seconds of fn()'s ops timed as a whole (a graph with one timestamp pair, so the
+    ops run as in a plain call), and the per-kernel times of a profiled run (a timestamp after each
+    op, which adds to each op's time; the pre-pass's two phases share a label and are added)."""
     return graph_seconds(bg, device, fn, repeats), by_kernel(profiled(bg, device, fn, repeats)[1])
 
 
