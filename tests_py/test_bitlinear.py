@@ -275,7 +275,8 @@ def test_tensor_core_path_every_tile(device, rng, monkeypatch, tile, m, k, n):
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
 @pytest.mark.parametrize("tile,subgroup_rows", [("256x128", "4"), ("256x128", "8"), ("128x256", "1"),
-                                                ("128x128x128", "4"), ("64x128", "4")])
+                                                ("128x128x128", "4"), ("64x128", "4"), ("128x128", "2"),
+                                                ("128x128x128", "2"), ("256x128", "2")])
 @pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700)])
 def test_tensor_core_subgroup_layouts(device, rng, monkeypatch, tile, subgroup_rows, m, k, n):
     """The 8 subgroups split a tile rows x (8 / rows) (BITNET_GPU_COOPMAT_SUBGROUP_ROWS, GPU only)."""
@@ -286,7 +287,7 @@ def test_tensor_core_subgroup_layouts(device, rng, monkeypatch, tile, subgroup_r
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
 @pytest.mark.parametrize("depth", ["1", "2"])
-@pytest.mark.parametrize("tile", ["256x128", "64x128", "128x128x128"])
+@pytest.mark.parametrize("tile", ["256x128", "64x128", "128x128x128", "128x128"])
 @pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700), (70, 200, 130),
                                    (20, 448, 30)])
 def test_tensor_core_loads_steps_ahead(device, rng, monkeypatch, depth, tile, m, k, n):
@@ -298,10 +299,12 @@ def test_tensor_core_loads_steps_ahead(device, rng, monkeypatch, depth, tile, m,
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
-@pytest.mark.parametrize("m,k,n", [(128, 300, 640), (512, 300, 2560), (512, 300, 6912), (1030, 77, 129)])
+@pytest.mark.parametrize("m,k,n", [(128, 300, 640), (512, 300, 2560), (512, 300, 6912), (1030, 77, 129),
+                                   (1030, 77, 2600)])
 def test_tensor_core_automatic_tile(device, rng, m, k, n):
     """The tile chosen from the multiprocessor count (GPU only; on the H100 these shapes take the
-    64, 128 and 256-row tiles): exact accumulators."""
+    64, 128 and 256-row tiles, and the last the 128 x 128 tile with K steps of 64, two workgroups a
+    multiprocessor): exact accumulators."""
     check_tensor_cores(rng, m, k, n)
 
 

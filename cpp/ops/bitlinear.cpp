@@ -141,33 +141,50 @@ struct CoopmatTile {
   uint32_t m = 128, n = 128, k = 64, subgroup_rows = 2, depth = 2;
 };
 
-// The tile for an m x n output: of 256 x 128 (K steps of 64), 128 x 128 and 64 x 128 (K steps of
-// 128), the one with the least estimated time, counted as rounds of one workgroup on each
-// multiprocessor times the tile's work times its cost per value (measured on the H100 with
-// depth 2: 1, 1.05 and 1.5). A whole number of rounds matters more than the tile: (2048, 4096,
-// 4096) 177 us with 256 x 128 (2 rounds) against 186 with 128 x 128 (4); (2048, 6912, 2560) 270
-// against 210 (4 rounds against 7 of half the work); (512, 4096, 4096) 87 against 49;
-// (128, 4096, 4096) 33 with 64 x 128. Where the multiprocessor count is unknown: 256 x 128 from
-// m = 1024, else 64 x 128 with K steps of 64.
-// Tuning: BITNET_GPU_COOPMAT_TILE=MxN[xK] (M and N multiples of 64 up to 256, K 64 or 128),
-// BITNET_GPU_COOPMAT_SUBGROUP_ROWS (1, 2, 4 or 8, parts of multiples of 16; 4 from 128 tile rows,
-// else 2 unless set), BITNET_GPU_COOPMAT_DEPTH (1 or 2, default 2: (2048, 4096, 4096) 195 -> 177
-// us, (2048, 2560, 6912) 261 -> 239 us).
+// The tile for an m x n output, the one with the least estimated time among
+//   256 x 128, K steps of 64, 4 x 2 subgroups, 2 steps loaded ahead (242 registers on the H100:
+//     one workgroup a multiprocessor),
+//   128 x 128, K steps of 128, 4 x 2 subgroups, 2 ahead (187 registers, one),
+//   64 x 128, K steps of 128, 2 x 4 subgroups, 2 ahead (one),
+//   128 x 128, K steps of 64, 2 x 4 subgroups, 1 ahead (128 registers: two a multiprocessor),
+// counted as rounds of workgroups (one or two on each multiprocessor) times the tile's values
+// times its cost per value: 1, 1.05, 1.5 and 1.8, the last fitted on the H100 (2026-11-23) so that
+// the choice is the faster one on each shape measured; the kernel with the two-a-multiprocessor
+// tile against the choice among the other three: (2048, 4096, 4096) 168.8 against 175.9 us,
+// (2048, 2560, 6912) 205.1 against 219.0, (2048, 6912, 2560) 251.5 against 210.3,
+// (1024, 4096, 4096) 87.3 against 88.2, (512, 2560, 6912) 57.3 against 60.3, (512, 4096, 4096)
+// 57.8 against 48.7 and (128, 4096, 4096) 56.3 against 33.4. A whole number of rounds matters
+// more than the tile: (2048, 4096, 4096) 177 us with 256 x 128 (2 rounds) against 186 with
+// 128 x 128 x 128 (4); (2048, 6912, 2560) 270 against 210 (4 rounds against 7 of half the work).
+// Where the multiprocessor count is unknown: 256 x 128 from m = 1024, else 64 x 128 with K steps
+// of 64.
+// Tuning: BITNET_GPU_COOPMAT_TILE=MxN[xK] (M and N multiples of 64 up to 256, K 64 or 128; 4 x 2
+// subgroups from 128 tile rows, else 2 x 4, 2 steps ahead, unless set),
+// BITNET_GPU_COOPMAT_SUBGROUP_ROWS (1, 2, 4 or 8, parts of multiples of 16),
+// BITNET_GPU_COOPMAT_DEPTH (1 or 2: (2048, 4096, 4096) 195 -> 177 us with 2 for 256 x 128).
 CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
-  const uint32_t depth = tuning_value("BITNET_GPU_COOPMAT_DEPTH", 2, 2);
-  CoopmatTile tile{rows >= 1024 ? 256u : 64u, 128, 64};
+  CoopmatTile tile{rows >= 1024 ? 256u : 64u, 128, 64, rows >= 1024 ? 4u : 2u, 2};
   if (const uint32_t multiprocessors = device.info().multiprocessors) {
-    const CoopmatTile candidates[] = {{256, 128, 64}, {128, 128, 128}, {64, 128, 128}};
-    const double cost_per_value[] = {1.0, 1.05, 1.5};
+    struct Candidate {
+      CoopmatTile tile;
+      uint32_t per_multiprocessor;
+      double cost_per_value;
+    };
+    const Candidate candidates[] = {{{256, 128, 64, 4, 2}, 1, 1.0},
+                                    {{128, 128, 128, 4, 2}, 1, 1.05},
+                                    {{64, 128, 128, 2, 2}, 1, 1.5},
+                                    {{128, 128, 64, 2, 1}, 2, 1.8}};
     double best = 0.0;
-    for (int i = 0; i < 3; ++i) {
+    for (size_t i = 0; i < std::size(candidates); ++i) {
       const auto& c = candidates[i];
-      const uint64_t groups = static_cast<uint64_t>((rows + c.m - 1) / c.m) * ((cols + c.n - 1) / c.n);
-      const double estimate = static_cast<double>((groups + multiprocessors - 1) / multiprocessors) *
-                              c.m * c.n * cost_per_value[i];
+      const uint64_t groups = static_cast<uint64_t>((rows + c.tile.m - 1) / c.tile.m) *
+                              ((cols + c.tile.n - 1) / c.tile.n);
+      const uint64_t slots = uint64_t{multiprocessors} * c.per_multiprocessor;
+      const double estimate = static_cast<double>((groups + slots - 1) / slots) * c.tile.m * c.tile.n *
+                              c.cost_per_value;
       if (i == 0 || estimate < best) {
         best = estimate;
-        tile = c;
+        tile = c.tile;
       }
     }
   }
@@ -178,10 +195,9 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
         (k != 64 && k != 128))
       throw ArgumentError("BITNET_GPU_COOPMAT_TILE=" + std::string(text) +
                           ": expected MxN or MxNxK, M and N multiples of 64 up to 256, K 64 or 128");
-    tile = {m, n, k};
+    tile = {m, n, k, m >= 128 ? 4u : 2u, 2};
   }
-  tile.subgroup_rows = tile.m >= 128 ? 4 : 2;
-  tile.depth = depth;
+  tile.depth = tuning_value("BITNET_GPU_COOPMAT_DEPTH", tile.depth, 2);
   if (const char* text = std::getenv("BITNET_GPU_COOPMAT_SUBGROUP_ROWS"); text && *text) {
     const uint32_t r = tuning_value("BITNET_GPU_COOPMAT_SUBGROUP_ROWS", 2, 8);
     if ((r != 1 && r != 2 && r != 4 && r != 8) || tile.m % (16 * r) || tile.n % (16 * (8 / r)))
