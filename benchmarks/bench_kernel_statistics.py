@@ -18,11 +18,16 @@ def coopmat(tile_m, tile_n, k_step, subgroup_rows, depth):
 
 # (label, shader, specialization), as ops/bitlinear.cpp specializes them.
 KERNELS = [
-    ("coopmat 256x128x64, depth 2", *coopmat(256, 128, 64, 4, 2)),
-    ("coopmat 256x128x64, depth 1", *coopmat(256, 128, 64, 4, 1)),
-    ("coopmat 128x128x64, depth 2", *coopmat(128, 128, 64, 4, 2)),
-    ("coopmat 128x128x128, depth 2", *coopmat(128, 128, 128, 4, 2)),
-    ("coopmat 64x128x128, depth 2", *coopmat(64, 128, 128, 2, 2)),
+    # the four tiles ops/bitlinear.cpp chooses among (subgroups rows x columns, K steps ahead)
+    ("coopmat 256x128x64, 4x2 subgroups, depth 2", *coopmat(256, 128, 64, 4, 2)),
+    ("coopmat 128x128x128, 4x2 subgroups, depth 2", *coopmat(128, 128, 128, 4, 2)),
+    ("coopmat 64x128x128, 2x4 subgroups, depth 2", *coopmat(64, 128, 128, 2, 2)),
+    ("coopmat 128x128x64, 2x4 subgroups, depth 1", *coopmat(128, 128, 64, 2, 1)),
+    # variants measured beside them
+    ("coopmat 256x128x64, 4x2 subgroups, depth 1", *coopmat(256, 128, 64, 4, 1)),
+    ("coopmat 128x128x64, 4x2 subgroups, depth 2", *coopmat(128, 128, 64, 4, 2)),
+    ("coopmat 128x128x64, 4x2 subgroups, depth 1", *coopmat(128, 128, 64, 4, 1)),
+    ("coopmat 128x128x128, 2x4 subgroups, depth 1", *coopmat(128, 128, 128, 2, 1)),
     ("matvec (dot), 1 row, 4 rows a subgroup", "bitlinear_matvec_dot", {0: 1, 1: 4, 4: True}),
     ("matvec fused (dot), norm, K=2560, prefetch", "bitlinear_matvec_dot_fused",
      {0: 1, 1: 2, 4: True, 5: 2, 7: True, 9: 640, 10: 3, 13: True}),
