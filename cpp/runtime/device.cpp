@@ -145,15 +145,9 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     get_host_pointer_properties = reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(
         vkGetDeviceProcAddr(device_, "vkGetMemoryHostPointerPropertiesEXT"));
   if (info_.features["pipeline_statistics"]) {
-    get_executable_properties = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
-        vkGetDeviceProcAddr(device_, "vkGetPipelineExecutablePropertiesKHR"));
     get_executable_statistics = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
         vkGetDeviceProcAddr(device_, "vkGetPipelineExecutableStatisticsKHR"));
-    if (!get_executable_properties || !get_executable_statistics) {
-      get_executable_properties = nullptr;
-      get_executable_statistics = nullptr;
-      info_.features["pipeline_statistics"] = false;
-    }
+    if (!get_executable_statistics) info_.features["pipeline_statistics"] = false;
   }
 
   spin_wait_us_ = info_.type == "cpu" ? 0 : 200;

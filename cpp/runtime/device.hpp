@@ -95,7 +95,6 @@ class Device : public std::enable_shared_from_this<Device> {
 
   PFN_vkGetMemoryHostPointerPropertiesEXT get_host_pointer_properties = nullptr;
   // Set where features()["pipeline_statistics"] is (VK_KHR_pipeline_executable_properties).
-  PFN_vkGetPipelineExecutablePropertiesKHR get_executable_properties = nullptr;
   PFN_vkGetPipelineExecutableStatisticsKHR get_executable_statistics = nullptr;
 
  private:
