@@ -399,16 +399,17 @@ def test_greedy_generation_matches_reference_for_32_steps(tiny_model, seed):
 
 
 def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatch):
-    """Decode graphs take 16 keys a workgroup up to SHORT_DECODE_CONTEXT tokens and 32 beyond: a
-    generation that crosses the switch (set at 9 tokens here) still gives the reference's ids, and
-    records one decode graph of each kind."""
+    """Decode graphs take 16 keys a workgroup up to SHORT_DECODE_CONTEXT tokens, 32 up to
+    LONG_DECODE_CONTEXT and 64 beyond: a generation that crosses both switches (set at 9 and 17
+    tokens here) still gives the reference's ids, and records one decode graph of each kind."""
     monkeypatch.setattr(tiny_model, "SHORT_DECODE_CONTEXT", 9)
+    monkeypatch.setattr(tiny_model, "LONG_DECODE_CONTEXT", 17)
     tiny_model.reset_graphs()
     prompt = np.random.default_rng(11).integers(0, tiny_model.config.vocab_size, (2, 6))
     out = tiny_model.generate(prompt, 24)
     ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 24)
     np.testing.assert_array_equal(out, ref)
-    assert sorted(key[3] for key in tiny_model._graphs if key[1] == 1) == [16, 32]
+    assert sorted(key[3] for key in tiny_model._graphs if key[1] == 1) == [16, 32, 64]
     tiny_model.reset_graphs()
 
 

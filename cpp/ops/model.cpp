@@ -222,7 +222,8 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   } push{static_cast<uint32_t>(shape.hq), static_cast<uint32_t>(shape.hkv), static_cast<uint32_t>(shape.d),
          static_cast<uint32_t>(shape.cache_rows), static_cast<uint32_t>(cos.shape()[0]),
          static_cast<uint32_t>(splits), 1.0f / std::sqrt(static_cast<float>(shape.d))};
-  Kernel kernel = Kernel::builtin(device, "decode_attention", {{0, heads_per_kv}, {1, split_keys}});
+  Kernel kernel = Kernel::builtin(device, "decode_attention",
+                                  {{0, heads_per_kv}, {1, split_keys}, {2, int64_t{shape.d}}});
   BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), cos.binding(), sin.binding(),
                               k_cache.binding(), v_cache.binding(), k_cache.binding(), start.binding(),
                               partial.binding(), counter.binding(), out.binding(), v_cache.binding(),

@@ -368,14 +368,21 @@ class BitNetModel:
     # Prefill graphs hold their intermediates (hundreds of MB for long prompts): only the most
     # recent few are kept; decode graphs (one token a sequence) are kept for every batch size.
     KEPT_PREFILL_GRAPHS = 2
-    # A decode step's attention takes 16 keys a workgroup while the context is at most this many
-    # tokens, 32 beyond (one recorded decode graph for each). H100, 2B4T, GPU time a step with 16
-    # against 32: 1612 / 1698 us at 128 cached tokens, 1657 / 1705 at 512, 1690 / 1715 at 768,
-    # 1882 / 1738 at 1024 (where 16-key splits need a second merge chunk), 2193 / 2013 at 2048.
+    # A decode step's attention takes 16 keys a workgroup while the context is at most
+    # SHORT_DECODE_CONTEXT tokens, 32 up to LONG_DECODE_CONTEXT and 64 beyond (one recorded decode
+    # graph for each). H100, 2B4T, GPU time a step with 16 against 32: 1612 / 1698 us at 128 cached
+    # tokens, 1657 / 1705 at 512, 1690 / 1715 at 768, 1882 / 1738 at 1024 (where 16-key splits need
+    # a second merge chunk), 2193 / 2013 at 2048. With 32 against 64 (the attention kernel's arrays
+    # sized for the head dimension, 101 and 128 registers: two workgroups a multiprocessor either
+    # way): 1653.8 / 1684.2 us at 1024, 1701.8 / 1721.8 at 1600, 1834.3 / 1752.2 at 2048. From
+    # 1665 tokens the 5 KV heads' 32-key workgroups no longer fit in one round of 264.
     SHORT_DECODE_CONTEXT = 768
+    LONG_DECODE_CONTEXT = 1664
 
     def _graph(self, batch, tokens, logits, start=0):
-        split = 0 if tokens > 1 else 16 if start + 1 <= self.SHORT_DECODE_CONTEXT else 32
+        context = start + 1
+        split = (0 if tokens > 1 else 16 if context <= self.SHORT_DECODE_CONTEXT
+                 else 32 if context <= self.LONG_DECODE_CONTEXT else 64)
         key = (batch, tokens, logits, split)
         if key in self._graphs:
             self._graphs[key] = self._graphs.pop(key)  # most recently used last

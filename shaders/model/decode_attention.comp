@@ -38,8 +38,14 @@ layout(push_constant) uniform Push {
 
 // Keys a workgroup scores (16, 32 or 64; G * SPLIT <= 256), PARTS invocations a key.
 layout(constant_id = 1) const uint SPLIT = 32;
+// The head dimension D (p.d; D % 4 == 0, D <= 256), which sizes the per-invocation register arrays
+// below: sized for 256 whatever D, 64-key workgroups took 255 registers on the H100 (one a
+// multiprocessor), against 127 sized for D = 128 (two).
+layout(constant_id = 2) const uint HEAD_DIM = 256;
 const uint PARTS = 256 / SPLIT;
-const uint MOST_VECTORS = 64 / PARTS;  // vec4 of a key row one invocation scores: D / 4 / PARTS
+const uint MOST_VECTORS = (HEAD_DIM / 4 + PARTS - 1) / PARTS;  // vec4 of a key row one invocation scores
+const uint VALUE_SUBSETS = HEAD_DIM >= 256 ? 1 : 256 / HEAD_DIM;  // invocations sharing a dimension
+const uint VALUE_SLOTS = (SPLIT - 1) / VALUE_SUBSETS + 1;        // keys' values one invocation holds
 const float LOWEST = -3.402823466e38;
 shared float s_q[G * 256];
 shared float s_k_new[256];
@@ -92,9 +98,9 @@ void main() {
     key_vectors[t] = j < count && c < d4 && !(holds_new && j == new_key)
                          ? k_cache4[(cache_base + j * row_stride) / 4 + c] : vec4(0.0);
   }
-  const uint subsets = max(1u, 256 / d), e = lane % d, subset = lane / d;
-  float values[SPLIT];
-  [[unroll]] for (uint t = 0; t < SPLIT; ++t) {
+  const uint subsets = VALUE_SUBSETS, e = lane % d, subset = lane / d;
+  float values[VALUE_SLOTS];
+  [[unroll]] for (uint t = 0; t < VALUE_SLOTS; ++t) {
     const uint key = subset + t * subsets;
     values[t] = subset < subsets && key < count && !(holds_new && key == new_key)
                     ? v_cache_read[cache_base + key * row_stride + e] : 0.0;
@@ -174,12 +180,12 @@ void main() {
   // Value sums: invocation (subset, e) takes keys subset, subset + subsets, ... of dimension e
   // (weights and values past the split's keys are zero).
   if (holds_new)
-    [[unroll]] for (uint t = 0; t < SPLIT; ++t)
+    [[unroll]] for (uint t = 0; t < VALUE_SLOTS; ++t)
       if (subset < subsets && subset + t * subsets == new_key) values[t] = s_v_new[e];
   if (subset < subsets) {
     [[unroll]] for (uint head = 0; head < G; ++head) {
       float a = 0.0;
-      [[unroll]] for (uint t = 0; t < SPLIT; ++t) {
+      [[unroll]] for (uint t = 0; t < VALUE_SLOTS; ++t) {
         const uint key = subset + t * subsets;
         if (key < SPLIT) a += s_p[head * SPLIT + key] * values[t];
       }
