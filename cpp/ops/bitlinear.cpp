@@ -141,6 +141,10 @@ struct CoopmatTile {
   uint32_t m = 128, n = 128, k = 64, subgroup_rows = 2, depth = 2;
 };
 
+// An m x n tile with K steps of k, its subgroups 4 x 2 from 128 tile rows (else 2 x 4), loading
+// two steps ahead.
+CoopmatTile default_layout(uint32_t m, uint32_t n, uint32_t k) { return {m, n, k, m >= 128 ? 4u : 2u, 2}; }
+
 // The tile for an m x n output, the one with the least estimated time among
 //   256 x 128, K steps of 64, 4 x 2 subgroups, 2 steps loaded ahead (242 registers on the H100:
 //     one workgroup a multiprocessor),
@@ -163,7 +167,7 @@ struct CoopmatTile {
 // BITNET_GPU_COOPMAT_SUBGROUP_ROWS (1, 2, 4 or 8, parts of multiples of 16),
 // BITNET_GPU_COOPMAT_DEPTH (1 or 2: (2048, 4096, 4096) 195 -> 177 us with 2 for 256 x 128).
 CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
-  CoopmatTile tile{rows >= 1024 ? 256u : 64u, 128, 64, rows >= 1024 ? 4u : 2u, 2};
+  CoopmatTile tile = default_layout(rows >= 1024 ? 256u : 64u, 128, 64);
   if (const uint32_t multiprocessors = device.info().multiprocessors) {
     struct Candidate {
       CoopmatTile tile;
@@ -195,7 +199,7 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
         (k != 64 && k != 128))
       throw ArgumentError("BITNET_GPU_COOPMAT_TILE=" + std::string(text) +
                           ": expected MxN or MxNxK, M and N multiples of 64 up to 256, K 64 or 128");
-    tile = {m, n, k, m >= 128 ? 4u : 2u, 2};
+    tile = default_layout(m, n, k);
   }
   tile.depth = tuning_value("BITNET_GPU_COOPMAT_DEPTH", tile.depth, 2);
   if (const char* text = std::getenv("BITNET_GPU_COOPMAT_SUBGROUP_ROWS"); text && *text) {

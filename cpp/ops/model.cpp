@@ -217,11 +217,12 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
     zero.run();
   }
   struct {
-    uint32_t hq, hkv, d, cache_rows, table_rows, splits;
+    uint32_t hq, hkv, cache_rows, table_rows, splits;
     float scale;
-  } push{static_cast<uint32_t>(shape.hq), static_cast<uint32_t>(shape.hkv), static_cast<uint32_t>(shape.d),
+  } push{static_cast<uint32_t>(shape.hq), static_cast<uint32_t>(shape.hkv),
          static_cast<uint32_t>(shape.cache_rows), static_cast<uint32_t>(cos.shape()[0]),
          static_cast<uint32_t>(splits), 1.0f / std::sqrt(static_cast<float>(shape.d))};
+  // The head dimension is a specialization constant (HEAD_DIM): it sizes the kernel's register arrays.
   Kernel kernel = Kernel::builtin(device, "decode_attention",
                                   {{0, heads_per_kv}, {1, split_keys}, {2, int64_t{shape.d}}});
   BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), cos.binding(), sin.binding(),

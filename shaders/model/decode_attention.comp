@@ -33,14 +33,14 @@ layout(std430, binding = 10) coherent buffer Counter { uint counter[]; };  // [B
 layout(std430, binding = 11) writeonly buffer Out { float o[]; };      // [B, HQ, D]
 layout(std430, binding = 12) readonly buffer VCacheRead { float v_cache_read[]; };  // the v_cache tensor
 layout(push_constant) uniform Push {
-  uint hq; uint hkv; uint d; uint cache_rows; uint table_rows; uint splits; float scale;
+  uint hq; uint hkv; uint cache_rows; uint table_rows; uint splits; float scale;
 } p;
 
 // Keys a workgroup scores (16, 32 or 64; G * SPLIT <= 256), PARTS invocations a key.
 layout(constant_id = 1) const uint SPLIT = 32;
-// The head dimension D (p.d; D % 4 == 0, D <= 256), which sizes the per-invocation register arrays
-// below: sized for 256 whatever D, 64-key workgroups took 255 registers on the H100 (one a
-// multiprocessor), against 127 sized for D = 128 (two).
+// The head dimension D (D % 4 == 0, D <= 256), a specialization constant because it sizes the
+// per-invocation register arrays below: sized for 256 whatever D, 64-key workgroups took 255
+// registers on the H100 (one a multiprocessor), against 127 sized for D = 128 (two).
 layout(constant_id = 2) const uint HEAD_DIM = 256;
 const uint PARTS = 256 / SPLIT;
 const uint MOST_VECTORS = (HEAD_DIM / 4 + PARTS - 1) / PARTS;  // vec4 of a key row one invocation scores
@@ -79,7 +79,7 @@ void segment_reduce(uint segment, bool take_max) {
 void main() {
   const uint lane = gl_LocalInvocationID.x;
   const uint split = gl_WorkGroupID.x, g = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
-  const uint d = p.d, half_d = d / 2, d4 = d / 4;
+  const uint d = HEAD_DIM, half_d = d / 2, d4 = d / 4;
   const uint position = start[0];
   const uint keys = min(position + 1, p.cache_rows);
   const uint live = (keys + SPLIT - 1) / SPLIT;
