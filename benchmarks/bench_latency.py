@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 import bitnet_gpu as bg
-from common import arguments, keep_running, timed_graph, torch_cuda, write_results
+from common import arguments, keep_running, timed_chain, torch_cuda, write_results
 
 CHAIN = 100
 
@@ -124,14 +124,10 @@ class ClockSampler:
 def per_link(device, record, repeats):
     """GPU microseconds per op of a graph of CHAIN dependent ops recorded by record(), after the
     clocks are up, and the SM clocks seen meanwhile."""
-    def chain():
-        for _ in range(CHAIN):
-            record()
-    _, graph = timed_graph(bg, device, chain, 1)
     with ClockSampler() as clocks:  # sampled while the chain runs for 0.3 s, then timed
-        keep_running(graph.run, 0.3)
-        seconds, _ = timed_graph(bg, device, chain, repeats)
-    return seconds / CHAIN * 1e6, clocks.summary()
+        seconds, _ = timed_chain(bg, device, record, CHAIN, repeats,
+                                 before_timing=lambda graph: keep_running(graph.run, 0.3))
+    return seconds * 1e6, clocks.summary()
 
 
 def torch_reduction_chain(torch, k, repeats):

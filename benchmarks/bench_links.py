@@ -11,18 +11,15 @@ import numpy as np
 
 import bitnet_gpu as bg
 from bitnet_gpu import _core
-from common import arguments, timed_graph, write_results
+from common import arguments, timed_chain, write_results
 
 CHAIN = 100
 
 
 def per_link(device, record, repeats):
     """GPU microseconds per op of a graph of CHAIN dependent ops recorded by record()."""
-    def chain():
-        for _ in range(CHAIN):
-            record()
-    seconds, graph = timed_graph(bg, device, chain, repeats)
-    return seconds / CHAIN * 1e6, graph.barrier_count
+    seconds, graph = timed_chain(bg, device, record, CHAIN, repeats)
+    return seconds * 1e6, graph.barrier_count
 
 
 def main():

@@ -87,15 +87,24 @@ def timed_graph(bg, device, record, repeats):
     """(median GPU seconds, the graph) of the ops record() makes, recorded once into a graph timed
     as a whole (one timestamp pair) and replayed `repeats` times after one warm-up replay. Unlike a
     profile, which puts a timestamp after every op, this times the ops as a plain call runs them."""
+    return timed_chain(bg, device, record, 1, repeats)
+
+
+def timed_chain(bg, device, record, links, repeats, before_timing=None):
+    """(median GPU seconds an op, the graph) of a graph of `links` calls of record(), timed as a
+    whole (timed_graph); before_timing(graph), where given, runs between recording and timing."""
     graph = bg.Graph(device, timings="total")
     with graph:
-        record()
+        for _ in range(links):
+            record()
+    if before_timing:
+        before_timing(graph)
     graph.run()
     times = []
     for _ in range(repeats):
         graph.run()
         times.append(graph.timings()[0][1])
-    return statistics.median(times), graph
+    return statistics.median(times) / links, graph
 
 
 def graph_seconds(bg, device, fn, repeats):
