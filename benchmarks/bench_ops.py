@@ -1,6 +1,7 @@
 """Activation and row-op benchmark: GPU time (Vulkan timestamps) of bitnet_gpu's element-wise
 ops on 2^26 float32 values, softmax / rms_norm / layer_norm on [8192, 4096], and attention (decode
-over a 4096-token cache with 20 query and 5 KV heads of 128, and a 512-token causal prefill), beside the
+over a 4096-token cache with 20 query and 5 KV heads of 128, and 512- and 2048-token causal
+prefills), beside the
 same PyTorch CUDA op in the same run (CUDA events), as bandwidth over the minimum bytes (inputs read
 once, output written once), fraction of the measured copy bandwidth and ratio to PyTorch.
 
@@ -51,12 +52,17 @@ def main():
     pq = bg.Tensor.from_numpy(rng.standard_normal((512, hq, hd), dtype=np.float32))
     pk = bg.Tensor.from_numpy(rng.standard_normal((512, hkv, hd), dtype=np.float32))
     po = device.empty((512, hq, hd), np.float32)
+    lq = bg.Tensor.from_numpy(rng.standard_normal((2048, hq, hd), dtype=np.float32))
+    lk = bg.Tensor.from_numpy(rng.standard_normal((2048, hkv, hd), dtype=np.float32))
+    lo = device.empty((2048, hq, hd), np.float32)
     if torch is not None:
         tq_ = torch.randn(1, hq, 1, hd, device="cuda")
         tk_ = torch.randn(1, hkv, ctx, hd, device="cuda")
         tv_ = torch.randn(1, hkv, ctx, hd, device="cuda")
         pq_ = torch.randn(1, hq, 512, hd, device="cuda")
         pk_ = torch.randn(1, hkv, 512, hd, device="cuda")
+        lq_ = torch.randn(1, hq, 2048, hd, device="cuda")
+        lk_ = torch.randn(1, hkv, 2048, hd, device="cuda")
         ta_, tb_ = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     mm = 256 if small else 4096
     ma = bg.Tensor.from_numpy(rng.standard_normal((mm, mm), dtype=np.float32))
@@ -94,6 +100,9 @@ def main():
         ("attention prefill", (512, 512, hq, hkv, hd), 4 * (2 * 512 * hq * hd + 2 * 512 * hkv * hd),
          lambda: bg.attention(pq, pk, pk, out=po),
          lambda: F.scaled_dot_product_attention(pq_, pk_, pk_, is_causal=True, enable_gqa=True)),
+        ("attention prefill", (2048, 2048, hq, hkv, hd), 4 * (2 * 2048 * hq * hd + 2 * 2048 * hkv * hd),
+         lambda: bg.attention(lq, lk, lk, out=lo),
+         lambda: F.scaled_dot_product_attention(lq_, lk_, lk_, is_causal=True, enable_gqa=True)),
         ("sum over rows", (rows, k), 4 * rows * k, lambda: bg.sum(m, axis=1),
          lambda: tm.sum(-1)),
         ("max over rows", (rows, k), 4 * rows * k, lambda: bg.max(m, axis=1),

@@ -38,7 +38,7 @@ BITNET_GPU_VALIDATION=1 python3 -m pytest ${BITNET_GPU_PYTEST:-tests_py} -q -p n
 tail -15 "$out/pytest.log"
 fi
 
-for bench in ${BITNET_GPU_BENCHMARKS:-runtime quantize bitlinear model}; do
+for bench in ${BITNET_GPU_BENCHMARKS:-runtime quantize bitlinear model attention}; do
   step "benchmark $bench"
   python3 "benchmarks/bench_$bench.py" --json "$out/$bench-gpu.json"
 done

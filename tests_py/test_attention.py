@@ -91,20 +91,43 @@ def test_split_key_attention_matches(device, rng, monkeypatch, split, tq, l, hq,
         assert rel(bg.attention(q, k, v, causal), ref.attention(q, k, v, causal)) <= tolerance
 
 
-@pytest.mark.parametrize("tiled", ["0", "1"])
+@pytest.mark.parametrize("tiled,tile_keys,split_d", [("0", None, None), ("1", None, None), ("1", "8", None),
+                                                     ("1", "16", None), ("1", None, "0")])
 @pytest.mark.parametrize("tq,l,hq,hkv,d,causal", [(16, 16, 4, 2, 16, True), (33, 33, 3, 1, 128, True),
                                                   (17, 50, 2, 2, 33, False), (100, 130, 4, 4, 64, True),
                                                   (1, 5, 2, 1, 8, True), (40, 40, 2, 1, 7, True),
-                                                  (300, 2100, 2, 1, 128, True)])
-def test_tiled_attention_matches(device, rng, monkeypatch, tiled, tq, l, hq, hkv, d, causal):
-    """Prefill attention with blocks of 16 queries sharing key tiles (D <= 128; the default from
-    16 queries a sequence) and without, against the reference."""
+                                                  (65, 97, 8, 2, 128, True), (300, 2100, 2, 1, 128, True)])
+def test_tiled_attention_matches(device, rng, monkeypatch, tiled, tile_keys, split_d, tq, l, hq, hkv, d, causal):
+    """Prefill attention with blocks of 32 queries sharing key tiles (D <= 128; the default from
+    16 queries a sequence; tiles of 8, 16 or the most keys that fit; the queries split over
+    registers or in shared memory) and without, against the reference."""
     monkeypatch.setenv("BITNET_GPU_ATTENTION_TILED", tiled)
+    if tile_keys is not None:
+        monkeypatch.setenv("BITNET_GPU_ATTENTION_TILE_KEYS", tile_keys)
+    if split_d is not None:
+        monkeypatch.setenv("BITNET_GPU_ATTENTION_SPLIT_D", split_d)
     for dtype, tolerance in [(np.float32, 1e-5), (np.float16, 2e-3)]:
         q, k, v = qkv(rng, tq, l, hq, hkv, d, dtype)
         out = np.full(q.shape, np.nan, dtype)
         bg.attention(q, k, v, causal, out=out)
         assert rel(out, ref.attention(q, k, v, causal)) <= tolerance
+
+
+def test_tile_keys_setting_is_checked(device, rng, monkeypatch):
+    q, k, v = qkv(rng, 32, 32, 2, 1, 128)
+    monkeypatch.setenv("BITNET_GPU_ATTENTION_TILE_KEYS", "12")
+    with pytest.raises(bg.ArgumentError, match="expected 8, 16 or 32"):
+        bg.attention(q, k, v)
+    # 32-key tiles at D = 128 take 36992 bytes of shared memory with the queries there, 20608
+    # with the queries split over registers: over lavapipe's 32 KiB, and not.
+    for split_d, shared_bytes in [("0", 36992), ("1", 20608)]:
+        monkeypatch.setenv("BITNET_GPU_ATTENTION_SPLIT_D", split_d)
+        monkeypatch.setenv("BITNET_GPU_ATTENTION_TILE_KEYS", "32")
+        if shared_bytes > device.info.max_shared_memory:
+            with pytest.raises(bg.ArgumentError, match=f"{shared_bytes} bytes are over this device's"):
+                bg.attention(q, k, v)
+        else:
+            assert rel(bg.attention(q, k, v), ref.attention(q, k, v)) <= 1e-5
 
 
 def test_split_setting_is_checked(device, rng, monkeypatch):

@@ -9,7 +9,8 @@ import bitnet_gpu as bg
 from bitnet_gpu import _core
 
 FEATURES = {"float16", "int8", "storage8", "storage16", "integer_dot_product",
-            "cooperative_matrix", "external_memory_host", "timestamps", "pipeline_statistics"}
+            "cooperative_matrix", "external_memory_host", "timestamps", "pipeline_statistics",
+            "subgroup_shuffle8"}
 NVIDIA_PROPRIETARY, MESA_LLVMPIPE = 4, 13  # VkDriverId values (vulkan_core.h)
 
 

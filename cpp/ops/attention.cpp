@@ -15,8 +15,34 @@ namespace bitnet::ops {
 namespace {
 
 constexpr int64_t kSplitKeys = 32;  // SPLIT in shaders/ops/attention_split.comp
-constexpr int64_t kTiledQueries = 16;  // BQ in shaders/ops/attention_tiled.comp
-constexpr int64_t kTiledMostD = 128;   // MOST_D there
+constexpr int64_t kTiledQueries = 32;  // BQ in shaders/ops/attention_tiled.comp
+constexpr int64_t kTiledMostD = 128;   // 4 * the largest D4 there
+constexpr int64_t kTiledFromQueries = 16;  // query rows a sequence from which it is the default
+
+// attention_tiled's keys a tile (BK): the most of 32, 16 and 8 whose shared memory fits, for a
+// head dimension of d (its layout: the queries' and the tile's rows of ceil(d / 4) vectors padded
+// to a multiple of 8, and the tile's weights); 0 where none fits. BITNET_GPU_ATTENTION_TILE_KEYS
+// (8, 16 or 32) asks for one, for tests and tuning: ArgumentError where it does not fit.
+uint32_t tiled_keys(const Device& device, int64_t d, bool split_d) {
+  const uint64_t row = (static_cast<uint64_t>(d) + 31) / 32 * 8;  // vectors
+  const uint64_t most = device.limits().maxComputeSharedMemorySize;
+  const auto bytes = [&](uint64_t keys) {
+    return ((split_d ? 0 : kTiledQueries) + keys) * row * 16 + kTiledQueries * (keys + 1) * 4;
+  };
+  const uint32_t asked = tuning_value("BITNET_GPU_ATTENTION_TILE_KEYS", 0, 32);
+  if (asked != 0) {
+    if (asked != 8 && asked != 16 && asked != 32)
+      throw ArgumentError("BITNET_GPU_ATTENTION_TILE_KEYS=" + std::to_string(asked) + ": expected 8, 16 or 32");
+    if (bytes(asked) > most)
+      throw ArgumentError("BITNET_GPU_ATTENTION_TILE_KEYS=" + std::to_string(asked) + ": tiles of " +
+                          std::to_string(bytes(asked)) + " bytes are over this device's " +
+                          std::to_string(most) + " bytes of shared memory");
+    return asked;
+  }
+  for (uint32_t keys : {32u, 16u, 8u})
+    if (bytes(keys) <= most) return keys;
+  return 0;
+}
 
 // A few queries over many keys (decode) split the keys over workgroups; BITNET_GPU_ATTENTION_SPLIT
 // = 0 or 1 overrides, for tests and tuning.
@@ -70,13 +96,25 @@ void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Te
     }
     return;
   }
-  // Many queries a sequence and D <= 128: blocks of 16 queries share each key tile
-  // (attention_tiled.comp); BITNET_GPU_ATTENTION_TILED=0 or 1 overrides, for tests and tuning.
-  const bool tiled = d <= kTiledMostD &&
-                     environment_switch("BITNET_GPU_ATTENTION_TILED").value_or(keys.seq_tokens >= kTiledQueries);
+  // Many queries a sequence and D <= 128: blocks of 32 queries share each key tile
+  // (attention_tiled.comp, where the device shuffles within subgroups of 8 or more);
+  // BITNET_GPU_ATTENTION_TILED=0 or 1 overrides, for tests and tuning.
+  // BITNET_GPU_ATTENTION_SPLIT_D=0: the queries in shared memory instead of split over each
+  // row's invocations (attention_tiled's SPLIT_D; for tuning).
+  const bool split_d = environment_switch("BITNET_GPU_ATTENTION_SPLIT_D").value_or(true);
+  const uint32_t tile_keys = tiled_keys(*device, d, split_d);
+  const bool tiled = d <= kTiledMostD && tile_keys > 0 && device->info().features.at("subgroup_shuffle8") &&
+                     environment_switch("BITNET_GPU_ATTENTION_TILED").value_or(keys.seq_tokens >= kTiledFromQueries);
   Specialization specialization{{0, causal}, {1, from_start}};
-  // attention_tiled's UNROLLED: where a loop guard counts passes (see that shader).
-  if (tiled) specialization.emplace(2, guards_loop_passes(*device));
+  if (tiled) {
+    specialization.emplace(2, static_cast<int64_t>(tile_keys));
+    specialization.emplace(3, (d + 3) / 4);
+    // BITNET_GPU_ATTENTION_UNROLL=0: the scores' loop over the head dimension not unrolled (for
+    // tuning, with BITNET_GPU_ATTENTION_SPLIT_D=0; ignored where a loop guard counts passes).
+    specialization.emplace(4, guards_loop_passes(*device) ||
+                                  environment_switch("BITNET_GPU_ATTENTION_UNROLL").value_or(true));
+    specialization.emplace(5, split_d);
+  }
   Kernel kernel = Kernel::builtin(device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()),
                                   specialization);
   struct {

@@ -305,6 +305,12 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       {"subgroup_arithmetic",
        (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) != 0 &&
            (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0},
+      // Butterfly reductions over 8 invocations (prefill attention's query rows): shuffles, on
+      // subgroups of a power of two from 8.
+      {"subgroup_shuffle8",
+       (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 &&
+           (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 && subgroup.subgroupSize >= 8 &&
+           (subgroup.subgroupSize & (subgroup.subgroupSize - 1)) == 0},
   };
   return info;
 }

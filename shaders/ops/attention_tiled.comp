@@ -1,24 +1,41 @@
 #version 450
 //! variant f32
 //! variant f16 INPUT_F16
-// attention.comp for many queries (prefill), D <= 128: workgroup (block, h) takes BQ = 16
-// consecutive query rows of one sequence and head h, and walks the keys in tiles of BK = 16 that
-// it stages in shared memory once for all its queries (attention.comp reads every key once per
-// query). Per tile: invocation (query, key) scores one pair; each query's running max and sum
-// (online softmax) are updated in key order; invocation (query, dims) then adds the weighted
-// values of its D / 16 dimensions. Layouts, the causal rule, batched caches and FROM_START as in
-// attention.comp; a query that sees no key gets zeros.
+// attention.comp for many queries (prefill), D <= 128: workgroup (block, h) takes BQ = 32
+// consecutive query rows of one sequence and head h and walks the keys in tiles of BK keys (the
+// most of 32, 16, 8 that fits in shared memory), each staged in shared memory once for all its
+// queries. Invocation (row group rg, lane-in-group kg), rg < 16, kg < 8, owns rows 2 rg and
+// 2 rg + 1: their scores against keys kg + 8 j of a tile and their output vectors kg + 8 j. A
+// row's eight invocations are eight neighbours in one subgroup: each holds the row's running max
+// and sum (online softmax) in registers, and they combine a tile's max and sum by shuffles (a
+// butterfly, so all eight get the same values). Scores (SPLIT_D, the default): the eight hold
+// the two rows in registers, a quarter of the vectors each (kg + 8 i), score every key of the
+// tile on their quarter, and sum the partial scores of eight keys at a time across the eight in
+// three halving exchanges, after which each holds its own keys' sums; without SPLIT_D the rows
+// are in shared memory and each invocation scores its keys on whole rows (more shared-memory
+// reads a multiply-add). Per tile: the keys into shared memory, scores, softmax, weights into
+// shared memory, then the values into the same shared memory (their loads in flight during the
+// scores) and the weighted sum. Layouts, the causal rule, batched caches and FROM_START as in
+// attention.comp; a query that sees no key gets zeros. Needs subgroups of a power of two from 8
+// with shuffles.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "ops_common.glsl"
-layout(local_size_x = 256) in;
+layout(local_size_x = 128) in;
 layout(constant_id = 0) const bool CAUSAL = true;
 layout(constant_id = 1) const bool FROM_START = false;
-// The loops inside the tile loop with fixed trip counts, unrolled (set on lavapipe, which ends an
-// invocation's loops after 65535 passes in all, silently: see shaders/runtime/strided_loop.glsl;
-// the variable loops reached that within about 25k keys). Off elsewhere: on the H100 the unrolled
-// form made prefill attention 11% slower.
-layout(constant_id = 2) const bool UNROLLED = false;
+layout(constant_id = 2) const uint BK = 32;  // keys a tile: 8 or a multiple of 8 up to 32
+layout(constant_id = 3) const uint D4 = 32;  // vectors of 4 a head row: ceil(D / 4) <= 32
+// Without SPLIT_D: the scores' loop over the head dimension unrolled (always on lavapipe, whose
+// loop guard counts its passes: see shaders/runtime/strided_loop.glsl).
+layout(constant_id = 4) const bool UNROLLED = true;
+// Each query row's eight invocations hold the row in registers, a quarter of its vectors each
+// (kg + 8 i), and score every key of the tile on their quarter, the partial sums of eight keys
+// then summed and spread across the eight (each ends with its keys' sums); else the queries
+// are in shared memory and each invocation scores its keys on the whole row.
+layout(constant_id = 5) const bool SPLIT_D = true;
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
 layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
 layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };   // [>= L, HKV, D]
@@ -28,123 +45,199 @@ layout(push_constant) uniform Push {
   uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint seq_tokens; uint cache_rows;
 } p;
 
-// Rows of vec4 (the head dimension zero-padded to a multiple of 4); query and key rows padded by
-// one vec4, so the eight invocations of a quarter subgroup hit distinct banks.
-const uint BQ = 16, BK = 16, MOST_D = 128, ROW4 = MOST_D / 4, PADDED4 = ROW4 + 1;
+const uint BQ = 32, GROUP = 8, KEYS = BK / GROUP, OUT4 = 4;  // OUT4 * GROUP = 32 vectors
+// Rows of D4 vectors padded to a multiple of 8 (128 bytes); vector c of row r sits at
+// c ^ (r & 7), so the eight rows or keys a subgroup's clusters read at once hit distinct banks.
+const uint ROW = (D4 + 7) / 8 * 8;
 const float LOWEST = -3.402823466e38;
-shared vec4 s_q[BQ * PADDED4];
-shared vec4 s_k[BK * PADDED4];
-shared vec4 s_v[BK * ROW4];
-shared float s_s[BQ * BK];  // scores, then weights
-shared float s_m[BQ];
-shared float s_l[BQ];
-shared float s_correction[BQ];
+shared vec4 s_q[SPLIT_D ? 1 : BQ * ROW];
+shared vec4 s_kv[BK * ROW];          // the tile's keys, then its values
+shared float s_p[BQ * (BK + 1)];     // the tile's weights, a row padded by one
+const uint SHARE = (BK * D4 + 127) / 128;  // tile vectors an invocation stages
 
-const uint TILE_SHARE = BK * MOST_D / 256;  // tile elements an invocation stages
+float group_max(float x) {
+  [[unroll]] for (uint mask = 1; mask < GROUP; mask *= 2) x = max(x, subgroupShuffleXor(x, mask));
+  return x;
+}
 
-// Elements lane + 256 i of the key and value tile [first, first + count) (zeros past the keys and
-// the head dimension).
-void fetch_tile(uint first, uint count, uint base, uint g, uint d4, out float key_part[TILE_SHARE],
-                out float value_part[TILE_SHARE]) {
-  const uint lane = gl_LocalInvocationID.x, d = p.d;
-  [[unroll]] for (uint i = 0; i < TILE_SHARE; ++i) {
-    const uint index = lane + 256 * i, key = index / (4 * d4), e = index % (4 * d4);
-    const uint at = ((base + first + key) * p.hkv + g) * d + e;
-    const bool real = index < BK * 4 * d4 && key < count && e < d;
-    key_part[i] = real ? float(k[at]) : 0.0;
-    value_part[i] = real ? float(v[at]) : 0.0;
+float group_sum(float x) {
+  [[unroll]] for (uint mask = 1; mask < GROUP; mask *= 2) x += subgroupShuffleXor(x, mask);
+  return x;
+}
+
+uint slot(uint row, uint c) { return row * ROW + (c ^ (row & 7u)); }
+
+// Vector c of key `key` of the tile at `first` (zeros past the keys and the head dimension).
+vec4 fetch(bool values, uint first, uint count, uint base, uint g, uint key, uint c) {
+  vec4 r = vec4(0.0);
+  if (key < count) {
+    const uint at = ((base + first + key) * p.hkv + g) * p.d + 4 * c;
+    [[unroll]] for (uint i = 0; i < 4; ++i)
+      if (4 * c + i < p.d) r[i] = float(values ? v[at + i] : k[at + i]);
+  }
+  return r;
+}
+
+void fetch_tile(bool values, uint first, uint count, uint base, uint g, out vec4 part[SHARE]) {
+  [[unroll]] for (uint i = 0; i < SHARE; ++i) {
+    const uint e = gl_LocalInvocationID.x + 128 * i;
+    part[i] = e < BK * D4 ? fetch(values, first, count, base, g, e / D4, e % D4) : vec4(0.0);
+  }
+}
+
+void store_tile(vec4 part[SHARE]) {
+  [[unroll]] for (uint i = 0; i < SHARE; ++i) {
+    const uint e = gl_LocalInvocationID.x + 128 * i;
+    if (e < BK * D4) s_kv[slot(e / D4, e % D4)] = part[i];
   }
 }
 
 void main() {
-  const uint lane = gl_LocalInvocationID.x, h = gl_WorkGroupID.y;
+  const uint h = gl_WorkGroupID.y;
   const uint blocks = (p.seq_tokens + BQ - 1) / BQ;
-  const uint b = gl_WorkGroupID.x / blocks, at0 = (gl_WorkGroupID.x % blocks) * BQ;
-  const uint g = h / (p.hq / p.hkv), d = p.d, d4 = (d + 3) / 4;
+  // Causal blocks late in a sequence see the most keys: they are dispatched first.
+  const uint block = CAUSAL ? blocks - 1 - gl_WorkGroupID.x % blocks : gl_WorkGroupID.x % blocks;
+  const uint b = gl_WorkGroupID.x / blocks, at0 = block * BQ;
+  const uint g = h / (p.hq / p.hkv), d = p.d;
   const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
   const uint rows = min(BQ, p.seq_tokens - at0);
   const uint most_keys = visible_keys(CAUSAL, l, at0 + rows - 1, p.seq_tokens);  // the block's last query sees the most
   const uint base = b * p.cache_rows, first_row = b * p.seq_tokens + at0;
-  for (uint index = lane; index < BQ * 4 * d4; index += 256) {
-    const uint row = index / (4 * d4), e = index % (4 * d4);
-    s_q[row * PADDED4 + e / 4][e % 4] = row < rows && e < d ? float(q[((first_row + row) * p.hq + h) * d + e]) : 0.0;
+  // Roles from the subgroup layout, so that a row's eight invocations share a subgroup.
+  const uint t = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+  const uint rg = t / GROUP, kg = t % GROUP, r0 = 2 * rg;
+  vec4 q_part[2][OUT4];  // SPLIT_D: vectors kg + 8 i of rows r0, r0 + 1
+  if (SPLIT_D) {
+    [[unroll]] for (uint r = 0; r < 2; ++r)
+      [[unroll]] for (uint i = 0; i < OUT4; ++i) {
+        const uint c = kg + GROUP * i;
+        q_part[r][i] = vec4(0.0);
+        if (r0 + r < rows && c < D4)
+          [[unroll]] for (uint e = 0; e < 4; ++e)
+            if (4 * c + e < d) q_part[r][i][e] = float(q[((first_row + r0 + r) * p.hq + h) * d + 4 * c + e]);
+      }
+  } else {
+    for (uint e = gl_LocalInvocationID.x; e < BQ * D4; e += 128) {
+      const uint row = e / D4, c = e % D4;
+      vec4 value = vec4(0.0);
+      if (row < rows)
+        [[unroll]] for (uint i = 0; i < 4; ++i)
+          if (4 * c + i < d) value[i] = float(q[((first_row + row) * p.hq + h) * d + 4 * c + i]);
+      s_q[slot(row, c)] = value;
+    }
   }
-  if (lane < BQ) {
-    s_m[lane] = LOWEST;
-    s_l[lane] = 0.0;
+  uint my_keys[2];
+  float m[2], total[2];
+  vec4 acc[2][OUT4];
+  [[unroll]] for (uint r = 0; r < 2; ++r) {
+    my_keys[r] = r0 + r < rows ? visible_keys(CAUSAL, l, at0 + r0 + r, p.seq_tokens) : 0;
+    m[r] = LOWEST;
+    total[r] = 0.0;
+    [[unroll]] for (uint j = 0; j < OUT4; ++j) acc[r][j] = vec4(0.0);
   }
-  // Roles: scoring (score_row, score_key); values (value_row, vec4 value_dim + 16 t, t < 2).
-  const uint score_row = lane / BK, score_key = lane % BK;
-  const uint value_row = lane / 16, value_dim = lane % 16;
-  const uint my_keys = score_row < rows ? visible_keys(CAUSAL, l, at0 + score_row, p.seq_tokens) : 0;
-  vec4 acc[2] = vec4[2](vec4(0.0), vec4(0.0));
-  // Each invocation stages elements lane + 256 i (i < TILE_SHARE) of a tile: the next tile's are
-  // requested from memory before the current one is computed, so their latency overlaps it.
-  float next_k[TILE_SHARE], next_v[TILE_SHARE];
-  fetch_tile(0, min(BK, most_keys), base, g, d4, next_k, next_v);
+  vec4 part[SHARE];
+  fetch_tile(false, 0, min(BK, most_keys), base, g, part);
   for (uint first = 0; first < most_keys; first += BK) {
     const uint count = min(BK, most_keys - first);
-    barrier();  // the previous tile's keys, values and weights are used
-    [[unroll]] for (uint i = 0; i < TILE_SHARE; ++i) {
-      const uint index = lane + 256 * i, key = index / (4 * d4), e = index % (4 * d4);
-      if (index < BK * 4 * d4) {
-        s_k[key * PADDED4 + e / 4][e % 4] = next_k[i];
-        s_v[key * ROW4 + e / 4][e % 4] = next_v[i];
+    barrier();  // the previous tile's values and weights are used
+    store_tile(part);
+    fetch_tile(true, first, count, base, g, part);  // the values, awaited after the scores
+    barrier();
+    float score[2][KEYS];
+    [[unroll]] for (uint r = 0; r < 2; ++r)
+      [[unroll]] for (uint j = 0; j < KEYS; ++j) score[r][j] = 0.0;
+#define SCORE_STEP                                                  \
+    {                                                               \
+      const vec4 q0 = s_q[slot(r0, c)], q1 = s_q[slot(r0 + 1, c)];  \
+      [[unroll]] for (uint j = 0; j < KEYS; ++j) {                  \
+        const vec4 key = s_kv[slot(kg + GROUP * j, c)];             \
+        score[0][j] += dot(q0, key);                                \
+        score[1][j] += dot(q1, key);                                \
+      }                                                             \
+    }
+    if (SPLIT_D) {
+      // Eight keys at a time: the partial sums of both rows for keys 8 j + x (x < 8) on this
+      // invocation's quarter, then summed across the eight in three halving exchanges, after
+      // which invocation kg holds key 8 j + kg's (the scores' usual layout).
+// One halving exchange of the partial sums with the invocation H lanes away (H = 4, 2, 1).
+#define HALVE(part, H)                                                                \
+      {                                                                               \
+        const bool upper = (kg & H) != 0;                                             \
+        [[unroll]] for (uint r = 0; r < 2; ++r)                                       \
+          [[unroll]] for (uint x = 0; x < H; ++x) {                                   \
+            const float sent = upper ? part[r][x] : part[r][x + H];                   \
+            const float kept = upper ? part[r][x + H] : part[r][x];                   \
+            part[r][x] = kept + subgroupShuffleXor(sent, H);                          \
+          }                                                                           \
       }
-    }
-    if (first + BK < most_keys) fetch_tile(first + BK, min(BK, most_keys - first - BK), base, g, d4, next_k, next_v);
-    barrier();
-    float score = 0.0;
-    if (UNROLLED) {
-      [[unroll]] for (uint c = 0; c < ROW4; ++c)
-        if (c < d4) score += dot(s_q[score_row * PADDED4 + c], s_k[score_key * PADDED4 + c]);
+#define SPLIT_STEP                                                                   \
+      {                                                                              \
+        float part[2][GROUP];                                                        \
+        [[unroll]] for (uint x = 0; x < GROUP; ++x) {                                \
+          part[0][x] = 0.0;                                                          \
+          part[1][x] = 0.0;                                                          \
+          [[unroll]] for (uint i = 0; i < OUT4; ++i) {                               \
+            const uint c = kg + GROUP * i;                                           \
+            if (c < D4) {                                                            \
+              const vec4 key = s_kv[slot(GROUP * j + x, c)];                         \
+              part[0][x] += dot(q_part[0][i], key);                                  \
+              part[1][x] += dot(q_part[1][i], key);                                  \
+            }                                                                        \
+          }                                                                          \
+        }                                                                            \
+        HALVE(part, 4)                                                               \
+        HALVE(part, 2)                                                               \
+        HALVE(part, 1)                                                               \
+        score[0][j] = part[0][0];                                                    \
+        score[1][j] = part[1][0];                                                    \
+      }
+      [[unroll]] for (uint j = 0; j < KEYS; ++j) SPLIT_STEP  // score[r][j]: literal indices
+    } else if (UNROLLED) {
+      [[unroll]] for (uint c = 0; c < D4; ++c) SCORE_STEP
     } else {
-      for (uint c = 0; c < d4; ++c) score += dot(s_q[score_row * PADDED4 + c], s_k[score_key * PADDED4 + c]);
+      [[dont_unroll]] for (uint c = 0; c < D4; ++c) SCORE_STEP
     }
-    s_s[lane] = first + score_key < my_keys ? score * p.scale : LOWEST;
-    barrier();
-    if (lane < BQ) {  // row `lane`: new max, weights, running sum, in key order
-      const float old_max = s_m[lane];
-      float m = old_max;
-      [[unroll]] for (uint key = 0; key < BK; ++key) m = max(m, s_s[lane * BK + key]);
+    [[unroll]] for (uint r = 0; r < 2; ++r) {
+      float tile_max = LOWEST;
+      [[unroll]] for (uint j = 0; j < KEYS; ++j) {
+        score[r][j] = first + kg + GROUP * j < my_keys[r] ? score[r][j] * p.scale : LOWEST;
+        tile_max = max(tile_max, score[r][j]);
+      }
+      const float new_max = max(m[r], group_max(tile_max));
       float sum = 0.0;
-      [[unroll]] for (uint key = 0; key < BK; ++key) {
-        const float s = s_s[lane * BK + key];
-        const float w = s == LOWEST ? 0.0 : exp(s - m);
-        s_s[lane * BK + key] = w;
+      [[unroll]] for (uint j = 0; j < KEYS; ++j) {
+        const float w = score[r][j] == LOWEST ? 0.0 : exp(score[r][j] - new_max);
+        s_p[(r0 + r) * (BK + 1) + kg + GROUP * j] = w;
         sum += w;
       }
-      const float correction = old_max == LOWEST ? 0.0 : exp(old_max - m);
-      s_l[lane] = s_l[lane] * correction + sum;
-      s_m[lane] = m;
-      s_correction[lane] = correction;
+      const float correction = m[r] == LOWEST ? 0.0 : exp(m[r] - new_max);
+      total[r] = total[r] * correction + group_sum(sum);
+      m[r] = new_max;
+      [[unroll]] for (uint j = 0; j < OUT4; ++j) acc[r][j] *= correction;
     }
+    barrier();  // the keys are used
+    store_tile(part);
+    if (first + BK < most_keys) fetch_tile(false, first + BK, min(BK, most_keys - first - BK), base, g, part);
     barrier();
-    const float correction = s_correction[value_row];
-    acc[0] *= correction;
-    acc[1] *= correction;
-    if (UNROLLED) {
-      [[unroll]] for (uint key = 0; key < BK; ++key)
-        if (key < count) {
-          const float w = s_s[value_row * BK + key];
-          acc[0] += w * s_v[key * ROW4 + value_dim];
-          acc[1] += w * s_v[key * ROW4 + value_dim + 16];
+    [[unroll]] for (uint key = 0; key < BK; ++key) {
+      const float w0 = s_p[r0 * (BK + 1) + key], w1 = s_p[(r0 + 1) * (BK + 1) + key];
+      [[unroll]] for (uint j = 0; j < OUT4; ++j) {
+        const uint c = kg + GROUP * j;
+        if (c < D4) {
+          const vec4 value = s_kv[slot(key, c)];
+          acc[0][j] += w0 * value;
+          acc[1][j] += w1 * value;
         }
-    } else {
-      for (uint key = 0; key < count; ++key) {
-        const float w = s_s[value_row * BK + key];
-        acc[0] += w * s_v[key * ROW4 + value_dim];
-        acc[1] += w * s_v[key * ROW4 + value_dim + 16];
       }
     }
   }
-  barrier();  // s_l is written (also where no tile ran)
-  if (value_row < rows) {
-    const float total = s_l[value_row];
-    [[unroll]] for (uint t = 0; t < 2; ++t)
-      [[unroll]] for (uint c = 0; c < 4; ++c) {
-        const uint e = 4 * (value_dim + 16 * t) + c;
-        if (e < d) o[((first_row + value_row) * p.hq + h) * d + e] = ELEMENT(total > 0.0 ? acc[t][c] / total : 0.0);
+  [[unroll]] for (uint r = 0; r < 2; ++r) {
+    if (r0 + r >= rows) continue;
+    [[unroll]] for (uint j = 0; j < OUT4; ++j)
+      [[unroll]] for (uint i = 0; i < 4; ++i) {
+        const uint e = 4 * (kg + GROUP * j) + i;
+        if (e < d)
+          o[((first_row + r0 + r) * p.hq + h) * d + e] = ELEMENT(total[r] > 0.0 ? acc[r][j][i] / total[r] : 0.0);
       }
   }
 }
