@@ -49,6 +49,15 @@ def keep_running(fn, seconds=2.0):
         fn()
 
 
+def busy_gpu(torch, seconds=0.3):
+    """Keeps the GPU busy with queued PyTorch work for `seconds`, then waits for it: the clocks at
+    their working level before a timing (an idle H100 sits at 345 MHz, and synchronous calls with
+    host work between them may not lift it)."""
+    a = torch.randn(4096, 4096, device="cuda")
+    keep_running(lambda: a @ a, seconds)
+    torch.cuda.synchronize()
+
+
 def with_settings(setting, fn):
     """fn() with the environment variables of `setting` ({name: value}) set, the environment
     restored afterwards."""

@@ -262,6 +262,21 @@ def test_fused_matvec_equals_the_separate_pre_pass(monkeypatch, m, k, gated):
         _core.bitlinear_group(_tensor(bad), None, norm_w, 1e-5, weights, [None] * 3)
 
 
+@pytest.mark.parametrize("m,k,n", [(9, 64, 33), (130, 300, 200), (257, 2560, 129)])
+@pytest.mark.parametrize("in_kernel", ["1", "0"])
+def test_matmul_adds_the_residual_in_its_epilogue(monkeypatch, m, k, n, in_kernel):
+    """Past the matvec's rows (prefill) the tiled or tensor-core kernel adds the [M, N] residual
+    itself (or, BITNET_GPU_MATMUL_RESIDUAL=0, an add op after it): bit for bit the float32 sum of
+    its output and the residual."""
+    monkeypatch.setenv("BITNET_GPU_MATMUL_RESIDUAL", in_kernel)
+    x = _tensor(rng.standard_normal((m, k)).astype(np.float32))
+    w = bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32))._core
+    residual = rng.standard_normal((m, n)).astype(np.float32)
+    (plain,) = _core.bitlinear_group(x, None, None, 1e-5, [w], [None])
+    (summed,) = _core.bitlinear_group(x, None, None, 1e-5, [w], [_tensor(residual)])
+    np.testing.assert_array_equal(summed.numpy(), plain.numpy() + residual)
+
+
 @pytest.mark.parametrize("m", [1, 3, 9])
 @pytest.mark.parametrize("k", [64, 33, 20000])
 @pytest.mark.parametrize("gated", [False, True])

@@ -18,12 +18,18 @@ constexpr int64_t kSplitKeys = 32;  // SPLIT in shaders/ops/attention_split.comp
 constexpr int64_t kTiledQueries = 32;  // BQ in shaders/ops/attention_tiled.comp
 constexpr int64_t kTiledMostD = 128;   // 4 * the largest D4 there
 constexpr int64_t kTiledFromQueries = 16;  // query rows a sequence from which it is the default
+// Query rows a sequence from which attention_tiled prefers 16-key tiles to 32 (fewer registers,
+// three workgroups a multiprocessor instead of two on the H100). H100, 20 / 5 heads of 128, 32
+// against 16 keys a tile: 136.2 / 153.5 us at 512 tokens, 412.6 / 443.0 at 1024, 1358.0 / 1290.6
+// at 2048, 4707.9 / 4608.2 at 4096 (benchmarks/bench_attention.py, 2026-11-23).
+constexpr int64_t kShortTilesFromQueries = 1536;
 
-// attention_tiled's keys a tile (BK): the most of 32, 16 and 8 whose shared memory fits, for a
-// head dimension of d (its layout: the queries' and the tile's rows of ceil(d / 4) vectors padded
-// to a multiple of 8, and the tile's weights); 0 where none fits. BITNET_GPU_ATTENTION_TILE_KEYS
-// (8, 16 or 32) asks for one, for tests and tuning: ArgumentError where it does not fit.
-uint32_t tiled_keys(const Device& device, int64_t d, bool split_d) {
+// attention_tiled's keys a tile (BK): the most of 32, 16 and 8 whose shared memory fits (at most
+// 16 from kShortTilesFromQueries query rows a sequence), for a head dimension of d (its layout:
+// the queries' and the tile's rows of ceil(d / 4) vectors padded to a multiple of 8, and the
+// tile's weights); 0 where none fits. BITNET_GPU_ATTENTION_TILE_KEYS (8, 16 or 32) asks for one,
+// for tests and tuning: ArgumentError where it does not fit.
+uint32_t tiled_keys(const Device& device, int64_t d, bool split_d, int64_t queries) {
   const uint64_t row = (static_cast<uint64_t>(d) + 31) / 32 * 8;  // vectors
   const uint64_t most = device.limits().maxComputeSharedMemorySize;
   const auto bytes = [&](uint64_t keys) {
@@ -40,7 +46,7 @@ uint32_t tiled_keys(const Device& device, int64_t d, bool split_d) {
     return asked;
   }
   for (uint32_t keys : {32u, 16u, 8u})
-    if (bytes(keys) <= most) return keys;
+    if (bytes(keys) <= most && (keys < 32 || queries < kShortTilesFromQueries)) return keys;
   return 0;
 }
 
@@ -102,7 +108,7 @@ void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Te
   // BITNET_GPU_ATTENTION_SPLIT_D=0: the queries in shared memory instead of split over each
   // row's invocations (attention_tiled's SPLIT_D; for tuning).
   const bool split_d = environment_switch("BITNET_GPU_ATTENTION_SPLIT_D").value_or(true);
-  const uint32_t tile_keys = tiled_keys(*device, d, split_d);
+  const uint32_t tile_keys = tiled_keys(*device, d, split_d, keys.seq_tokens);
   const bool tiled = d <= kTiledMostD && tile_keys > 0 && device->info().features.at("subgroup_shuffle8") &&
                      environment_switch("BITNET_GPU_ATTENTION_TILED").value_or(keys.seq_tokens >= kTiledFromQueries);
   Specialization specialization{{0, causal}, {1, from_start}};

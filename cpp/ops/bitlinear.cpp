@@ -108,10 +108,10 @@ void dispatch_tiles(Sequence& sequence, const Kernel& kernel, std::vector<Buffer
 
 void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m, int64_t n,
                   int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
-                  const std::optional<Tensor>& bias, const TiledOutputs& out, bool hardware) {
+                  const std::optional<Tensor>& bias, bool residual, const TiledOutputs& out, bool hardware) {
   Kernel kernel = Kernel::builtin(b.device_ptr(), dot_variant("bitlinear_tiled", hardware),
                                   {{0, ternary}, {1, bias.has_value()}, {2, out.y.has_value()},
-                                   {3, out.accumulators.has_value()}});
+                                   {3, out.accumulators.has_value()}, {4, residual}});
   dispatch_tiles(sequence, kernel, {b.binding()}, a, true, m, n, k, kTile, kTile, scales, gamma,
                  bias, out);
 }
@@ -215,7 +215,7 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
 
 void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m, int64_t n,
                     int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
-                    const std::optional<Tensor>& bias, const TiledOutputs& out) {
+                    const std::optional<Tensor>& bias, bool residual, const TiledOutputs& out) {
   const auto& device = b.device_ptr();
   const CoopmatTile tile = coopmat_tile(*device, m, n);
   const uint32_t tile_m = tile.m, tile_n = tile.n, blocks = tile.k / 16;
@@ -229,19 +229,20 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
                                   {{0, ternary}, {1, bias.has_value()}, {2, out.y.has_value()},
                                    {3, out.accumulators.has_value()}, {4, int64_t{tile_m}},
                                    {5, int64_t{tile_n}}, {6, int64_t{blocks}},
-                                   {7, int64_t{tile.subgroup_rows}}, {8, int64_t{tile.depth}}});
+                                   {7, int64_t{tile.subgroup_rows}}, {8, int64_t{tile.depth}}, {9, residual}});
   dispatch_tiles(sequence, kernel, {b.binding(), b.binding()}, a, false, m, n, k, tile_m, tile_n,
                  scales, gamma, bias, out);
 }
 
+// bias: [N], or with `residual` an [M, N] residual added element by element.
 void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
                    const PreparedRows& a, int64_t m, int64_t n, int64_t k, bool ternary,
                    const Tensor& scales, const Tensor& gamma, const std::optional<Tensor>& bias,
-                   const TiledOutputs& out, bool hardware) {
+                   const TiledOutputs& out, bool hardware, bool residual = false) {
   if (path == BitLinearAlgorithm::coopmat)
-    record_coopmat(sequence, b, a, m, n, k, ternary, scales, gamma, bias, out);
+    record_coopmat(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out);
   else
-    record_tiled(sequence, b, a, m, n, k, ternary, scales, gamma, bias, out, hardware);
+    record_tiled(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out, hardware);
 }
 
 // Whether the pre-pass for rows of k values is spread over chunks of rows (two dispatches of
@@ -550,16 +551,20 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   }
   std::vector<Tensor> outputs = allocate(weights.size());
   const auto [prepared, scales, nonfinite] = prepare_rows(sequence, input, m, k, algorithm, fused);
+  // The tiled and tensor-core kernels add a residual in their epilogue (bit for bit the separate
+  // add); BITNET_GPU_MATMUL_RESIDUAL=0 adds it as its own op instead, for tuning.
+  const bool matmul_residual = environment_switch("BITNET_GPU_MATMUL_RESIDUAL").value_or(true);
   for (size_t i = 0; i < weights.size(); ++i) {
     if (algorithm == BitLinearAlgorithm::matvec)
       record_matvec(sequence, *weights[i], prepared, scales, m, residuals[i], residuals[i].has_value(),
                     outputs[i], std::nullopt, hardware);
     else
       record_matmul(algorithm, sequence, weights[i]->packed, prepared, m, weights[i]->rows, k, true, scales,
-                    weights[i]->scales, std::nullopt, {outputs[i], std::nullopt}, hardware);
+                    weights[i]->scales, matmul_residual ? residuals[i] : std::nullopt,
+                    {outputs[i], std::nullopt}, hardware, matmul_residual && residuals[i].has_value());
   }
   op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
-  if (algorithm != BitLinearAlgorithm::matvec)
+  if (algorithm != BitLinearAlgorithm::matvec && !matmul_residual)
     for (size_t i = 0; i < outputs.size(); ++i)
       if (residuals[i]) outputs[i] = binary(outputs[i], *residuals[i], BinaryOp::add);
   return finish(outputs);

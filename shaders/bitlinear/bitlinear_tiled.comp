@@ -4,7 +4,8 @@
 // Tiled int8 GEMM for larger M (prefill): a 64 x 64 output tile per workgroup, 4 x 4 outputs per
 // invocation, K in steps of 64 through shared memory. TERNARY: B is packed ternary codes
 // (acc = dot(x, c) - rowsum(x), y = acc * gamma / s + bias); otherwise B is int8 in the
-// interleaved layout and only the int32 accumulators are produced.
+// interleaved layout and only the int32 accumulators are produced. RESIDUAL: the bias is an
+// [M, N] residual added element by element (a decoder's x + o_proj(...)), instead of [N].
 #extension GL_GOOGLE_include_directive : require
 #include "bitlinear_common.glsl"
 layout(local_size_x = 16, local_size_y = 16) in;
@@ -12,6 +13,7 @@ layout(constant_id = 0) const bool TERNARY = true;
 layout(constant_id = 1) const bool HAS_BIAS = false;
 layout(constant_id = 2) const bool WITH_OUTPUT = true;
 layout(constant_id = 3) const bool WITH_ACCUMULATOR = false;
+layout(constant_id = 4) const bool RESIDUAL = false;
 layout(std430, binding = 0) readonly buffer B { uint b[]; };        // [N, words] or [N, Kp / 4]
 layout(std430, binding = 1) readonly buffer A { uint a[]; };        // [M, Kp / 4] interleaved
 layout(std430, binding = 2) readonly buffer RowSums { int row_sums[]; };
@@ -66,8 +68,8 @@ void main() {
       const int value = TERNARY ? acc[i][j] - row_sums[m] : acc[i][j];
       if (WITH_ACCUMULATOR) accumulators[m * p.n + n] = value;
       if (WITH_OUTPUT) {
-        float out_value = float(value) * gamma[0] / scales[m];
-        if (HAS_BIAS) out_value += bias[n];
+        precise float out_value = float(value) * gamma[0] / scales[m];  // no FMA with the bias
+        if (HAS_BIAS) out_value += bias[RESIDUAL ? m * p.n + n : n];
         y[m * p.n + n] = out_value;
       }
     }
