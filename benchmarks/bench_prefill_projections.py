@@ -62,7 +62,11 @@ def main():
     if device.info.features.get("cooperative_matrix_int8"):
         for tile, spec in {"128x128x128 (4x2, depth 2)": {4: 128, 5: 128, 6: 8, 7: 4, 8: 2},
                            "128x128x64 (2x4, depth 1)": {4: 128, 5: 128, 6: 4, 7: 2, 8: 1},
-                           "256x128x64 (4x2, depth 2)": {4: 256, 5: 128, 6: 4, 7: 4, 8: 2}}.items():
+                           "256x128x64 (4x2, depth 2)": {4: 256, 5: 128, 6: 4, 7: 4, 8: 2},
+                           "64x128x64 (2x4, depth 1)": {4: 64, 5: 128, 6: 4, 7: 2, 8: 1},
+                           "64x128x64 (2x4, depth 2)": {4: 64, 5: 128, 6: 4, 7: 2, 8: 2},
+                           "64x128x128 (2x4, depth 1)": {4: 64, 5: 128, 6: 8, 7: 2, 8: 1},
+                           "64x64x64 (2x4, depth 1)": {4: 64, 5: 64, 6: 4, 7: 2, 8: 1}}.items():
             for residual in (False, True):
                 kernel = bg.builtin_kernel("bitlinear_coopmat", device,
                                            {0: True, 1: residual, 2: True, 3: False, 9: residual, **spec})
