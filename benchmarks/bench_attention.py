@@ -1,13 +1,13 @@
 """Prefill attention: GPU time (Vulkan timestamps, the call recorded as a graph and timed as a
 whole) of causal grouped-query attention over T new tokens (20 query and 5 KV heads of 128, as in
-BitNet b1.58 2B4T), float32, under settings of the BITNET_GPU_* tuning variables, beside PyTorch's
+BitNet b1.58 2B4T, or of --head-dim values), float32, under settings of the BITNET_GPU_* tuning variables, beside PyTorch's
 scaled_dot_product_attention on the same GPU in the same run (float32, and float16 where its
 flash kernels run). Work is counted as the causal pairs' multiply-adds (2 * pairs * D each for
 the scores and the weighted values), so TFLOP/s compare kernels, not peaks. Parity: relative
 error of the output against the NumPy reference (float64) for the first setting, on the heads of
 the first KV head.
 
-    python3 benchmarks/bench_attention.py [--json FILE] [--repeats N] [--tokens 512,2048]
+    python3 benchmarks/bench_attention.py [--json FILE] [--repeats N] [--tokens 512,2048] [--head-dim 128]
         [--settings "default;BITNET_GPU_ATTENTION_TILE_KEYS=16"]
 """
 
@@ -22,17 +22,18 @@ from bitnet_gpu import reference as ref
 from bench_knobs import label, parse_settings  # benchmarks/bench_knobs.py
 from common import arguments, busy_gpu, graph_seconds, torch_cuda, torch_time, with_settings, write_results
 
-HQ, HKV, D = 20, 5, 128
+HQ, HKV = 20, 5
 
 
-def causal_flops(tokens):
+def causal_flops(tokens, d):
     pairs = tokens * (tokens + 1) // 2
-    return 2 * 2 * pairs * D * HQ  # scores and weighted values, a multiply-add = 2
+    return 2 * 2 * pairs * d * HQ  # scores and weighted values, a multiply-add = 2
 
 
 def main():
     args = arguments(__doc__, lambda p: (
         p.add_argument("--tokens", default="512,2048"),
+        p.add_argument("--head-dim", type=int, default=128),
         p.add_argument("--settings", default="default")))
     device = bg.default_device()
     torch = torch_cuda()
@@ -42,7 +43,8 @@ def main():
         token_counts = [min(t, 128) for t in token_counts]
     settings = parse_settings(args.settings)
     rng = np.random.default_rng(0)
-    results = {"device": device.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    D = args.head_dim
+    results = {"device": device.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "head_dim": D,
                "torch": None if torch is None else torch.__version__, "rows": []}
     for tokens in token_counts:
         q = rng.standard_normal((tokens, HQ, D), dtype=np.float32)
@@ -69,7 +71,7 @@ def main():
             if torch is not None:
                 busy_gpu(torch)
             seconds = with_settings(setting, lambda: graph_seconds(bg, device, run, args.repeats))
-            entry = {"gpu_s": seconds, "TFLOPs": causal_flops(tokens) / seconds / 1e12}
+            entry = {"gpu_s": seconds, "TFLOPs": causal_flops(tokens, D) / seconds / 1e12}
             if index == 0:
                 entry["rel_error"] = float(np.linalg.norm(out.numpy()[:, :heads] - expected)
                                            / np.linalg.norm(expected))

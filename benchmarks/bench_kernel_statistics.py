@@ -36,13 +36,16 @@ KERNELS = [
     # invocations (always unrolled) or in shared memory (its loops unrolled or not), tiles of 32
     # and 16 keys
     ("attention_tiled, split rows, 32 keys a tile", "attention_tiled_f32",
-     {0: True, 1: True, 2: 32, 3: 32, 4: True, 5: True}),
+     {0: True, 1: True, 2: 32, 3: 32, 4: True, 5: True, 6: 2}),
     ("attention_tiled, split rows, 16 keys a tile", "attention_tiled_f32",
      {0: True, 1: True, 2: 16, 3: 32, 4: True, 5: True}),
     ("attention_tiled, shared queries, 32 keys a tile", "attention_tiled_f32",
      {0: True, 1: True, 2: 32, 3: 32, 4: True, 5: False}),
     ("attention_tiled, shared queries, 32 keys a tile, not unrolled", "attention_tiled_f32",
      {0: True, 1: True, 2: 32, 3: 32, 4: False, 5: False}),
+    # D = 256: one row a row group (blocks of 16 queries), 16-key tiles
+    ("attention_tiled, D = 256, split rows, 16 keys a tile", "attention_tiled_f32",
+     {0: True, 1: True, 2: 16, 3: 64, 4: True, 5: True, 6: 1}),
 ]
 
 

@@ -96,11 +96,13 @@ def test_split_key_attention_matches(device, rng, monkeypatch, split, tq, l, hq,
 @pytest.mark.parametrize("tq,l,hq,hkv,d,causal", [(16, 16, 4, 2, 16, True), (33, 33, 3, 1, 128, True),
                                                   (17, 50, 2, 2, 33, False), (100, 130, 4, 4, 64, True),
                                                   (1, 5, 2, 1, 8, True), (40, 40, 2, 1, 7, True),
-                                                  (65, 97, 8, 2, 128, True), (300, 2100, 2, 1, 128, True)])
+                                                  (65, 97, 8, 2, 128, True), (300, 2100, 2, 1, 128, True),
+                                                  (33, 40, 2, 1, 256, True), (20, 70, 2, 2, 130, False),
+                                                  (50, 300, 4, 2, 200, True)])
 def test_tiled_attention_matches(device, rng, monkeypatch, tiled, tile_keys, split_d, tq, l, hq, hkv, d, causal):
-    """Prefill attention with blocks of 32 queries sharing key tiles (D <= 128; the default from
-    16 queries a sequence; tiles of 8, 16 or the most keys that fit; the queries split over
-    registers or in shared memory) and without, against the reference."""
+    """Prefill attention with blocks of 32 queries (16 above D = 128) sharing key tiles (D <= 256;
+    the default from 16 queries a sequence; tiles of 8, 16 or the most keys that fit; the queries
+    split over registers or in shared memory) and without, against the reference."""
     monkeypatch.setenv("BITNET_GPU_ATTENTION_TILED", tiled)
     if tile_keys is not None:
         monkeypatch.setenv("BITNET_GPU_ATTENTION_TILE_KEYS", tile_keys)

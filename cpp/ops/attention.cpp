@@ -15,8 +15,12 @@ namespace bitnet::ops {
 namespace {
 
 constexpr int64_t kSplitKeys = 32;  // SPLIT in shaders/ops/attention_split.comp
-constexpr int64_t kTiledQueries = 32;  // BQ in shaders/ops/attention_tiled.comp
-constexpr int64_t kTiledMostD = 128;   // 4 * the largest D4 there
+constexpr int64_t kTiledMostD = 256;   // 4 * the largest D4 in shaders/ops/attention_tiled.comp
+
+// attention_tiled's query rows a row group (ROWS) and a workgroup (BQ = 16 ROWS) for head
+// dimension d: two rows of up to 128 values, one of up to 256, in an invocation's registers.
+int64_t tiled_rows_per_group(int64_t d) { return d <= 128 ? 2 : 1; }
+int64_t tiled_queries(int64_t d) { return 16 * tiled_rows_per_group(d); }
 constexpr int64_t kTiledFromQueries = 16;  // query rows a sequence from which it is the default
 // Query rows a sequence from which attention_tiled prefers 16-key tiles to 32 (fewer registers,
 // three workgroups a multiprocessor instead of two on the H100). H100, 20 / 5 heads of 128, 32
@@ -25,15 +29,16 @@ constexpr int64_t kTiledFromQueries = 16;  // query rows a sequence from which i
 constexpr int64_t kShortTilesFromQueries = 1536;
 
 // attention_tiled's keys a tile (BK): the most of 32, 16 and 8 whose shared memory fits (at most
-// 16 from kShortTilesFromQueries query rows a sequence), for a head dimension of d (its layout:
-// the queries' and the tile's rows of ceil(d / 4) vectors padded to a multiple of 8, and the
-// tile's weights); 0 where none fits. BITNET_GPU_ATTENTION_TILE_KEYS (8, 16 or 32) asks for one,
+// 16 from kShortTilesFromQueries query rows a sequence, and above D = 128), for a head dimension
+// of d (its layout: the queries' and the tile's rows of ceil(d / 4) vectors padded to a multiple
+// of 8, and the tile's weights); 0 where none fits. BITNET_GPU_ATTENTION_TILE_KEYS (8, 16 or 32) asks for one,
 // for tests and tuning: ArgumentError where it does not fit.
 uint32_t tiled_keys(const Device& device, int64_t d, bool split_d, int64_t queries) {
   const uint64_t row = (static_cast<uint64_t>(d) + 31) / 32 * 8;  // vectors
   const uint64_t most = device.limits().maxComputeSharedMemorySize;
   const auto bytes = [&](uint64_t keys) {
-    return ((split_d ? 0 : kTiledQueries) + keys) * row * 16 + kTiledQueries * (keys + 1) * 4;
+    const uint64_t block = static_cast<uint64_t>(tiled_queries(d));
+    return ((split_d ? 0 : block) + keys) * row * 16 + block * (keys + 1) * 4;
   };
   const uint32_t asked = tuning_value("BITNET_GPU_ATTENTION_TILE_KEYS", 0, 32);
   if (asked != 0) {
@@ -45,8 +50,11 @@ uint32_t tiled_keys(const Device& device, int64_t d, bool split_d, int64_t queri
                           std::to_string(most) + " bytes of shared memory");
     return asked;
   }
+  // Also at most 8 staged vectors an invocation (keys x ceil(d / 4) <= 1024): the tile's loads
+  // are held in registers.
   for (uint32_t keys : {32u, 16u, 8u})
-    if (bytes(keys) <= most && (keys < 32 || queries < kShortTilesFromQueries)) return keys;
+    if (bytes(keys) <= most && (keys < 32 || queries < kShortTilesFromQueries) && keys * ((d + 3) / 4) <= 1024)
+      return keys;
   return 0;
 }
 
@@ -102,8 +110,8 @@ void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Te
     }
     return;
   }
-  // Many queries a sequence and D <= 128: blocks of 32 queries share each key tile
-  // (attention_tiled.comp, where the device shuffles within subgroups of 8 or more);
+  // Many queries a sequence and D <= 256: blocks of 32 queries (16 above D = 128) share each key
+  // tile (attention_tiled.comp, where the device shuffles within subgroups of 8 or more);
   // BITNET_GPU_ATTENTION_TILED=0 or 1 overrides, for tests and tuning.
   // BITNET_GPU_ATTENTION_SPLIT_D=0: the queries in shared memory instead of split over each
   // row's invocations (attention_tiled's SPLIT_D; for tuning).
@@ -120,6 +128,7 @@ void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Te
     specialization.emplace(4, guards_loop_passes(*device) ||
                                   environment_switch("BITNET_GPU_ATTENTION_UNROLL").value_or(true));
     specialization.emplace(5, split_d);
+    specialization.emplace(6, tiled_rows_per_group(d));
   }
   Kernel kernel = Kernel::builtin(device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()),
                                   specialization);
@@ -131,7 +140,8 @@ void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Te
          static_cast<uint32_t>(d), static_cast<uint32_t>(keys.l), scale,
          static_cast<uint32_t>(keys.seq_tokens), static_cast<uint32_t>(keys.cache_rows)};
   const uint64_t sequences = static_cast<uint64_t>(tq / std::max<int64_t>(keys.seq_tokens, 1));
-  const uint64_t blocks = (static_cast<uint64_t>(keys.seq_tokens) + kTiledQueries - 1) / kTiledQueries;
+  const uint64_t block_rows = static_cast<uint64_t>(tiled_queries(d));
+  const uint64_t blocks = (static_cast<uint64_t>(keys.seq_tokens) + block_rows - 1) / block_rows;
   const auto grid = checked_grid(*device, {tiled ? sequences * blocks : static_cast<uint64_t>(tq),
                                            static_cast<uint64_t>(hq), 1}, what);
   BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), start};

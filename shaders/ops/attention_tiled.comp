@@ -1,21 +1,22 @@
 #version 450
 //! variant f32
 //! variant f16 INPUT_F16
-// attention.comp for many queries (prefill), D <= 128: workgroup (block, h) takes BQ = 32
-// consecutive query rows of one sequence and head h and walks the keys in tiles of BK keys (the
-// most of 32, 16, 8 that fits in shared memory), each staged in shared memory once for all its
-// queries. Invocation (row group rg, lane-in-group kg), rg < 16, kg < 8, owns rows 2 rg and
-// 2 rg + 1: their scores against keys kg + 8 j of a tile and their output vectors kg + 8 j. A
-// row's eight invocations are eight neighbours in one subgroup: each holds the row's running max
-// and sum (online softmax) in registers, and they combine a tile's max and sum by shuffles (a
-// butterfly, so all eight get the same values). Scores (SPLIT_D, the default): the eight hold
-// the two rows in registers, a quarter of the vectors each (kg + 8 i), score every key of the
-// tile on their quarter, and sum the partial scores of eight keys at a time across the eight in
-// three halving exchanges, after which each holds its own keys' sums; without SPLIT_D the rows
-// are in shared memory and each invocation scores its keys on whole rows (more shared-memory
-// reads a multiply-add). Per tile: the keys into shared memory, scores, softmax, weights into
-// shared memory, then the values into the same shared memory (their loads in flight during the
-// scores) and the weighted sum. Layouts, the causal rule, batched caches and FROM_START as in
+// attention.comp for many queries (prefill), D <= 256: workgroup (block, h) takes BQ = 16 * ROWS
+// consecutive query rows of one sequence and head h (32 for D <= 128, ROWS = 2; 16 for larger
+// D, ROWS = 1) and walks the keys in tiles of BK keys (the host picks 32, 16 or 8 by shared
+// memory and length), each staged in shared memory once for all its queries. Invocation (row
+// group rg, lane-in-group kg), rg < 16, kg < 8, owns rows ROWS rg .. ROWS rg + ROWS - 1: their
+// scores against keys kg + 8 j of a tile and their output vectors kg + 8 j. A row's eight
+// invocations are eight neighbours in one subgroup: each holds the row's running max and sum
+// (online softmax) in registers, and they combine a tile's max and sum by shuffles (a butterfly,
+// so all eight get the same values). Scores (SPLIT_D, the default): the eight hold the rows in
+// registers, an eighth of the vectors each (kg + 8 i), score every key of the tile on their
+// part, and sum the partial scores of eight keys at a time across the eight in three halving
+// shuffles, after which each holds its own keys' sums; without SPLIT_D the rows are in shared
+// memory and each invocation scores its keys on whole rows (more shared-memory reads a
+// multiply-add). Per tile: the keys into shared memory, scores, softmax, weights into shared
+// memory, then the values into the same shared memory (their loads in flight during the scores)
+// and the weighted sum. Layouts, the causal rule, batched caches and FROM_START as in
 // attention.comp; a query that sees no key gets zeros. Needs subgroups of a power of two from 8
 // with shuffles.
 #extension GL_GOOGLE_include_directive : require
@@ -27,15 +28,16 @@ layout(local_size_x = 128) in;
 layout(constant_id = 0) const bool CAUSAL = true;
 layout(constant_id = 1) const bool FROM_START = false;
 layout(constant_id = 2) const uint BK = 32;  // keys a tile: 8 or a multiple of 8 up to 32
-layout(constant_id = 3) const uint D4 = 32;  // vectors of 4 a head row: ceil(D / 4) <= 32
+layout(constant_id = 3) const uint D4 = 32;  // vectors of 4 a head row: ceil(D / 4) <= 64
 // Without SPLIT_D: the scores' loop over the head dimension unrolled (always on lavapipe, whose
 // loop guard counts its passes: see shaders/runtime/strided_loop.glsl).
 layout(constant_id = 4) const bool UNROLLED = true;
-// Each query row's eight invocations hold the row in registers, a quarter of its vectors each
-// (kg + 8 i), and score every key of the tile on their quarter, the partial sums of eight keys
+// Each query row's eight invocations hold the row in registers, an eighth of its vectors each
+// (kg + 8 i), and score every key of the tile on their part, the partial sums of eight keys
 // then summed and spread across the eight (each ends with its keys' sums); else the queries
 // are in shared memory and each invocation scores its keys on the whole row.
 layout(constant_id = 5) const bool SPLIT_D = true;
+layout(constant_id = 6) const uint ROWS = 2;  // query rows a row group: 2 (D <= 128) or 1
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
 layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
 layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };   // [>= L, HKV, D]
@@ -45,10 +47,10 @@ layout(push_constant) uniform Push {
   uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint seq_tokens; uint cache_rows;
 } p;
 
-const uint BQ = 32, GROUP = 8, KEYS = BK / GROUP, OUT4 = 4;  // OUT4 * GROUP = 32 vectors
+const uint GROUP = 8, BQ = 16 * ROWS, KEYS = BK / GROUP;
 // Rows of D4 vectors padded to a multiple of 8 (128 bytes); vector c of row r sits at
 // c ^ (r & 7), so the eight rows or keys a subgroup's clusters read at once hit distinct banks.
-const uint ROW = (D4 + 7) / 8 * 8;
+const uint ROW = (D4 + 7) / 8 * 8, OUT4 = ROW / GROUP;  // OUT4: vectors of a row an invocation owns
 const float LOWEST = -3.402823466e38;
 shared vec4 s_q[SPLIT_D ? 1 : BQ * ROW];
 shared vec4 s_kv[BK * ROW];          // the tile's keys, then its values
@@ -56,13 +58,15 @@ shared float s_p[BQ * (BK + 1)];     // the tile's weights, a row padded by one
 const uint SHARE = (BK * D4 + 127) / 128;  // tile vectors an invocation stages
 
 float group_max(float x) {
-  [[unroll]] for (uint mask = 1; mask < GROUP; mask *= 2) x = max(x, subgroupShuffleXor(x, mask));
-  return x;
+  x = max(x, subgroupShuffleXor(x, 1));
+  x = max(x, subgroupShuffleXor(x, 2));
+  return max(x, subgroupShuffleXor(x, 4));
 }
 
 float group_sum(float x) {
-  [[unroll]] for (uint mask = 1; mask < GROUP; mask *= 2) x += subgroupShuffleXor(x, mask);
-  return x;
+  x += subgroupShuffleXor(x, 1);
+  x += subgroupShuffleXor(x, 2);
+  return x + subgroupShuffleXor(x, 4);
 }
 
 uint slot(uint row, uint c) { return row * ROW + (c ^ (row & 7u)); }
@@ -105,10 +109,10 @@ void main() {
   const uint base = b * p.cache_rows, first_row = b * p.seq_tokens + at0;
   // Roles from the subgroup layout, so that a row's eight invocations share a subgroup.
   const uint t = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
-  const uint rg = t / GROUP, kg = t % GROUP, r0 = 2 * rg;
-  vec4 q_part[2][OUT4];  // SPLIT_D: vectors kg + 8 i of rows r0, r0 + 1
+  const uint rg = t / GROUP, kg = t % GROUP, r0 = ROWS * rg;
+  vec4 q_part[ROWS][OUT4];  // SPLIT_D: vectors kg + 8 i of rows r0 .. r0 + ROWS - 1
   if (SPLIT_D) {
-    [[unroll]] for (uint r = 0; r < 2; ++r)
+    [[unroll]] for (uint r = 0; r < ROWS; ++r)
       [[unroll]] for (uint i = 0; i < OUT4; ++i) {
         const uint c = kg + GROUP * i;
         q_part[r][i] = vec4(0.0);
@@ -126,10 +130,10 @@ void main() {
       s_q[slot(row, c)] = value;
     }
   }
-  uint my_keys[2];
-  float m[2], total[2];
-  vec4 acc[2][OUT4];
-  [[unroll]] for (uint r = 0; r < 2; ++r) {
+  uint my_keys[ROWS];
+  float m[ROWS], total[ROWS];
+  vec4 acc[ROWS][OUT4];
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) {
     my_keys[r] = r0 + r < rows ? visible_keys(CAUSAL, l, at0 + r0 + r, p.seq_tokens) : 0;
     m[r] = LOWEST;
     total[r] = 0.0;
@@ -143,27 +147,27 @@ void main() {
     store_tile(part);
     fetch_tile(true, first, count, base, g, part);  // the values, awaited after the scores
     barrier();
-    float score[2][KEYS];
-    [[unroll]] for (uint r = 0; r < 2; ++r)
+    float score[ROWS][KEYS];
+    [[unroll]] for (uint r = 0; r < ROWS; ++r)
       [[unroll]] for (uint j = 0; j < KEYS; ++j) score[r][j] = 0.0;
 #define SCORE_STEP                                                  \
     {                                                               \
-      const vec4 q0 = s_q[slot(r0, c)], q1 = s_q[slot(r0 + 1, c)];  \
+      vec4 query[ROWS];                                             \
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) query[r] = s_q[slot(r0 + r, c)]; \
       [[unroll]] for (uint j = 0; j < KEYS; ++j) {                  \
         const vec4 key = s_kv[slot(kg + GROUP * j, c)];             \
-        score[0][j] += dot(q0, key);                                \
-        score[1][j] += dot(q1, key);                                \
+        [[unroll]] for (uint r = 0; r < ROWS; ++r) score[r][j] += dot(query[r], key); \
       }                                                             \
     }
     if (SPLIT_D) {
-      // Eight keys at a time: the partial sums of both rows for keys 8 j + x (x < 8) on this
-      // invocation's quarter, then summed across the eight in three halving exchanges, after
+      // Eight keys at a time: the partial sums of the rows for keys 8 j + x (x < 8) on this
+      // invocation's part, then summed across the eight in three halving exchanges, after
       // which invocation kg holds key 8 j + kg's (the scores' usual layout).
 // One halving exchange of the partial sums with the invocation H lanes away (H = 4, 2, 1).
 #define HALVE(part, H)                                                                \
       {                                                                               \
         const bool upper = (kg & H) != 0;                                             \
-        [[unroll]] for (uint r = 0; r < 2; ++r)                                       \
+        [[unroll]] for (uint r = 0; r < ROWS; ++r)                                    \
           [[unroll]] for (uint x = 0; x < H; ++x) {                                   \
             const float sent = upper ? part[r][x] : part[r][x + H];                   \
             const float kept = upper ? part[r][x + H] : part[r][x];                   \
@@ -172,24 +176,22 @@ void main() {
       }
 #define SPLIT_STEP                                                                   \
       {                                                                              \
-        float part[2][GROUP];                                                        \
+        float part[ROWS][GROUP];                                                     \
         [[unroll]] for (uint x = 0; x < GROUP; ++x) {                                \
-          part[0][x] = 0.0;                                                          \
-          part[1][x] = 0.0;                                                          \
+          [[unroll]] for (uint r = 0; r < ROWS; ++r) part[r][x] = 0.0;               \
           [[unroll]] for (uint i = 0; i < OUT4; ++i) {                               \
             const uint c = kg + GROUP * i;                                           \
             if (c < D4) {                                                            \
               const vec4 key = s_kv[slot(GROUP * j + x, c)];                         \
-              part[0][x] += dot(q_part[0][i], key);                                  \
-              part[1][x] += dot(q_part[1][i], key);                                  \
+              [[unroll]] for (uint r = 0; r < ROWS; ++r)                             \
+                part[r][x] += dot(q_part[r][i], key);                                \
             }                                                                        \
           }                                                                          \
         }                                                                            \
         HALVE(part, 4)                                                               \
         HALVE(part, 2)                                                               \
         HALVE(part, 1)                                                               \
-        score[0][j] = part[0][0];                                                    \
-        score[1][j] = part[1][0];                                                    \
+        [[unroll]] for (uint r = 0; r < ROWS; ++r) score[r][j] = part[r][0];         \
       }
       [[unroll]] for (uint j = 0; j < KEYS; ++j) SPLIT_STEP  // score[r][j]: literal indices
     } else if (UNROLLED) {
@@ -197,7 +199,7 @@ void main() {
     } else {
       [[dont_unroll]] for (uint c = 0; c < D4; ++c) SCORE_STEP
     }
-    [[unroll]] for (uint r = 0; r < 2; ++r) {
+    [[unroll]] for (uint r = 0; r < ROWS; ++r) {
       float tile_max = LOWEST;
       [[unroll]] for (uint j = 0; j < KEYS; ++j) {
         score[r][j] = first + kg + GROUP * j < my_keys[r] ? score[r][j] * p.scale : LOWEST;
@@ -220,18 +222,18 @@ void main() {
     if (first + BK < most_keys) fetch_tile(false, first + BK, min(BK, most_keys - first - BK), base, g, part);
     barrier();
     [[unroll]] for (uint key = 0; key < BK; ++key) {
-      const float w0 = s_p[r0 * (BK + 1) + key], w1 = s_p[(r0 + 1) * (BK + 1) + key];
+      float w[ROWS];
+      [[unroll]] for (uint r = 0; r < ROWS; ++r) w[r] = s_p[(r0 + r) * (BK + 1) + key];
       [[unroll]] for (uint j = 0; j < OUT4; ++j) {
         const uint c = kg + GROUP * j;
         if (c < D4) {
           const vec4 value = s_kv[slot(key, c)];
-          acc[0][j] += w0 * value;
-          acc[1][j] += w1 * value;
+          [[unroll]] for (uint r = 0; r < ROWS; ++r) acc[r][j] += w[r] * value;
         }
       }
     }
   }
-  [[unroll]] for (uint r = 0; r < 2; ++r) {
+  [[unroll]] for (uint r = 0; r < ROWS; ++r) {
     if (r0 + r >= rows) continue;
     [[unroll]] for (uint j = 0; j < OUT4; ++j)
       [[unroll]] for (uint i = 0; i < 4; ++i) {
