@@ -20,7 +20,7 @@ import numpy as np
 import bitnet_gpu as bg
 from bitnet_gpu import reference as ref
 from bench_knobs import label, parse_settings  # benchmarks/bench_knobs.py
-from common import arguments, busy_gpu, graph_seconds, torch_cuda, torch_time, with_settings, write_results
+from common import arguments, busy_gpu, torch_cuda, torch_time, warm_graph_seconds, write_results
 
 HQ, HKV = 20, 5
 
@@ -67,10 +67,7 @@ def main():
         for index, setting in enumerate(settings):
             def run():
                 bg.attention(tq, tk, tv, True, out=out)
-            with_settings(setting, run)  # the kernel built
-            if torch is not None:
-                busy_gpu(torch)
-            seconds = with_settings(setting, lambda: graph_seconds(bg, device, run, args.repeats))
+            seconds = warm_graph_seconds(bg, device, torch, setting, run, args.repeats)
             entry = {"gpu_s": seconds, "TFLOPs": causal_flops(tokens, D) / seconds / 1e12}
             if index == 0:
                 entry["rel_error"] = float(np.linalg.norm(out.numpy()[:, :heads] - expected)

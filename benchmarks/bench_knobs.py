@@ -11,8 +11,9 @@ timestamp pair, followed by each kernel's time from a profiled run (a timestamp 
 decode row's is the step's graph the same way, followed by the mean time of every kernel of a layer.
 
 Isolated calls leave the GPU idle between them, and an idle H100 drops its SM clock to 345 MHz
-(nvidia-smi, measured): where PyTorch has CUDA, each BitLinear timing follows 50 ms of device
-copies so that it runs at the clock a busy GPU keeps, as the other benchmarks' runs beside PyTorch do.
+(nvidia-smi, measured): where PyTorch has CUDA, each BitLinear timing follows 50 ms of queued
+PyTorch work (common.busy_gpu) so that it runs at the clock a busy GPU keeps, as the other
+benchmarks' runs beside PyTorch do.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 import bitnet_gpu as bg
 from bench_model import decode_step, fill_cache, gpu_seconds, per_op  # benchmarks/bench_model.py
 from bitnet_gpu.models import BitNetConfig, BitNetModel
-from common import arguments, graph_seconds, keep_running, profiled, torch_cuda, with_settings, write_results
+from common import arguments, busy_gpu, graph_seconds, keep_running, profiled, torch_cuda, with_settings, write_results
 
 
 def parse_settings(text):
@@ -66,20 +67,9 @@ def main():
     device = bg.default_device()
     torch = torch_cuda()
 
-    # 64 MB copied over and over: the GPU at its working clock before a timing (see the docstring).
-    buffers = None
-    if torch is not None:
-        source = torch.empty(2**26, dtype=torch.uint8, device="cuda")
-        buffers = (source, torch.empty_like(source))
-
-    def copy_once():
-        source, target = buffers
-        target.copy_(source)
-        torch.cuda.synchronize()
-
-    def busy():
-        if buffers is not None:
-            keep_running(copy_once, 0.05)
+    def busy():  # the GPU at its working clock before a timing (see the docstring)
+        if torch is not None:
+            busy_gpu(torch, 0.05)
 
     rng = np.random.default_rng(0)
     results = {"device": device.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),

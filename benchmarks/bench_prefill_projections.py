@@ -17,7 +17,7 @@ import numpy as np
 import bitnet_gpu as bg
 from bitnet_gpu import _core
 from bench_knobs import label, parse_settings  # benchmarks/bench_knobs.py
-from common import arguments, busy_gpu, graph_seconds, torch_cuda, with_settings, write_results
+from common import arguments, torch_cuda, warm_graph_seconds, write_results
 
 HIDDEN, FFN, KV = 2560, 6912, 640
 
@@ -54,10 +54,7 @@ def main():
     for setting in parse_settings(args.settings):
         times = {}
         for name, call in calls.items():
-            with_settings(setting, call)  # the kernels built
-            if torch is not None:
-                busy_gpu(torch)
-            times[name] = with_settings(setting, lambda: graph_seconds(bg, device, call, args.repeats))
+            times[name] = warm_graph_seconds(bg, device, torch, setting, call, args.repeats)
         results["settings"][label(setting)] = times
     if device.info.features.get("cooperative_matrix_int8"):
         for tile, spec in {"128x128x128 (4x2, depth 2)": {4: 128, 5: 128, 6: 8, 7: 4, 8: 2},

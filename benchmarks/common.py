@@ -116,6 +116,15 @@ def timed_chain(bg, device, record, links, repeats, before_timing=None):
     return statistics.median(times) / links, graph
 
 
+def warm_graph_seconds(bg, device, torch, setting, fn, repeats):
+    """graph_seconds of fn() under `setting` (with_settings), after one plain call (the kernels
+    built) and, where PyTorch has CUDA, busy_gpu (the clocks up)."""
+    with_settings(setting, fn)
+    if torch is not None:
+        busy_gpu(torch)
+    return with_settings(setting, lambda: graph_seconds(bg, device, fn, repeats))
+
+
 def graph_seconds(bg, device, fn, repeats):
     """Median GPU seconds of fn()'s ops timed as a whole (timed_graph)."""
     return timed_graph(bg, device, fn, repeats)[0]

@@ -238,7 +238,7 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
 void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
                    const PreparedRows& a, int64_t m, int64_t n, int64_t k, bool ternary,
                    const Tensor& scales, const Tensor& gamma, const std::optional<Tensor>& bias,
-                   const TiledOutputs& out, bool hardware, bool residual = false) {
+                   bool residual, const TiledOutputs& out, bool hardware) {
   if (path == BitLinearAlgorithm::coopmat)
     record_coopmat(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out);
   else
@@ -561,7 +561,7 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
     else
       record_matmul(algorithm, sequence, weights[i]->packed, prepared, m, weights[i]->rows, k, true, scales,
                     weights[i]->scales, matmul_residual ? residuals[i] : std::nullopt,
-                    {outputs[i], std::nullopt}, hardware, matmul_residual && residuals[i].has_value());
+                    matmul_residual && residuals[i].has_value(), {outputs[i], std::nullopt}, hardware);
   }
   op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
   if (algorithm != BitLinearAlgorithm::matvec && !matmul_residual)
@@ -634,7 +634,7 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
   if (algorithm == BitLinearAlgorithm::matvec) {
     record_matvec(sequence, w, prepared, scales, m, bias, false, result.y, result.accumulators, hardware);
   } else {
-    record_matmul(algorithm, sequence, w.packed, prepared, m, n, k, true, scales, w.scales, bias,
+    record_matmul(algorithm, sequence, w.packed, prepared, m, n, k, true, scales, w.scales, bias, false,
                   {result.y, result.accumulators}, hardware);
   }
   op_sequence.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
@@ -667,7 +667,7 @@ Tensor int8_matmul(const Tensor& a, const Tensor& b, BitLinearAlgorithm algorith
   PreparedRows pa = interleave_int8(sequence, a, m, k, false);
   PreparedRows pb = interleave_int8(sequence, b, n, k, true);
   record_matmul(path, sequence, pb.values, pa, m, n, k, false, pa.row_sums, pa.row_sums,
-                std::nullopt, {std::nullopt, out}, hardware);
+                std::nullopt, false, {std::nullopt, out}, hardware);
   op_sequence.run();
   return out;
 }
@@ -689,7 +689,7 @@ Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, BitLinearAlgor
   OpSequence op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   PreparedRows pa = interleave_int8(sequence, a, m, k, false);
-  record_matmul(path, sequence, w.packed, pa, m, n, k, true, w.scales, w.scales, std::nullopt,
+  record_matmul(path, sequence, w.packed, pa, m, n, k, true, w.scales, w.scales, std::nullopt, false,
                 {std::nullopt, out}, hardware);
   op_sequence.run();
   return out;
