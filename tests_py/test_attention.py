@@ -77,6 +77,20 @@ def test_kv_cache_decode_equals_full_attention(device, rng):
         cache.append(0, k[:1], v[:1])
     cache.reset()
     assert cache.lengths == [0, 0]
+    for layer in (2, -1):  # no counting from the end: -1 is a mistake, not the last layer
+        with pytest.raises(IndexError, match="out of range"):
+            cache.attention(layer, q[:1])
+        with pytest.raises(IndexError, match="out of range"):
+            cache.append(layer, k[:1], v[:1])
+    assert cache.lengths == [0, 0]
+
+
+@pytest.mark.parametrize("args", [(0, 8, 1, 8), (1, 0, 1, 8), (1, 8, 0, 8), (1, 8, 1, 0), (-1, 8, 1, 8)])
+def test_kv_cache_sizes_are_checked(device, args):
+    with pytest.raises(bg.ArgumentError, match="expected an integer of at least 1"):
+        bg.KVCache(*args)
+    with pytest.raises(TypeError, match="expected an integer"):
+        bg.KVCache(1, 8.5, 1, 8)  # not cut to 8
 
 
 @pytest.mark.parametrize("split", ["0", "1"])

@@ -485,6 +485,13 @@ def test_model_input_errors(tiny_model):
         BitNetConfig.preset("huge")
     with pytest.raises(bg.ArgumentError):
         BitNetConfig(hidden_size=30, num_attention_heads=4)
+    for field, bad in [("rms_norm_eps", -1e-5), ("rms_norm_eps", float("nan")), ("rope_theta", 0.0),
+                       ("rope_theta", float("inf"))]:
+        with pytest.raises(bg.ArgumentError, match=f"BitNetConfig.{field}"):
+            BitNetConfig.preset("tiny", **{field: bad})
+    with pytest.raises(TypeError, match="BitNetConfig.hidden_size: expected an integer"):
+        BitNetConfig.preset("tiny", hidden_size=64.5)  # not cut to 64
+    assert BitNetConfig.preset("tiny", hidden_size=np.int64(64)).head_dim == 16
     np.testing.assert_array_equal(tiny_model.forward(np.array([1, 2])).shape, (2, v))  # still usable
 
 

@@ -143,6 +143,55 @@ def test_softmax_extremes_and_axes(device, rng):
     assert_close(out, ref.softmax(y, axis=1), np.float32, elementwise=False)
 
 
+def test_softmax_axis_none_and_out_of_range(device, rng):
+    """axis=None normalizes over every element (as scipy.special.softmax and jax.nn.softmax take
+    it); an axis out of range raises ShapeError instead of wrapping around to another axis."""
+    y = inputs(rng, (4, 5, 6))
+    flat = ref.softmax(y.reshape(1, -1)).reshape(y.shape)
+    assert_close(bg.softmax(y, axis=None), flat, np.float32, elementwise=False)
+    grad = inputs(rng, y.shape)
+    assert_close(bg.softmax_backward(grad, y, axis=None),
+                 ref.softmax_backward(grad.reshape(1, -1), y.reshape(1, -1)).reshape(y.shape),
+                 np.float32, elementwise=False)
+    v = inputs(rng, (7,))
+    assert_close(bg.softmax(bg.Tensor.from_numpy(v), axis=None).numpy(), ref.softmax(v), np.float32,
+                 elementwise=False)
+    with pytest.raises(bg.UnsupportedError, match="last axis"):
+        bg.softmax(bg.Tensor.from_numpy(y), axis=None)
+    for axis in (3, -4, 10):
+        with pytest.raises(bg.ShapeError, match=f"axis {axis} is out of bounds"):
+            bg.softmax(y, axis=axis)
+        with pytest.raises(bg.ShapeError, match=f"axis {axis} is out of bounds"):
+            bg.softmax_backward(grad, y, axis=axis)
+
+
+@pytest.mark.parametrize("x", [np.float32(2.0), np.array(2.0, np.float32)])
+def test_row_ops_refuse_0d_input(device, x):
+    with pytest.raises(bg.ShapeError, match="K > 0"):
+        bg.softmax(x)
+    with pytest.raises(bg.ShapeError, match="K > 0"):
+        bg.rms_norm(x, np.ones(1, np.float32))
+    with pytest.raises(bg.ShapeError, match="K > 0"):
+        bg.layer_norm(x, np.ones(1, np.float32), np.zeros(1, np.float32))
+    with pytest.raises(bg.DTypeError):
+        bg.softmax(None)
+
+
+def test_float_parameters_refuse_what_is_not_a_real_number(device, rng):
+    """Norm weights and biases are cast to float32 from bool, integers and floats; complex values
+    are not silently cut to their real part, and text or objects are refused."""
+    x = inputs(rng, (3, 4))
+    np.testing.assert_array_equal(bg.rms_norm(x, np.ones(4, np.int64)), bg.rms_norm(x, np.ones(4, np.float32)))
+    for bad in (np.ones(4, np.complex64), np.array(["a", "b", "c", "d"]), np.array([object()] * 4)):
+        with pytest.raises(bg.DTypeError, match="expected real numbers"):
+            bg.rms_norm(x, bad)
+        with pytest.raises(bg.DTypeError, match="expected real numbers"):
+            bg.layer_norm(x, np.ones(4, np.float32), bad)
+    w = bg.quantize_weights(rng.standard_normal((5, 4)).astype(np.float32))
+    with pytest.raises(bg.DTypeError, match="bias: expected real numbers"):
+        bg.bitlinear(x, w, np.ones(5, np.complex64))
+
+
 def test_norm_errors(device, rng):
     x = inputs(rng, (3, 8))
     with pytest.raises(bg.ShapeError, match=r"weight: expected float32 of shape \(8,\)"):
@@ -222,6 +271,8 @@ def test_reductions(device, rng, shape, axis, dtype):
 def test_reduction_errors(device):
     with pytest.raises(bg.ShapeError, match="out of bounds"):
         bg.sum(np.ones((2, 3), np.float32), axis=2)
+    with pytest.raises(bg.ShapeError, match="appears twice"):  # NumPy refuses it too
+        bg.mean(np.ones((2, 3), np.float32), axis=(0, -2))
     with pytest.raises(bg.ShapeError, match="no identity"):
         bg.max(np.ones((2, 0), np.float32), axis=1)
     assert bg.sum(np.ones((2, 0), np.float32), axis=1).tolist() == [0.0, 0.0]

@@ -86,6 +86,60 @@ def test_zero_copy_inputs_are_never_written(device, rng):
     assert np.array_equal(x, before)
 
 
+ODD_INPUTS = {
+    "empty": np.zeros((0,), np.float32), "no rows": np.zeros((0, 16), np.float32),
+    "no columns": np.zeros((3, 0), np.float32), "NumPy scalar": np.float32(3.0),
+    "0-d": np.array(2.0, np.float32), "int64": np.arange(12).reshape(3, 4), "bool": np.ones((3, 4), bool),
+    "complex": np.ones((3, 4), np.complex64), "float64": np.ones((3, 4)),
+    "strided": np.ones((4, 8), np.float32)[:, ::2], "transposed": np.ones((4, 8), np.float32).T,
+    "NaN": np.full((3, 4), np.nan, np.float32), "3-D": np.ones((2, 3, 4), np.float32),
+    "list": [[1.0, 2.0], [3.0, 4.0]], "None": None, "text": "abc", "objects": np.array([object()] * 4),
+}
+ONE_INPUT = ["relu", "gelu", "silu", "sigmoid", "tanh", "relu2", "softmax", "sum", "max", "mean", "transpose",
+             "quantize_activations", "quantize_weights", "binarize_weights", "pack_ternary", "unpack_ternary",
+             "dequantize_activations", "dequantize_weights", "quantize", "quantize_gradients"]
+TWO_INPUTS = ["add", "sub", "mul", "div", "matmul", "mixed_precision_matmul", "silu_mul", "relu2_mul",
+              "relu_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "silu_backward",
+              "relu2_backward", "softmax_backward"]
+
+
+def test_odd_inputs_raise_the_documented_exceptions(device, rng):
+    """Every public function given empty, 0-d, wrongly typed, strided, non-finite or non-array
+    input either works or raises bitnet_gpu's errors (or NumPy's TypeError / ValueError): never
+    another exception (a 0-d array once reached a ZeroDivisionError in softmax), and the device
+    stays usable."""
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    w = bg.quantize_weights(rng.standard_normal((5, 4)).astype(np.float32))
+    calls = []
+    for odd_name, odd in ODD_INPUTS.items():
+        calls += [(f"{name}({odd_name})", lambda f=getattr(bg, name), a=odd: f(a)) for name in ONE_INPUT]
+        for name in TWO_INPUTS:
+            calls.append((f"{name}(x, {odd_name})", lambda f=getattr(bg, name), a=odd: f(x, a)))
+            calls.append((f"{name}({odd_name}, x)", lambda f=getattr(bg, name), a=odd: f(a, x)))
+        calls += [
+            (f"bitlinear({odd_name})", lambda a=odd: bg.bitlinear(a, w)),
+            (f"bitlinear(x, w, bias={odd_name})", lambda a=odd: bg.bitlinear(x, w, a)),
+            (f"rms_norm({odd_name})", lambda a=odd: bg.rms_norm(a, np.ones(4, np.float32))),
+            (f"rms_norm(x, {odd_name})", lambda a=odd: bg.rms_norm(x, a)),
+            (f"layer_norm(x, ones, {odd_name})", lambda a=odd: bg.layer_norm(x, np.ones(4, np.float32), a)),
+            (f"attention({odd_name})", lambda a=odd: bg.attention(a, a, a)),
+            (f"rope({odd_name})", lambda a=odd: bg.rope(a, 0)),
+            (f"bitlinear_backward_input({odd_name})", lambda a=odd: bg.bitlinear_backward_input(a, w)),
+            (f"Tensor.from_numpy({odd_name})", lambda a=odd: np.asarray(bg.Tensor.from_numpy(a))),
+        ]
+    wrong = []
+    with np.errstate(all="ignore"):
+        for label, call in calls:
+            try:
+                call()
+            except (bg.Error, TypeError, ValueError):
+                pass
+            except Exception as error:  # noqa: BLE001 - the point of the test
+                wrong.append(f"{label}: {type(error).__name__}: {error}")
+    assert not wrong, "\n".join(wrong)
+    np.testing.assert_array_equal(bg.relu(x), np.maximum(x, 0))
+
+
 def test_soak_keeps_memory_flat(device):
     s = bench_soak.soak(calls=2000, cycles=1000, device=device)
     before, after = s["memory_stats_before"], s["memory_stats_after"]

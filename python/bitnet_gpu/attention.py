@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-from .quantize import _FLOATS, _like, _Outputs, _tensor
+from .quantize import _FLOATS, _count, _like, _Outputs, _tensor
 
 __all__ = ["KVCache", "attention", "rope", "rope_tables"]
 
@@ -62,8 +62,8 @@ class KVCache:
     def __init__(self, layers, max_tokens, kv_heads, head_dim, dtype=np.float32, device=None):
         from . import default_device
         self.device = device or default_device()
-        self.layers, self.max_tokens = int(layers), int(max_tokens)
-        self.kv_heads, self.head_dim = int(kv_heads), int(head_dim)
+        self.layers, self.max_tokens = _count(layers, "layers"), _count(max_tokens, "max_tokens")
+        self.kv_heads, self.head_dim = _count(kv_heads, "kv_heads"), _count(head_dim, "head_dim")
         shape = (self.max_tokens, self.kv_heads, self.head_dim)
         self.keys = [self.device.empty(shape, dtype) for _ in range(self.layers)]
         self.values = [self.device.empty(shape, dtype) for _ in range(self.layers)]
@@ -75,6 +75,7 @@ class KVCache:
 
     def append(self, layer, k, v):
         """Appends k and v [T, kv_heads, head_dim] to `layer`; returns the new length."""
+        layer = self._layer(layer)
         tk, tv = _like(k, self.device, "k"), _like(v, self.device, "v")
         first = self.lengths[layer]
         if first + tk.shape[0] > self.max_tokens:
@@ -87,8 +88,16 @@ class KVCache:
 
     def attention(self, layer, q, causal=True, *, out=None):
         """Attention of q [TQ, HQ, D] over the layer's filled keys and values."""
+        layer = self._layer(layer)
         return attention(q, self.keys[layer], self.values[layer], causal,
                          kv_length=self.lengths[layer], out=out)
+
+    def _layer(self, layer):
+        """A layer's index, checked: 0 to layers - 1 (no counting from the end)."""
+        index = _count(layer, "layer", -(2**63))
+        if not 0 <= index < self.layers:
+            raise IndexError(f"layer {index} is out of range for a cache of {self.layers} layers")
+        return index
 
     def reset(self):
         self.lengths = [0] * self.layers

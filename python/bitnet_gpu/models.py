@@ -61,8 +61,15 @@ class BitNetConfig:
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
-            if int(getattr(self, name)) <= 0:
-                raise _core.ArgumentError(f"BitNetConfig.{name} must be positive, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"BitNetConfig.{name}: expected an integer, got {value!r}")
+            if value <= 0:
+                raise _core.ArgumentError(f"BitNetConfig.{name} must be positive, got {value}")
+        if not (np.isfinite(self.rms_norm_eps) and self.rms_norm_eps >= 0):
+            raise _core.ArgumentError(f"BitNetConfig.rms_norm_eps must be finite and >= 0, got {self.rms_norm_eps}")
+        if not (np.isfinite(self.rope_theta) and self.rope_theta > 0):
+            raise _core.ArgumentError(f"BitNetConfig.rope_theta must be finite and > 0, got {self.rope_theta}")
         if self.hidden_size % self.num_attention_heads:
             raise _core.ArgumentError(f"hidden_size {self.hidden_size} is not a multiple of "
                                       f"num_attention_heads {self.num_attention_heads}")

@@ -6,7 +6,7 @@ import numpy as np
 
 from ._core import Tensor
 from .linear import bitlinear, bitlinear_backward_input
-from .quantize import TernaryWeights, quantize_weights
+from .quantize import TernaryWeights, _count, quantize_weights
 
 __all__ = ["BitLinear"]
 
@@ -23,7 +23,8 @@ class BitLinear:
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, seed=None,
                  device=None, _weights: TernaryWeights | None = None, _bias=None):
-        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.in_features = _count(in_features, "in_features")
+        self.out_features = _count(out_features, "out_features")
         if _weights is None:
             rng = np.random.default_rng(seed)
             bound = 1.0 / np.sqrt(self.in_features)

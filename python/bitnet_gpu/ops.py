@@ -97,18 +97,31 @@ def relu_dropout(x, p, seed=0, *, out=None):
 
 
 def _over_axis(fn, arrays, axis, out, name):
-    """fn(*arrays) along `axis` where that is not the last axis, or None where it is. NumPy inputs
-    are computed with the axis moved last and the result moved back (a copy each way); a Tensor,
-    which has no transpose of its axes yet, raises UnsupportedError."""
+    """fn(*arrays) along `axis` where that is not the last axis (None: over every element, as
+    scipy.special.softmax and jax.nn.softmax take it), or None where it is the last one. NumPy
+    inputs are computed with the axis moved last (or flattened) and the result moved back (a copy
+    each way); a Tensor, which has no transpose of its axes yet, raises UnsupportedError. An axis
+    out of range raises ShapeError, as the reductions do; 0-d input is left to the op's own checks."""
     x = arrays[-1]
-    ndim = len(x.shape) if isinstance(x, Tensor) else np.ndim(x)
-    if axis is None or int(axis) % max(ndim, 1) == ndim - 1:
+    shape = tuple(x.shape) if isinstance(x, Tensor) else np.shape(x)
+    ndim = len(shape)
+    if ndim == 0:
+        return None
+    if axis is not None:
+        axis = int(axis)
+        if not -ndim <= axis < ndim:
+            raise _core.ShapeError(f"axis {axis} is out of bounds for shape {shape}")
+        axis %= ndim
+    if axis == ndim - 1 or (axis is None and ndim == 1):
         return None
     if any(isinstance(a, Tensor) for a in arrays):
         raise _core.UnsupportedError("a Tensor is normalized over its last axis only (axis=-1)")
-    axis = int(axis) % ndim
-    moved = fn(*(np.ascontiguousarray(np.moveaxis(np.asarray(a), axis, -1)) for a in arrays))
-    result = np.ascontiguousarray(np.moveaxis(moved, -1, axis))
+    if axis is None:
+        moved = fn(*(np.ascontiguousarray(np.asarray(a)).reshape(1, -1) for a in arrays))
+        result = np.ascontiguousarray(moved.reshape(shape))
+    else:
+        moved = fn(*(np.ascontiguousarray(np.moveaxis(np.asarray(a), axis, -1)) for a in arrays))
+        result = np.ascontiguousarray(np.moveaxis(moved, -1, axis))
     if out is None:
         return result
     _Outputs(out, [(name, result.shape, result.dtype)])  # checks a NumPy target
@@ -130,7 +143,8 @@ def _row(op, x, weight, bias, eps, out, axis=-1):
 
 
 def softmax(x, axis=-1, *, out=None):
-    """exp(x - max) / sum(exp(x - max)) along `axis` (numerically stable, float32 sums)."""
+    """exp(x - max) / sum(exp(x - max)) along `axis` (numerically stable, float32 sums); axis=None
+    normalizes over every element."""
     return _row(_core.RowOp.softmax, x, None, None, 0.0, out, axis)
 
 

@@ -6,6 +6,8 @@ raise ArgumentError (a ValueError) with the count, found in the same GPU pass.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from . import _core
@@ -38,14 +40,34 @@ def _tensor(x, name, device=None, dtypes=None):
     return Tensor.from_numpy(a, device), False
 
 
+def _count(value, name, least=1):
+    """A whole number of at least `least` (a size, a count): Python or NumPy integers, not floats
+    (which int() would cut silently) or bools."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an integer, got {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an integer, got {value!r}") from None
+    if number < least:
+        raise _core.ArgumentError(f"{name}: expected an integer of at least {least}, got {number}")
+    return number
+
+
 def _like(value, device, name, dtypes=_FLOATS):
     """`value` as a Tensor on `device`: Tensors as they are, other input uploaded (dtype checked)."""
     return value if isinstance(value, Tensor) else _tensor(value, name, device, dtypes)[0]
 
 
 def _float32(value, device, name):
-    """A float32 parameter (a bias, a norm's weight): Tensors as they are, other input cast."""
-    return _like(value if isinstance(value, Tensor) else np.asarray(value, np.float32), device, name)
+    """A float32 parameter (a bias, a norm's weight): Tensors as they are, other real numbers cast
+    (bool, integers, floats); complex, object, text and time values raise DTypeError."""
+    if isinstance(value, Tensor):
+        return value
+    a = np.asarray(value)
+    if a.dtype.kind not in "biuf":
+        raise DTypeError(f"{name}: expected real numbers (cast to float32), got {a.dtype}")
+    return _like(a.astype(np.float32, copy=False), device, name)
 
 
 def _out(t, as_tensor):

@@ -27,7 +27,9 @@ def _reduce(op, x, axis, keepdims, out=None):
         for a in axes:
             if not -ndim <= a < ndim:
                 raise _core.ShapeError(f"axis {a} is out of bounds for shape {tuple(t.shape)}")
-        axes = sorted({a % ndim for a in axes})
+        if len({a % ndim for a in axes}) != len(axes):
+            raise _core.ShapeError(f"axis {tuple(axes)}: an axis appears twice")  # as NumPy refuses it
+        axes = sorted(a % ndim for a in axes)
     if keepdims and out is not None:
         raise _core.UnsupportedError("out= with keepdims=True: pass one or the other")
     final_shape = tuple(d for i, d in enumerate(t.shape) if i not in axes)

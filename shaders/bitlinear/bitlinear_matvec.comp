@@ -3,6 +3,8 @@
 //! variant int
 //! variant dot_fused HW_DOT FUSED
 //! variant int_fused FUSED
+//! variant dot_fused_spread HW_DOT FUSED SPREAD_BLOCKS
+//! variant int_fused_spread FUSED SPREAD_BLOCKS
 // y[m, n] = (sum_k x_q[m, k] W_q[n, k]) * gamma / s[m] (+ bias[n]) for small M (decode).
 // Each subgroup owns ROWS output rows at a time and walks them together: every lane streams
 // 16-byte vectors (64 weights) of all ROWS rows, coalesced across the subgroup, and reuses each
@@ -80,7 +82,20 @@ layout(push_constant) uniform Push { uint n; uint words_per_row; uint rows_per_g
 #include "prepare_common.glsl"
 // Vectors per invocation held in registers: ceil(K / 4 / 256), at most 16 (K <= 16384).
 layout(constant_id = 10) const uint CACHED = 16;
+#ifdef SPREAD_BLOCKS
+// The quantized rows, interleaved as bitlinear_prepare writes them, a row's 16-byte block 4c + j
+// at j * (blocks / 4) + c (VECTORS), so that the lanes of a subgroup, reading block 4c + j of
+// consecutive c, read consecutive vectors. In memory's order (s_x below) each lane reads four
+// blocks 64 bytes apart: two of 32 banks for the subgroup. A tuning variant.
+shared uvec4 s_x4[SHARED_WORDS / 4];
+// Where block u of row m (in memory's order) sits in shared memory.
+uint shared_block(uint m, uint u) {
+  const uint blocks = p.words_per_row;
+  return m * blocks + (VECTORS ? (u % 4) * (blocks / 4) + u / 4 : u);
+}
+#else
 shared uint s_x[SHARED_WORDS];  // the quantized rows, interleaved, as bitlinear_prepare writes them
+#endif
 int row_sums[M];      // each row's sum and scale, the same in every invocation
 float row_scales[M];
 shared float s_reduce[256];
@@ -144,7 +159,11 @@ void quantize_rows(uint sink) {
       const uint v = lane + c * 256;
       if (c * 256 < padded_vectors) {  // uniform: whole quads stay together
         const uint word = interleaved_word(cache[c], scale, sum);
+#ifdef SPREAD_BLOCKS
+        if (v < padded_vectors) s_x4[shared_block(m, v / 4)][v % 4] = word;
+#else
         if (v < padded_vectors) s_x[m * padded_vectors + v] = word;
+#endif
       }
     }
     sum = subgroupAdd(sum);  // integer sums: exact in any order
@@ -159,10 +178,17 @@ void quantize_rows(uint sink) {
   if (gl_WorkGroupID.x == 0 && subgroupElect() && bad > 0) atomicAdd(nonfinite_total, bad);
 }
 
+// Block 4c + j of row m (VECTORS), and block c of row m.
+#ifdef SPREAD_BLOCKS
+#define ACTIVATIONS4(m, c, j) s_x4[(m) * words + (j) * (words / 4) + (c)]
+#define ACTIVATIONS(m, c) s_x4[(m) * words + (c)]
+#else
 uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
   return uvec4(s_x[4 * index], s_x[4 * index + 1], s_x[4 * index + 2], s_x[4 * index + 3]);
 }
-#define ACTIVATIONS(index) activation_vector(index)
+#define ACTIVATIONS4(m, c, j) activation_vector((m) * words + (c) * 4 + (j))
+#define ACTIVATIONS(m, c) activation_vector((m) * words + (c))
+#endif
 #define ROW_SUM(m) row_sums[m]
 #define SCALE(m) row_scales[m]
 // The weight a workgroup takes (uniform in the workgroup; ?: evaluates one side only).
@@ -170,7 +196,8 @@ uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
 #define W(which, index) ((which) == 0 ? w[index] : (which) == 1 ? w_b[index] : w_c[index])
 #define GAMMA(which) ((which) == 0 ? gamma[0] : (which) == 1 ? gamma_b[0] : gamma_c[0])
 #else
-#define ACTIVATIONS(index) x4[index]
+#define ACTIVATIONS4(m, c, j) x4[(m) * words + (c) * 4 + (j)]
+#define ACTIVATIONS(m, c) x4[(m) * words + (c)]
 #define ROW_SUM(m) row_sums[m]
 #define SCALE(m) scales[m]
 #define W4(which, index) w4[index]
@@ -249,7 +276,7 @@ void main() {
           if (c >= vectors) break;
           [[unroll]] for (uint m = 0; m < M; ++m)
             [[unroll]] for (uint j = 0; j < 4; ++j) {
-              const uvec4 xv = ACTIVATIONS(m * words + c * 4 + j);  // one uvec4 per 16-weight block
+              const uvec4 xv = ACTIVATIONS4(m, c, j);  // one uvec4 per 16-weight block
               [[unroll]] for (uint r = 0; r < ROWS; ++r)
                 acc[m * ROWS + r] += dot16(xv, wv[u][r][j]);
             }
@@ -261,7 +288,7 @@ void main() {
         [[unroll]] for (uint r = 0; r < ROWS; ++r)
           wv[r] = row_of(first, r) < group_end ? W(weight_of(which, r), row_of(first, r) * words + c) : 0x55555555u;
         [[unroll]] for (uint m = 0; m < M; ++m) {
-          const uvec4 xv = ACTIVATIONS(m * words + c);
+          const uvec4 xv = ACTIVATIONS(m, c);
           [[unroll]] for (uint r = 0; r < ROWS; ++r) acc[m * ROWS + r] += dot16(xv, wv[r]);
         }
       }
