@@ -194,6 +194,10 @@ def test_tensor_reshape_and_copy_from():
         t.reshape(5, 3)
     with pytest.raises(bg.ShapeError):
         t.reshape(-1, -1)
+    for bad in [("a",), "ab", (1.5, 8)]:  # was pybind11's RuntimeError
+        with pytest.raises(bg.ShapeError, match="a sequence of ints"):
+            t.reshape(bad)
+    assert t.reshape([4, -1]).shape == (4, 3) and t.reshape(12).shape == (12,)
     with pytest.raises(bg.ShapeError):
         t.copy_from(np.zeros(11, np.float32))
     with pytest.raises(bg.DTypeError):

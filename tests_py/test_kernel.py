@@ -122,6 +122,12 @@ def test_bad_kernels_and_dispatches_raise(device, rng):
         bg.Kernel(device, spirv, specialization={0: 2.5})
     with pytest.raises(bg.DTypeError):
         bg.Kernel(device, spirv, specialization={0: "64"})
+    for bad_id in ("a", -1, 2**40):  # was pybind11's RuntimeError
+        with pytest.raises(bg.ArgumentError, match="specialization constant id"):
+            bg.Kernel(device, spirv, specialization={bad_id: 1})
+    with pytest.raises(bg.ArgumentError, match="does not fit in 64 bits"):
+        bg.Kernel(device, spirv, specialization={0: 2**70})
+    assert bg.Kernel(device, spirv, specialization={0: np.int64(64)}).local_size[0] == 64  # NumPy's ints too
     with pytest.raises(bg.UnsupportedError, match="workgroup size"):
         bg.Kernel(device, spirv, specialization={0: 1 << 20})
 

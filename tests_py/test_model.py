@@ -579,6 +579,13 @@ def test_missing_and_misshapen_tensors_are_named():
                                                             np.uint8)
     with pytest.raises(bg.ShapeError, match="weight_scale"):
         BitNetModel.from_weights(weights, config)
+    weights = _float_weights(config)  # complex values are not cut to their real part
+    weights["model.norm.weight"] = weights["model.norm.weight"].astype(np.complex64)
+    weights["model.layers.0.mlp.gate_proj.weight"] = weights["model.layers.0.mlp.gate_proj.weight"].astype(np.complex64)
+    with pytest.raises(bg.ShapeError) as info:
+        BitNetModel.from_weights(weights, config)
+    assert "model.norm.weight: expected real numbers, got dtype complex64" in str(info.value)
+    assert "model.layers.0.mlp.gate_proj.weight: expected real numbers" in str(info.value)
 
 
 def test_safetensors_round_trip_and_bfloat16(tmp_path):
@@ -603,6 +610,37 @@ def test_safetensors_round_trip_and_bfloat16(tmp_path):
         load_safetensors(tmp_path / "bad.safetensors")
 
 
+@pytest.mark.parametrize("header,message", [
+    ([1, 2], "header is not a JSON object"),
+    ({"w": 5}, "not an object"),
+    ({"w": {"shape": [1], "data_offsets": [0, 4]}}, "no dtype name"),
+    ({"w": {"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}}, "no dtype name"),
+    ({"w": {"dtype": "F32", "shape": ["a"], "data_offsets": [0, 4]}}, "shape that is not"),
+    ({"w": {"dtype": "F32", "shape": [-1, -1], "data_offsets": [0, 4]}}, "shape that is not"),
+    ({"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}}, "shape that is not"),  # not cut to 1
+    ({"w": {"dtype": "F32", "shape": 3, "data_offsets": [0, 4]}}, "shape that is not"),
+    ({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-8, -4]}}, "data_offsets"),  # not the header's bytes
+    ({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}, "data_offsets"),
+    ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, "past the end"),
+    ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, "4 bytes for F32"),
+    ({"w": {"dtype": "BF16", "shape": [-2], "data_offsets": [0, 4]}}, "shape that is not"),
+    (None, "header of 1000 bytes in a file of"),
+])
+def test_malformed_safetensors_files_name_what_is_wrong(tmp_path, header, message):
+    """A file that does not follow the format raises ArgumentError naming the file and what is
+    wrong with it, never an AttributeError or a silent misreading."""
+    file = tmp_path / "bad.safetensors"
+    with open(file, "wb") as f:
+        if header is None:  # a header length past the end of the file
+            f.write(struct.pack("<Q", 1000) + b"{}")
+        else:
+            text = json.dumps(header).encode()
+            f.write(struct.pack("<Q", len(text)) + text + b"\0" * 4)
+    with pytest.raises(bg.ArgumentError, match=message) as error:
+        load_safetensors(file)
+    assert str(file) in str(error.value)
+
+
 def test_command_line_generates_with_random_weights():
     env = dict(os.environ)
     result = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--config", "tiny",
@@ -613,3 +651,11 @@ def test_command_line_generates_with_random_weights():
     missing = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--weights", "/nonexistent.safetensors",
                               "--config", "tiny"], capture_output=True, text=True, timeout=300, env=env)
     assert missing.returncode == 2 and "generate:" in missing.stderr and "Traceback" not in missing.stderr
+    # Bad settings end with a message and status 2, as bad arguments do, not a traceback.
+    for extra, message in [(["--tokens", "-1"], "max_new_tokens"), (["--temperature", "-1"], "temperature"),
+                           (["--top-k", "0"], "top_k"), (["--prompt", "1,2,99999"], "ids must lie"),
+                           (["--prompt", "abc"], "comma-separated token ids")]:
+        bad = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--config", "tiny",
+                              "--random-weights", "--tokens", "2", *extra],
+                             capture_output=True, text=True, timeout=300, env=env)
+        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, (extra, bad.stderr)

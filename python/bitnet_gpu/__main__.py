@@ -109,8 +109,8 @@ def generate(args) -> int:
         return 2
     print(f"model: {model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}, "
           f"{_size(model.nbytes)} on {model.device.name}; loaded in {time.perf_counter() - start:.1f} s")
-    if args.prompt:
-        prompt = np.array([int(t) for t in args.prompt.split(",")], np.int64)
+    if args.prompt is not None:
+        prompt = np.array(args.prompt, np.int64)
     else:
         prompt = np.random.default_rng(args.seed).integers(0, model.config.vocab_size, args.prompt_tokens)
     tokens = []
@@ -127,8 +127,12 @@ def generate(args) -> int:
         print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{args.tokens} tokens, "
               f"{rate:.1f} tokens/s", end="", flush=True)
 
-    model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
-                   seed=args.seed, callback=progress)
+    try:
+        model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
+                       seed=args.seed, callback=progress)
+    except bg.Error as e:  # a bad setting (tokens, temperature, top-k, prompt ids): no traceback
+        print(f"{chr(10) if times else ''}generate: {e}", file=sys.stderr)
+        return 2
     print()
     first = times[0] - begin if times else float("nan")
     decode = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
@@ -136,6 +140,14 @@ def generate(args) -> int:
           f"decode {decode:.1f} tokens/s ({len(times)} tokens)")
     print("token ids:", " ".join(str(t) for t in tokens))
     return 0
+
+
+def _token_ids(text: str) -> list[int]:
+    """--prompt: comma-separated token ids."""
+    try:
+        return [int(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token ids, got {text!r}") from None
 
 
 def main(argv=None) -> int:
@@ -149,7 +161,7 @@ def main(argv=None) -> int:
     gen.add_argument("--weights", help="a safetensors file, or a checkpoint directory")
     gen.add_argument("--random-weights", action="store_true", help="random ternary weights")
     gen.add_argument("--tokens", type=int, default=64, help="new tokens to generate")
-    gen.add_argument("--prompt", help="comma-separated prompt token ids")
+    gen.add_argument("--prompt", type=_token_ids, help="comma-separated prompt token ids")
     gen.add_argument("--prompt-tokens", type=int, default=8, help="random prompt length without --prompt")
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-k", type=int, default=None)

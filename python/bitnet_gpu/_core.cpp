@@ -205,14 +205,30 @@ std::vector<std::byte> to_bytes(py::handle object, const char* argument) {
 Specialization to_specialization(const std::optional<py::dict>& values) {
   Specialization result;
   if (!values) return result;
+  const py::object numpy = py::module_::import("numpy");
   for (auto [key, value] : *values) {
-    uint32_t id = key.cast<uint32_t>();
-    if (py::isinstance<py::bool_>(value)) result[id] = value.cast<bool>();
-    else if (py::isinstance<py::int_>(value)) result[id] = value.cast<int64_t>();
-    else if (py::isinstance<py::float_>(value)) result[id] = value.cast<double>();
-    else
-      throw DTypeError("specialization constant " + std::to_string(id) +
-                       ": expected a bool, int or float, got " + py::repr(value).cast<std::string>());
+    uint32_t id = 0;
+    try {
+      id = key.cast<uint32_t>();
+    } catch (py::cast_error&) {
+      throw ArgumentError("specialization constant id: expected an integer from 0 to 4294967295, got " +
+                          py::repr(key).cast<std::string>());
+    }
+    const std::string name = "specialization constant " + std::to_string(id);
+    // Python's and NumPy's bools, integers and floats (an integer must fit in 64 bits).
+    if (py::isinstance<py::bool_>(value) || py::isinstance(value, numpy.attr("bool_"))) {
+      result[id] = value.cast<bool>();
+    } else if (py::isinstance<py::int_>(value) || py::isinstance(value, numpy.attr("integer"))) {
+      try {
+        result[id] = py::int_(py::reinterpret_borrow<py::object>(value)).cast<int64_t>();
+      } catch (py::cast_error&) {
+        throw ArgumentError(name + ": " + py::repr(value).cast<std::string>() + " does not fit in 64 bits");
+      }
+    } else if (py::isinstance<py::float_>(value) || py::isinstance(value, numpy.attr("floating"))) {
+      result[id] = py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>();
+    } else {
+      throw DTypeError(name + ": expected a bool, int or float, got " + py::repr(value).cast<std::string>());
+    }
   }
   return result;
 }
@@ -489,11 +505,8 @@ PYBIND11_MODULE(_core, m) {
           "is copied on the device, and inside a graph the copy is recorded).")
       .def("reshape",
            [](const Tensor& t, py::args args) {
-             std::vector<int64_t> shape;
-             py::sequence dims = (args.size() == 1 && py::isinstance<py::sequence>(args[0]))
-                                     ? args[0].cast<py::sequence>() : py::sequence(args);
-             for (auto dim : dims) shape.push_back(dim.cast<int64_t>());
-             return t.reshaped(shape);
+             const bool one_sequence = args.size() == 1 && py::isinstance<py::sequence>(args[0]);
+             return t.reshaped(to_shape(one_sequence ? py::handle(args[0]) : py::handle(args)));
            },
            "A view of the same memory with another shape (one dimension may be -1), as "
            "ndarray.reshape of a C-contiguous array; writes through either are seen by both.")

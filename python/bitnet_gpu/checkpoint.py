@@ -8,6 +8,7 @@ tensors are widened to float32 on reading (NumPy has no bfloat16).
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 
@@ -34,33 +35,65 @@ def _files(path):
     return [path]
 
 
+def _whole_numbers(value, count=None):
+    """value as a tuple of non-negative ints (JSON integers, not floats or bools), or None."""
+    if not isinstance(value, list) or (count is not None and len(value) != count):
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        return None
+    return tuple(value)
+
+
+def _entry(file, name, info, data_size):
+    """(dtype name, shape, begin, end) of one header entry, checked against the format and the
+    file's data size; ArgumentError naming the file and the tensor otherwise."""
+    def bad(what):
+        return _core.ArgumentError(f"{file}: tensor {name!r} {what}")
+    if not isinstance(info, dict):
+        raise bad(f"has a header entry that is not an object: {info!r}"[:200])
+    kind = info.get("dtype")
+    if not isinstance(kind, str):
+        raise bad(f"has no dtype name (got {kind!r})"[:200])
+    shape = _whole_numbers(info.get("shape"))
+    if shape is None:
+        raise bad(f"has a shape that is not a list of non-negative integers: {info.get('shape')!r}"[:200])
+    offsets = _whole_numbers(info.get("data_offsets"), 2)
+    if offsets is None:
+        raise bad(f"has data_offsets that are not two non-negative integers: {info.get('data_offsets')!r}"[:200])
+    begin, end = offsets
+    if begin > end or end > data_size:
+        raise bad("lies past the end of the file")
+    return kind, shape, begin, end
+
+
 def load_safetensors(path) -> dict[str, np.ndarray]:
     """{name: array} from a .safetensors file, or from every one in a directory (a sharded
-    checkpoint). Arrays are memory-mapped where the dtype allows; bfloat16 becomes float32."""
+    checkpoint). Arrays are memory-mapped where the dtype allows; bfloat16 becomes float32.
+    A file that does not follow the format raises ArgumentError (DTypeError for a dtype bitnet_gpu
+    cannot read) naming the file and the tensor."""
     result = {}
     for file in _files(os.fspath(path)):
+        size = os.path.getsize(file)
         with open(file, "rb") as f:
             head = f.read(8)
             if len(head) != 8:
                 raise _core.ArgumentError(f"{file}: not a safetensors file (too short)")
             (length,) = struct.unpack("<Q", head)
-            if length > 100 * 2**20:
-                raise _core.ArgumentError(f"{file}: not a safetensors file (header of {length} bytes)")
+            if length > 100 * 2**20 or 8 + length > size:
+                raise _core.ArgumentError(f"{file}: not a safetensors file (header of {length} bytes "
+                                          f"in a file of {size})")
             try:
                 header = json.loads(f.read(length))
             except ValueError as e:
                 raise _core.ArgumentError(f"{file}: not a safetensors file ({e})") from None
+        if not isinstance(header, dict):
+            raise _core.ArgumentError(f"{file}: not a safetensors file (its header is not a JSON object)")
         data_start = 8 + length
-        size = os.path.getsize(file)
         for name, info in header.items():
             if name == "__metadata__":
                 continue
-            kind = info.get("dtype")
-            shape = tuple(int(d) for d in info.get("shape", ()))
-            begin, end = (int(o) for o in info.get("data_offsets", (0, 0)))
-            if data_start + end > size or begin > end:
-                raise _core.ArgumentError(f"{file}: tensor {name!r} lies past the end of the file")
-            count = int(np.prod(shape, dtype=np.int64))
+            kind, shape, begin, end = _entry(file, name, info, size - data_start)
+            count = math.prod(shape)
             if kind == "BF16":
                 if end - begin != 2 * count:
                     raise _core.ArgumentError(f"{file}: tensor {name!r} has {end - begin} bytes for {shape}")

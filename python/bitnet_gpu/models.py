@@ -250,6 +250,10 @@ class BitNetModel:
                 problems.append(f"missing {name} {shape}")
                 continue
             got = tuple(np.shape(weights[name]))
+            kind = np.asarray(weights[name]).dtype
+            if kind.kind not in "biuf":
+                problems.append(f"{name}: expected real numbers, got dtype {kind}")
+                continue
             packed_shape = (-(-shape[0] // 4), shape[1]) if len(shape) == 2 else None
             is_packed = np.asarray(weights[name]).dtype == np.uint8 and got == packed_shape
             if got != shape and not is_packed:
