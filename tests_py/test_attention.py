@@ -59,6 +59,22 @@ def test_rope(device, rng, t, h, d, dtype):
         bg.rope(x, positions[:-1] if t > 1 else np.arange(2))
 
 
+def test_kv_length_is_a_whole_number(device, rng):
+    q, k, v = qkv(rng, 1, 6, 2, 1, 8)
+    with pytest.raises(TypeError, match="kv_length: expected an integer"):
+        bg.attention(q, k, v, kv_length=4.5)
+    assert rel(bg.attention(q, k, v, kv_length=np.int64(4)), ref.attention(q, k[:4], v[:4])) <= 1e-5
+
+
+def test_rope_table_arguments_are_checked(device):
+    for head_dim in (0, -2, 8.5):
+        with pytest.raises((bg.ArgumentError, TypeError), match="head_dim"):
+            bg.rope_tables(np.arange(3), head_dim)
+    for theta in (0.0, -1.0, float("nan"), float("inf")):  # would give NaN angles
+        with pytest.raises(bg.ArgumentError, match="theta"):
+            bg.rope(np.ones((2, 1, 8), np.float32), np.arange(2), theta=theta)
+
+
 def test_kv_cache_decode_equals_full_attention(device, rng):
     layers, hq, hkv, d, prompt, steps = 2, 8, 2, 32, 9, 6
     cache = bg.KVCache(layers, prompt + steps, hkv, d)

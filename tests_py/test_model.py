@@ -481,6 +481,10 @@ def test_model_input_errors(tiny_model):
         tiny_model.generate(np.zeros(3, np.int64), 2, temperature=-1)
     with pytest.raises(bg.ArgumentError):
         tiny_model.generate(np.zeros(3, np.int64), 2, temperature=1, top_k=0)
+    with pytest.raises(TypeError, match="top_k: expected an integer"):
+        tiny_model.generate(np.zeros(3, np.int64), 2, temperature=1, top_k=2.5)
+    with pytest.raises(TypeError, match="max_new_tokens: expected an integer"):
+        tiny_model.generate(np.zeros(3, np.int64), 2.5)
     with pytest.raises(bg.ArgumentError):
         BitNetConfig.preset("huge")
     with pytest.raises(bg.ArgumentError):

@@ -273,6 +273,10 @@ def test_reduction_errors(device):
         bg.sum(np.ones((2, 3), np.float32), axis=2)
     with pytest.raises(bg.ShapeError, match="appears twice"):  # NumPy refuses it too
         bg.mean(np.ones((2, 3), np.float32), axis=(0, -2))
+    with pytest.raises(TypeError, match="axis: expected an integer"):  # not cut to axis 1
+        bg.sum(np.ones((2, 3), np.float32), axis=1.5)
+    with pytest.raises(TypeError, match="axis: expected an integer"):
+        bg.softmax(np.ones((2, 3), np.float32), axis=0.5)
     with pytest.raises(bg.ShapeError, match="no identity"):
         bg.max(np.ones((2, 0), np.float32), axis=1)
     assert bg.sum(np.ones((2, 0), np.float32), axis=1).tolist() == [0.0, 0.0]

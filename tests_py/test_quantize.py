@@ -263,6 +263,27 @@ def test_bad_arguments_raise(device):
         bg.dequantize_activations(np.ones((3, 4), np.int8), np.ones(2, np.float32))
     with pytest.raises(bg.DTypeError):
         bg.dequantize_weights(w)
+    # Whole numbers only: 8.5 bits, "8", a seed of 1.5 or a group size of True are not cut or
+    # converted to something else.
+    for bits in (8.5, "8", True):
+        with pytest.raises(TypeError, match="bits: expected an integer"):
+            bg.quantize_activations(w, bits=bits)
+        with pytest.raises(TypeError, match="bits: expected an integer"):
+            bg.quantize_gradients(w, bits=bits)
+    with pytest.raises(TypeError, match="seed: expected an integer"):
+        bg.quantize_gradients(w, stochastic=True, seed=1.5)
+    with pytest.raises(TypeError, match="seed: expected an integer"):
+        bg.relu_dropout(w, 0.5, seed=1.5)
+    for group in (True, 1.5, "8"):
+        with pytest.raises(TypeError, match="group_size: expected an integer"):
+            bg.quantize_weights(w, group_size=group)
+        with pytest.raises(TypeError, match="group_size: expected an integer"):
+            bg.binarize_weights(w, group_size=group)
+    packed = bg.pack_ternary(np.ones((2, 16), np.int8))
+    for shape in (None, 5, (2,), (2, 16, 1), "ab", (2, 15.5)):
+        with pytest.raises((bg.ShapeError, TypeError), match="shape"):
+            bg.unpack_ternary(packed, shape)
+    assert bg.quantize_activations(w, bits=np.int64(4))[0].max() == 7  # NumPy integers are whole numbers
 
 
 def test_scales_of_huge_values_do_not_flush_to_zero(device):

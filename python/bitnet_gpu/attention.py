@@ -21,8 +21,11 @@ def rope_tables(positions, head_dim, theta=10000.0):
     pos = np.asarray(positions.numpy() if isinstance(positions, Tensor) else positions)
     if pos.ndim != 1 or pos.dtype.kind not in "iu":
         raise _core.DTypeError(f"positions: expected a 1-D integer array, got {pos.dtype} {pos.shape}")
+    head_dim = _count(head_dim, "head_dim")
     if head_dim % 2:
         raise _core.ShapeError(f"head_dim {head_dim} must be even")
+    if not (np.isfinite(float(theta)) and float(theta) > 0):
+        raise _core.ArgumentError(f"theta: expected a finite number > 0, got {theta}")
     inv = float(theta) ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angle = pos.astype(np.float64)[:, None] * inv[None, :]
     return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
@@ -50,7 +53,7 @@ def attention(q, k, v, causal=True, *, kv_length=None, out=None):
     tq, as_tensor = _tensor(q, "q", None, _FLOATS)
     tk, tv = _like(k, tq.device, "k"), _like(v, tq.device, "v")
     outputs = _Outputs(out, [("out", tuple(tq.shape), np.dtype(tq.dtype))])
-    o = _core.attention(tq, tk, tv, bool(causal), None if kv_length is None else int(kv_length),
+    o = _core.attention(tq, tk, tv, bool(causal), None if kv_length is None else _count(kv_length, "kv_length", 0),
                         outputs.tensor(0))
     return outputs.results([o], as_tensor)[0]
 

@@ -31,7 +31,7 @@ from ._core import Tensor
 from .attention import rope_tables
 from .checkpoint import load_safetensors
 from .graph import Graph
-from .quantize import TernaryWeights, quantize_weights
+from .quantize import TernaryWeights, _count, quantize_weights
 from . import reference
 
 __all__ = ["BitNetConfig", "BitNetModel", "PROJECTIONS", "weight_names", "unpack_hf_ternary"]
@@ -180,7 +180,7 @@ class BitNetModel:
         from . import default_device
         self.config = config
         self.device = device or default_device()
-        self.max_tokens = int(max_tokens or config.max_position_embeddings)
+        self.max_tokens = _count(config.max_position_embeddings if max_tokens is None else max_tokens, "max_tokens")
         self.embedding_dtype = np.dtype(embedding_dtype)
         if self.embedding_dtype not in (np.dtype(np.float16), np.dtype(np.float32)):
             raise _core.DTypeError(f"embedding_dtype: expected float16 or float32, got {self.embedding_dtype}")
@@ -436,13 +436,13 @@ class BitNetModel:
         softmax(logits / temperature) over the top_k largest (all if None), drawn with seed."""
         ids, _ = self._ids(token_ids)
         batch, tokens = ids.shape
-        if max_new_tokens < 0:
+        if _count(max_new_tokens, "max_new_tokens", -(2**63)) < 0:
             raise _core.ArgumentError("max_new_tokens must be >= 0")
         if tokens + max_new_tokens > self.max_tokens:
             raise _core.ShapeError(f"{tokens} prompt + {max_new_tokens} new tokens exceed max_tokens={self.max_tokens}")
         if temperature < 0 or not np.isfinite(temperature):
             raise _core.ArgumentError(f"temperature must be >= 0, got {temperature}")
-        if top_k is not None and not 0 < int(top_k) <= self.config.vocab_size:
+        if top_k is not None and not 0 < _count(top_k, "top_k", -(2**63)) <= self.config.vocab_size:
             raise _core.ArgumentError(f"top_k must lie in [1, {self.config.vocab_size}], got {top_k}")
         rng = np.random.default_rng(seed)
         done = np.zeros(batch, bool)

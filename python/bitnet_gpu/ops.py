@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-from .quantize import _FLOATS, _float32, _like, _Outputs, _tensor
+from .quantize import _FLOATS, _count, _float32, _like, _Outputs, _seed, _tensor
 
 __all__ = [
     "add", "div", "mul", "sub", "gelu", "gelu_backward", "layer_norm", "leaky_relu", "leaky_relu_backward", "relu",
@@ -91,9 +91,8 @@ def relu2_mul(gate, up, *, out=None):
 def relu_dropout(x, p, seed=0, *, out=None):
     """relu(x) with each value kept with probability 1 - p and scaled by 1 / (1 - p). The mask
     comes from a counter-based hash of (seed, element index): the same on every device."""
-    if not 0 <= int(seed) < 2**64:
-        raise _core.ArgumentError("seed: expected an integer in [0, 2**64)")
-    return _call(lambda t, o: _core.relu_dropout(t, float(p), int(seed), o), x, "x", out)
+    seed = _seed(seed)
+    return _call(lambda t, o: _core.relu_dropout(t, float(p), seed, o), x, "x", out)
 
 
 def _over_axis(fn, arrays, axis, out, name):
@@ -108,7 +107,7 @@ def _over_axis(fn, arrays, axis, out, name):
     if ndim == 0:
         return None
     if axis is not None:
-        axis = int(axis)
+        axis = _count(axis, "axis", -(2**63))
         if not -ndim <= axis < ndim:
             raise _core.ShapeError(f"axis {axis} is out of bounds for shape {shape}")
         axis %= ndim

@@ -54,6 +54,21 @@ def _count(value, name, least=1):
     return number
 
 
+def _matrix_shape(shape):
+    """(rows, cols) of a weight matrix: two whole numbers."""
+    if isinstance(shape, (str, bytes)) or np.ndim(shape) != 1 or len(shape) != 2:
+        raise _core.ShapeError(f"shape: expected (rows, cols), got {shape!r}")
+    return tuple(_count(d, "shape", 0) for d in shape)
+
+
+def _seed(seed):
+    """A random seed: an integer in [0, 2**64) (not a float, which int() would cut)."""
+    value = _count(seed, "seed", 0)
+    if value >= 2**64:
+        raise _core.ArgumentError("seed: expected an integer in [0, 2**64)")
+    return value
+
+
 def _like(value, device, name, dtypes=_FLOATS):
     """`value` as a Tensor on `device`: Tensors as they are, other input uploaded (dtype checked)."""
     return value if isinstance(value, Tensor) else _tensor(value, name, device, dtypes)[0]
@@ -187,11 +202,11 @@ class _PackedWeights:
 
     @classmethod
     def _from_packed(cls, packed, scale, shape, group_size, binary, device):
-        rows, cols = (int(d) for d in shape)
+        rows, cols = _matrix_shape(shape)
         packed_t, _ = _tensor(packed, "packed", device, [np.uint8])
         scale_t, _ = _tensor(np.asarray(scale, np.float32).reshape(-1) if not isinstance(
             scale, Tensor) else scale, "scale", packed_t.device, [np.float32])
-        core = _core.weights_from_packed(packed_t, scale_t, rows, cols, group_size or 0, binary)
+        core = _core.weights_from_packed(packed_t, scale_t, rows, cols, _group_size(group_size), binary)
         if not binary:
             codes = packed_t.numpy()
             if (((codes[..., None] >> np.array([0, 2, 4, 6], np.uint8)) & 3) == 3).any():
@@ -222,16 +237,21 @@ class BinaryWeights(_PackedWeights):
         return cls._from_packed(packed, scale, shape, group_size, True, device)
 
 
+def _group_size(group_size):
+    """group_size as the core takes it: None (or 0) for one scale per tensor."""
+    return 0 if group_size is None else _count(group_size, "group_size", 0)
+
+
 def quantize_weights(w, *, group_size=None, device=None) -> TernaryWeights:
     """Absmean ternary quantization of a float32/float16 matrix [N, K] (per tensor or group)."""
     t, as_tensor = _tensor(w, "w", device, _FLOATS)
-    return TernaryWeights(_core.quantize_weights(t, group_size or 0, False), as_tensor)
+    return TernaryWeights(_core.quantize_weights(t, _group_size(group_size), False), as_tensor)
 
 
 def binarize_weights(w, *, group_size=None, device=None) -> BinaryWeights:
     """1-bit sign quantization around the mean, scale beta = mean|W| (per tensor or group)."""
     t, as_tensor = _tensor(w, "w", device, _FLOATS)
-    return BinaryWeights(_core.quantize_weights(t, group_size or 0, True), as_tensor)
+    return BinaryWeights(_core.quantize_weights(t, _group_size(group_size), True), as_tensor)
 
 
 def dequantize_weights(q, *, out=None):
@@ -254,7 +274,7 @@ def pack_ternary(q, *, out=None, device=None):
 def unpack_ternary(packed, shape, *, out=None, device=None):
     """uint8 packed ternary weights to int8 [N, K] in {-1, 0, 1}, on the GPU."""
     t, as_tensor = _tensor(packed, "packed", device, [np.uint8])
-    rows, cols = (int(d) for d in shape)
+    rows, cols = _matrix_shape(shape)
     outputs = _Outputs(out, [("values", (rows, cols), np.int8)])
     return outputs.results([_core.unpack_ternary(t, rows, cols, outputs.tensor(0))], as_tensor)[0]
 
@@ -273,7 +293,7 @@ def quantize_activations(x, *, bits=8, symmetric=True, out=None, device=None):
     if not symmetric:
         specs.append(("zero_point", shape[:-1], np.uint8))
     outputs = _Outputs(out, specs)
-    r = _core.quantize_rows(t, int(bits), bool(symmetric), *(outputs.tensor(i) for i in range(len(specs))))
+    r = _core.quantize_rows(t, _count(bits, "bits"), bool(symmetric), *(outputs.tensor(i) for i in range(len(specs))))
     results = [r.q, r.scales] if symmetric else [r.q, r.scales, r.zero_points]
     return tuple(outputs.results(results, as_tensor))
 
@@ -295,10 +315,9 @@ def quantize_gradients(g, *, bits=8, stochastic=False, seed=0, out=None, device=
     float32 array of shape (1,).
     """
     t, as_tensor = _tensor(g, "g", device, _FLOATS)
-    if not 0 <= int(seed) < 2**64:
-        raise _core.ArgumentError("seed: expected an integer in [0, 2**64)")
+    seed = _seed(seed)
     outputs = _Outputs(out, [("q", tuple(t.shape), np.int8), ("scale", (1,), np.float32)])
-    r = _core.quantize_tensor(t, int(bits), bool(stochastic), int(seed), outputs.tensor(0),
+    r = _core.quantize_tensor(t, _count(bits, "bits"), bool(stochastic), seed, outputs.tensor(0),
                               outputs.tensor(1))
     q, scale = outputs.results([r.q, r.scale], as_tensor)
     if out is None and not as_tensor:
