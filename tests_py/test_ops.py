@@ -156,8 +156,20 @@ def test_softmax_axis_none_and_out_of_range(device, rng):
     v = inputs(rng, (7,))
     assert_close(bg.softmax(bg.Tensor.from_numpy(v), axis=None).numpy(), ref.softmax(v), np.float32,
                  elementwise=False)
-    with pytest.raises(bg.UnsupportedError, match="last axis"):
-        bg.softmax(bg.Tensor.from_numpy(y), axis=None)
+    t = bg.softmax(bg.Tensor.from_numpy(y), axis=None)  # a Tensor is flattened as a view
+    assert isinstance(t, bg.Tensor) and t.shape == y.shape
+    np.testing.assert_array_equal(t.numpy(), bg.softmax(y, axis=None))
+    target = bg.Tensor.from_numpy(np.full(y.shape, np.nan, np.float32))
+    assert bg.softmax(bg.Tensor.from_numpy(y), axis=None, out=target) is target
+    np.testing.assert_array_equal(target.numpy(), t.numpy())
+    g = bg.softmax_backward(bg.Tensor.from_numpy(grad), bg.Tensor.from_numpy(y), axis=None)
+    np.testing.assert_array_equal(g.numpy(), bg.softmax_backward(grad, y, axis=None))
+    with pytest.raises(bg.UnsupportedError, match="every element"):  # mixed operands
+        bg.softmax_backward(grad, bg.Tensor.from_numpy(y), axis=None)
+    g = device.graph()  # the views and the op record into a graph too
+    with g:
+        g.output("s", bg.softmax(g.input("y", y.shape), axis=None))
+    np.testing.assert_array_equal(g.run(y=y, numpy=True)["s"], bg.softmax(y, axis=None))
     for axis in (3, -4, 10):
         with pytest.raises(bg.ShapeError, match=f"axis {axis} is out of bounds"):
             bg.softmax(y, axis=axis)

@@ -99,8 +99,9 @@ def _over_axis(fn, arrays, axis, out, name):
     """fn(*arrays) along `axis` where that is not the last axis (None: over every element, as
     scipy.special.softmax and jax.nn.softmax take it), or None where it is the last one. NumPy
     inputs are computed with the axis moved last (or flattened) and the result moved back (a copy
-    each way); a Tensor, which has no transpose of its axes yet, raises UnsupportedError. An axis
-    out of range raises ShapeError, as the reductions do; 0-d input is left to the op's own checks."""
+    each way). Tensors are flattened as views for axis=None; another axis raises UnsupportedError
+    (a Tensor has no transpose of its axes yet). An axis out of range raises ShapeError, as the
+    reductions do; 0-d input is left to the op's own checks."""
     x = arrays[-1]
     shape = tuple(x.shape) if isinstance(x, Tensor) else np.shape(x)
     ndim = len(shape)
@@ -114,7 +115,17 @@ def _over_axis(fn, arrays, axis, out, name):
     if axis == ndim - 1 or (axis is None and ndim == 1):
         return None
     if any(isinstance(a, Tensor) for a in arrays):
-        raise _core.UnsupportedError("a Tensor is normalized over its last axis only (axis=-1)")
+        if axis is not None or not all(isinstance(a, Tensor) for a in arrays):
+            raise _core.UnsupportedError("a Tensor is normalized over its last axis (axis=-1) or over every "
+                                         "element (axis=None, all operands Tensors) only")
+        flat = fn(*(a.reshape(1, -1) for a in arrays)).reshape(shape)  # views of the same memory
+        if out is None:
+            return flat
+        outputs = _Outputs(out, [(name, shape, np.dtype(x.dtype))])
+        if isinstance(out, Tensor):
+            out.copy_from(flat)
+            return out
+        return outputs.results([flat], True)[0]
     if axis is None:
         moved = fn(*(np.ascontiguousarray(np.asarray(a)).reshape(1, -1) for a in arrays))
         result = np.ascontiguousarray(moved.reshape(shape))
