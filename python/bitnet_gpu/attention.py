@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-from .quantize import _FLOATS, _count, _like, _Outputs, _tensor
+from .quantize import _FLOATS, _count, _integer, _like, _Outputs, _tensor
 
 __all__ = ["KVCache", "attention", "rope", "rope_tables"]
 
@@ -97,7 +97,7 @@ class KVCache:
 
     def _layer(self, layer):
         """A layer's index, checked: 0 to layers - 1 (no counting from the end)."""
-        index = _count(layer, "layer", -(2**63))
+        index = _integer(layer, "layer")
         if not 0 <= index < self.layers:
             raise IndexError(f"layer {index} is out of range for a cache of {self.layers} layers")
         return index

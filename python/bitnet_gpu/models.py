@@ -31,7 +31,7 @@ from ._core import Tensor
 from .attention import rope_tables
 from .checkpoint import load_safetensors
 from .graph import Graph
-from .quantize import TernaryWeights, _count, quantize_weights
+from .quantize import TernaryWeights, _count, _integer, quantize_weights
 from . import reference
 
 __all__ = ["BitNetConfig", "BitNetModel", "PROJECTIONS", "weight_names", "unpack_hf_ternary"]
@@ -61,9 +61,7 @@ class BitNetConfig:
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"BitNetConfig.{name}: expected an integer, got {value!r}")
+            value = _integer(getattr(self, name), f"BitNetConfig.{name}")
             if value <= 0:
                 raise _core.ArgumentError(f"BitNetConfig.{name} must be positive, got {value}")
         if not (np.isfinite(self.rms_norm_eps) and self.rms_norm_eps >= 0):
@@ -436,13 +434,13 @@ class BitNetModel:
         softmax(logits / temperature) over the top_k largest (all if None), drawn with seed."""
         ids, _ = self._ids(token_ids)
         batch, tokens = ids.shape
-        if _count(max_new_tokens, "max_new_tokens", -(2**63)) < 0:
+        if _integer(max_new_tokens, "max_new_tokens") < 0:
             raise _core.ArgumentError("max_new_tokens must be >= 0")
         if tokens + max_new_tokens > self.max_tokens:
             raise _core.ShapeError(f"{tokens} prompt + {max_new_tokens} new tokens exceed max_tokens={self.max_tokens}")
         if temperature < 0 or not np.isfinite(temperature):
             raise _core.ArgumentError(f"temperature must be >= 0, got {temperature}")
-        if top_k is not None and not 0 < _count(top_k, "top_k", -(2**63)) <= self.config.vocab_size:
+        if top_k is not None and not 0 < _integer(top_k, "top_k") <= self.config.vocab_size:
             raise _core.ArgumentError(f"top_k must lie in [1, {self.config.vocab_size}], got {top_k}")
         rng = np.random.default_rng(seed)
         done = np.zeros(batch, bool)

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-from .quantize import _FLOATS, _count, _float32, _like, _Outputs, _seed, _tensor
+from .quantize import _FLOATS, _float32, _integer, _like, _Outputs, _seed, _tensor
 
 __all__ = [
     "add", "div", "mul", "sub", "gelu", "gelu_backward", "layer_norm", "leaky_relu", "leaky_relu_backward", "relu",
@@ -108,7 +108,7 @@ def _over_axis(fn, arrays, axis, out, name):
     if ndim == 0:
         return None
     if axis is not None:
-        axis = _count(axis, "axis", -(2**63))
+        axis = _integer(axis, "axis")
         if not -ndim <= axis < ndim:
             raise _core.ShapeError(f"axis {axis} is out of bounds for shape {shape}")
         axis %= ndim

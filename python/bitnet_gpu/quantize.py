@@ -40,15 +40,20 @@ def _tensor(x, name, device=None, dtypes=None):
     return Tensor.from_numpy(a, device), False
 
 
-def _count(value, name, least=1):
-    """A whole number of at least `least` (a size, a count): Python or NumPy integers, not floats
-    (which int() would cut silently) or bools."""
+def _integer(value, name):
+    """A whole number: Python or NumPy integers, not floats (which int() would cut silently) or
+    bools."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name}: expected an integer, got {value!r}")
     try:
-        number = operator.index(value)
+        return operator.index(value)
     except TypeError:
         raise TypeError(f"{name}: expected an integer, got {value!r}") from None
+
+
+def _count(value, name, least=1):
+    """A whole number of at least `least` (a size, a count), as _integer takes it."""
+    number = _integer(value, name)
     if number < least:
         raise _core.ArgumentError(f"{name}: expected an integer of at least {least}, got {number}")
     return number

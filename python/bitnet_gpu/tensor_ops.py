@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from .quantize import _FLOATS, _count, _float32, _like, _Outputs, _out, _tensor
+from .quantize import _FLOATS, _float32, _integer, _like, _Outputs, _out, _tensor
 
 __all__ = ["layer_norm_backward", "matmul", "max", "mean", "rms_norm_backward", "sum", "transpose"]
 
@@ -23,7 +23,7 @@ def _reduce(op, x, axis, keepdims, out=None):
             raise _core.ShapeError("x: a 0-d array has no axis to reduce")
         axes = list(range(ndim))
     else:
-        axes = [_count(a, "axis", -(2**63)) for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
+        axes = [_integer(a, "axis") for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
         for a in axes:
             if not -ndim <= a < ndim:
                 raise _core.ShapeError(f"axis {a} is out of bounds for shape {tuple(t.shape)}")
