@@ -10,17 +10,15 @@ nvidia-smi, where present, samples the SM clock through every case.
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
 import subprocess
-import tempfile
 import threading
 
 import numpy as np
 
 import bitnet_gpu as bg
-from common import arguments, keep_running, timed_chain, torch_cuda, write_results
+from common import arguments, compile_glsl, glslang, keep_running, timed_chain, torch_cuda, write_results
 
 CHAIN = 100
 
@@ -68,23 +66,6 @@ void main() {
   state[gl_GlobalInvocationID.x] = state[gl_GlobalInvocationID.x] * 0.5 + m;
 }
 """
-
-
-def glslang():
-    return os.environ.get("GLSLANG_VALIDATOR") or shutil.which("glslangValidator")
-
-
-def compile_probe(defines):
-    """SPIR-V of PROBE with the given -D definitions."""
-    with tempfile.TemporaryDirectory() as folder:
-        source, binary = os.path.join(folder, "probe.comp"), os.path.join(folder, "probe.spv")
-        with open(source, "w") as f:
-            f.write(PROBE)
-        command = [glslang(), "-V", "--target-env", "vulkan1.1", "-S", "comp", "-o", binary, source]
-        command += [f"-D{d}" for d in defines]
-        subprocess.run(command, check=True, capture_output=True)
-        with open(binary, "rb") as f:
-            return np.frombuffer(f.read(), np.uint32).copy()
 
 
 class ClockSampler:
@@ -187,7 +168,7 @@ def main():
                   (f"16, {groups_wide} workgroups", ["COUNT=16"], {}, groups_wide),
                   (f"1, {groups_wide} workgroups", ["COUNT=1"], {}, groups_wide)]
         for name, defines, specialization, groups in cases:
-            kernel = bg.Kernel(device, compile_probe(defines), specialization=specialization or None,
+            kernel = bg.Kernel(device, compile_glsl(PROBE, defines, target="vulkan1.1"), specialization=specialization or None,
                                name="probe")
             vectors = np.array([groups * 16 * 256], np.uint32)
             us, clocks = per_link(device, lambda: kernel.dispatch(groups, [x, state], vectors), args.repeats)

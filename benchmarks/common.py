@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
+
+import numpy as np
 
 
 def torch_cuda():
@@ -15,6 +20,27 @@ def torch_cuda():
     except ImportError:
         return None
     return torch if torch.cuda.is_available() else None
+
+
+def glslang():
+    """The glslangValidator to compile probe shaders with ($GLSLANG_VALIDATOR, else the PATH's), or None."""
+    return os.environ.get("GLSLANG_VALIDATOR") or shutil.which("glslangValidator")
+
+
+def compile_glsl(source, defines=(), target="vulkan1.2", include_dir=None):
+    """SPIR-V words (uint32) of a GLSL compute shader given as text, with -D definitions and, where
+    given, a folder its #include lines are found in."""
+    with tempfile.TemporaryDirectory() as folder:
+        path, binary = os.path.join(folder, "probe.comp"), os.path.join(folder, "probe.spv")
+        with open(path, "w") as f:
+            f.write(source)
+        command = [glslang(), "-V", "--target-env", target, "-S", "comp", "-o", binary, path]
+        command += [f"-D{d}" for d in defines] + ([f"-I{include_dir}"] if include_dir else [])
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"glslangValidator failed:\n{done.stdout}{done.stderr}")
+        with open(binary, "rb") as f:
+            return np.frombuffer(f.read(), np.uint32).copy()
 
 
 def torch_time(torch, fn, repeats):

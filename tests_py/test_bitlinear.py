@@ -71,21 +71,6 @@ def test_matvec_with_and_without_its_own_pre_pass(device, rng, monkeypatch, fuse
         bg.bitlinear(bad, q)
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 2560, 33), (3, 1000, 300), (1, 6912, 17), (8, 1024, 9), (2, 4100, 5)])
-def test_matvec_shared_block_order(device, rng, monkeypatch, m, k, n):
-    """The fused matvec's rows in shared memory in memory's order or with each lane's four blocks
-    spread apart (BITNET_GPU_MATVEC_SPREAD_BLOCKS=1, a tuning switch): exact, and bit for bit
-    the same y (K = 1000 and 4100 have rows that are not whole 64-byte vectors)."""
-    x, q, bias = case(rng, m, k, n)
-    for hardware in [False] + ([True] if device.info.features["integer_dot_product"] else []):
-        results = {}
-        for setting in ("0", "1"):
-            monkeypatch.setenv("BITNET_GPU_MATVEC_SPREAD_BLOCKS", setting)
-            results[setting] = bg.bitlinear(x, q, bias, return_accumulator=True, _hardware_dot=hardware)
-            check(x, q, bias, *results[setting])
-        np.testing.assert_array_equal(results["0"][0], results["1"][0])
-
-
 @pytest.mark.parametrize("rows,unroll", [("1", "1"), ("3", "2"), ("16", "1"), ("2", "4")])
 @pytest.mark.parametrize("m,k,n", [(1, 300, 37), (8, 4096, 70), (2, 16384, 9)])
 def test_matvec_rows_setting(device, rng, monkeypatch, rows, unroll, m, k, n):

@@ -392,10 +392,7 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
   const bool prefetch = matvec_prefetch(k, gated_out) && words % 4 == 0;
   const uint32_t unroll =
       matvec_unroll(prefetch ? std::clamp<uint32_t>((words / 4 + subgroup_size - 1) / subgroup_size, 1, 4) : 1);
-  // BITNET_GPU_MATVEC_SPREAD_BLOCKS=1: the variant whose rows sit in shared memory in an order
-  // that a subgroup's lanes read as consecutive vectors (bitlinear_matvec.comp, SPREAD_BLOCKS).
-  const bool spread = environment_switch("BITNET_GPU_MATVEC_SPREAD_BLOCKS").value_or(false);
-  Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware) + (spread ? "_fused_spread" : "_fused"),
+  Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware) + "_fused",
                                   {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
                                    {3, accumulators.has_value()}, {4, words % 4 == 0}, {5, int64_t{unroll}},
                                    {6, residual}, {7, fused.norm_weight != nullptr}, {8, fused.up != nullptr},

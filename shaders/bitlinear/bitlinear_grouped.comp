@@ -118,7 +118,7 @@ void main() {
       const int total = subgroupAdd(totals[i]);  // integer sums: exact in any order
       const uint m = m0 + i / ROWS, n = first + i % ROWS;
       if (lane == 0 && m < p.m && n < group_end) {
-        float value = sum / scales[m];
+        precise float value = sum / scales[m];  // no FMA with the bias
         if (HAS_BIAS) value += bias[n];
         y[m * p.n + n] = value;
         if (WITH_ACCUMULATOR) accumulators[m * p.n + n] = total;

@@ -3,8 +3,6 @@
 //! variant int
 //! variant dot_fused HW_DOT FUSED
 //! variant int_fused FUSED
-//! variant dot_fused_spread HW_DOT FUSED SPREAD_BLOCKS
-//! variant int_fused_spread FUSED SPREAD_BLOCKS
 // y[m, n] = (sum_k x_q[m, k] W_q[n, k]) * gamma / s[m] (+ bias[n]) for small M (decode).
 // Each subgroup owns ROWS output rows at a time and walks them together: every lane streams
 // 16-byte vectors (64 weights) of all ROWS rows, coalesced across the subgroup, and reuses each
@@ -82,20 +80,7 @@ layout(push_constant) uniform Push { uint n; uint words_per_row; uint rows_per_g
 #include "prepare_common.glsl"
 // Vectors per invocation held in registers: ceil(K / 4 / 256), at most 16 (K <= 16384).
 layout(constant_id = 10) const uint CACHED = 16;
-#ifdef SPREAD_BLOCKS
-// The quantized rows, interleaved as bitlinear_prepare writes them, a row's 16-byte block 4c + j
-// at j * (blocks / 4) + c (VECTORS), so that the lanes of a subgroup, reading block 4c + j of
-// consecutive c, read consecutive vectors. In memory's order (s_x below) each lane reads four
-// blocks 64 bytes apart: two of 32 banks for the subgroup. A tuning variant.
-shared uvec4 s_x4[SHARED_WORDS / 4];
-// Where block u of row m (in memory's order) sits in shared memory.
-uint shared_block(uint m, uint u) {
-  const uint blocks = p.words_per_row;
-  return m * blocks + (VECTORS ? (u % 4) * (blocks / 4) + u / 4 : u);
-}
-#else
 shared uint s_x[SHARED_WORDS];  // the quantized rows, interleaved, as bitlinear_prepare writes them
-#endif
 int row_sums[M];      // each row's sum and scale, the same in every invocation
 float row_scales[M];
 shared float s_reduce[256];
@@ -159,11 +144,7 @@ void quantize_rows(uint sink) {
       const uint v = lane + c * 256;
       if (c * 256 < padded_vectors) {  // uniform: whole quads stay together
         const uint word = interleaved_word(cache[c], scale, sum);
-#ifdef SPREAD_BLOCKS
-        if (v < padded_vectors) s_x4[shared_block(m, v / 4)][v % 4] = word;
-#else
         if (v < padded_vectors) s_x[m * padded_vectors + v] = word;
-#endif
       }
     }
     sum = subgroupAdd(sum);  // integer sums: exact in any order
@@ -179,16 +160,11 @@ void quantize_rows(uint sink) {
 }
 
 // Block 4c + j of row m (VECTORS), and block c of row m.
-#ifdef SPREAD_BLOCKS
-#define ACTIVATIONS4(m, c, j) s_x4[(m) * words + (j) * (words / 4) + (c)]
-#define ACTIVATIONS(m, c) s_x4[(m) * words + (c)]
-#else
 uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
   return uvec4(s_x[4 * index], s_x[4 * index + 1], s_x[4 * index + 2], s_x[4 * index + 3]);
 }
 #define ACTIVATIONS4(m, c, j) activation_vector((m) * words + (c) * 4 + (j))
 #define ACTIVATIONS(m, c) activation_vector((m) * words + (c))
-#endif
 #define ROW_SUM(m) row_sums[m]
 #define SCALE(m) row_scales[m]
 // The weight a workgroup takes (uniform in the workgroup; ?: evaluates one side only).
@@ -312,7 +288,9 @@ void main() {
       const uint m = i / ROWS, n = first + i % ROWS;
       if (lane == i % width && n < group_end) {
         const int a = total - ROW_SUM(m);
-        float value = float(a) * GAMMA(which) / SCALE(m);
+        // precise: not contracted into the addition, so y + residual is bit for bit the float32
+        // sum of y and the residual (the H100 folded the division into an FMA with it).
+        precise float value = float(a) * GAMMA(which) / SCALE(m);
         if (HAS_BIAS) value += bias[RESIDUAL ? m * n_total + n : n];
 #ifdef FUSED
         if (which == 1) y_b[m * n_total + n] = value;
