@@ -309,34 +309,48 @@ BREAKDOWN_TILES = [
 ]
 
 
+def coopmat_source():
+    with open(COOPMAT_SOURCE) as f:
+        return f.read()
+
+
+def edited_coopmat(device, source, edits, specialization, label):
+    """A Kernel of bitlinear_coopmat.comp's `source` with each (old, new) text edit made (every old
+    text must be found, so a change to the shader shows here)."""
+    for old, new in edits:
+        if old not in source:
+            raise RuntimeError(f"bitlinear_coopmat.comp changed: {old[:60]!r} not found for {label!r}")
+        source = source.replace(old, new)
+    spirv = compile_glsl(source, include_dir=os.path.dirname(COOPMAT_SOURCE))
+    return bg.Kernel(device, spirv, specialization=specialization, name=label)
+
+
+def coopmat_operands(device, seed, m=2048, k=4096, n=4096):
+    """Random operands of the tensor-core kernel for an (m, k, n) BitLinear, as it binds them:
+    (bindings but the output, scales and gamma in place; push constants)."""
+    blocks = k // 16
+    rng = np.random.default_rng(seed)
+    a = bg.Tensor.from_numpy(rng.integers(-127, 128, (m, k), dtype=np.int8).view(np.uint32))
+    w = bg.Tensor.from_numpy(rng.integers(0, 2**32, (n, blocks), dtype=np.uint32) & np.uint32(0xAAAAAAAA))
+    scales = bg.Tensor.from_numpy(rng.uniform(0.5, 2.0, m).astype(np.float32))
+    gamma = bg.Tensor.from_numpy(np.full(1, 0.75, np.float32))
+    return [w, w, a, scales, gamma, gamma], np.array([m, n, blocks], np.uint32)
+
+
 def coopmat_breakdown(device, results, repeats):
     """The (2048, 4096, 4096) BitLinear tensor-core kernel (K steps of 64, 128 columns a tile),
     whole and with parts cut out, for each of BREAKDOWN_TILES."""
-    with open(COOPMAT_SOURCE) as f:
-        source = f.read()
+    source = coopmat_source()
     m, k, n = 2048, 4096, 4096
-    blocks = k // 16
-    rng = np.random.default_rng(4)
-    a = bg.Tensor.from_numpy(rng.integers(-127, 128, (m, k), dtype=np.int8).view(np.uint32))
-    w = bg.Tensor.from_numpy(rng.integers(0, 2**32, (n, blocks), dtype=np.uint32) & np.uint32(0xAAAAAAAA))
-    scales = bg.Tensor.from_numpy(np.ones(m, np.float32))
-    gamma = bg.Tensor.from_numpy(np.ones(1, np.float32))
+    inputs, push = coopmat_operands(device, 4, m, k, n)
     y = device.empty((m, n), np.float32)
-    push = np.array([m, n, blocks], np.uint32)
     rows = results["coopmat_breakdown"] = []
     for tile, tile_m, subgroup_rows, depth, cuts in BREAKDOWN_TILES:
         spec = {0: True, 1: False, 2: True, 3: False, 4: tile_m, 5: 128, 6: 4, 7: subgroup_rows, 8: depth,
                 9: False}
         for name in cuts:
-            text = source
-            for old, new in COOPMAT_CUTS[name]:
-                if old not in text:
-                    raise RuntimeError(f"bitlinear_coopmat.comp changed: {old!r} not found for {name!r}")
-                text = text.replace(old, new)
-            spirv = compile_glsl(text, include_dir=os.path.dirname(COOPMAT_SOURCE))
-            kernel = bg.Kernel(device, spirv, specialization=spec, name="coopmat cut")
-            seconds = gpu_seconds(device, lambda: kernel.dispatch((n // 128, m // tile_m, 1),
-                                                                   [w, w, a, scales, gamma, gamma, y, y], push),
+            kernel = edited_coopmat(device, source, COOPMAT_CUTS[name], spec, "coopmat cut")
+            seconds = gpu_seconds(device, lambda: kernel.dispatch((n // 128, m // tile_m, 1), inputs + [y, y], push),
                                   repeats)
             rows.append({"tile": tile, "case": name, "gpu_s": seconds, "TOPS": 2 * m * k * n / seconds / 1e12})
             print(f"bitlinear_coopmat (2048, 4096, 4096), {tile}: {name:72s} {seconds * 1e6:8.1f} us",
