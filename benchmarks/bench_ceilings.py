@@ -30,7 +30,7 @@ import numpy as np
 
 import bitnet_gpu as bg
 from common import (arguments, busy_gpu, by_kernel, compile_glsl, glslang, keep_running, profiled,
-                    torch_copy_gbps, torch_cuda, torch_time, write_results)
+                    timed_chain, torch_copy_gbps, torch_cuda, torch_time, write_results)
 
 # Streams `vectors` 16-byte vectors: workgroup g's invocations read IN_FLIGHT vectors at once,
 # 256 apart, then step by the whole grid. The XOR of what an invocation read is written only if it
@@ -142,15 +142,12 @@ COOPMAT_CASES = [
 
 def gpu_seconds(device, record, repeats):
     """Median GPU seconds of record()'s ops as one graph, after 0.3 s of replays (the clocks up)."""
-    graph = bg.Graph(device, timings="total")
-    with graph:
-        record()
-    keep_running(graph.run, 0.3)
-    times = []
-    for _ in range(repeats):
-        graph.run()
-        times.append(graph.timings()[0][1])
-    return float(np.median(times))
+    return timed_chain(bg, device, record, 1, repeats, before_timing=lambda graph: keep_running(graph.run, 0.3))[0]
+
+
+def whole_and_kernels(device, fn, repeats):
+    """(GPU seconds of fn()'s ops as one graph, {kernel: seconds} from a profiled run)."""
+    return gpu_seconds(device, fn, repeats), by_kernel(profiled(bg, device, fn, repeats)[1])
 
 
 def read_ceiling(device, results, repeats, torch):
@@ -197,8 +194,7 @@ def read_ceiling(device, results, repeats, torch):
         rng = np.random.default_rng(1)
         q = bg.quantize_weights(rng.standard_normal((16384, 16384), dtype=np.float32))
         x = bg.Tensor.from_numpy(rng.standard_normal((1, 16384), dtype=np.float32))
-        seconds = gpu_seconds(device, lambda: bg.bitlinear(x, q), repeats)
-        kernels = by_kernel(profiled(bg, device, lambda: bg.bitlinear(x, q), repeats)[1])
+        seconds, kernels = whole_and_kernels(device, lambda: bg.bitlinear(x, q), repeats)
         results["bitlinear_1x16384x16384"] = {"gpu_s": seconds, "kernels": kernels,
                                               "packed_bytes": q.packed_tensor.nbytes}
         print(f"bitlinear (1, 16384, 16384): {seconds * 1e6:.1f} us whole; " +
@@ -244,8 +240,7 @@ def tensor_core_ceiling(device, results, repeats, torch):
         m, k, n = 2048, 4096, 4096
         q = bg.quantize_weights(rng.standard_normal((n, k), dtype=np.float32))
         x = bg.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
-        seconds = gpu_seconds(device, lambda: bg.bitlinear(x, q), repeats)
-        kernels = by_kernel(profiled(bg, device, lambda: bg.bitlinear(x, q), repeats)[1])
+        seconds, kernels = whole_and_kernels(device, lambda: bg.bitlinear(x, q), repeats)
         results["bitlinear_2048x4096x4096"] = {"gpu_s": seconds, "kernels": kernels,
                                                "TOPS": 2 * m * k * n / seconds / 1e12}
         print(f"bitlinear (2048, 4096, 4096): {seconds * 1e6:.1f} us whole "

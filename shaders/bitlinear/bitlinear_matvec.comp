@@ -159,12 +159,10 @@ void quantize_rows(uint sink) {
   if (gl_WorkGroupID.x == 0 && subgroupElect() && bad > 0) atomicAdd(nonfinite_total, bad);
 }
 
-// Block 4c + j of row m (VECTORS), and block c of row m.
 uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
   return uvec4(s_x[4 * index], s_x[4 * index + 1], s_x[4 * index + 2], s_x[4 * index + 3]);
 }
-#define ACTIVATIONS4(m, c, j) activation_vector((m) * words + (c) * 4 + (j))
-#define ACTIVATIONS(m, c) activation_vector((m) * words + (c))
+#define ACTIVATIONS(index) activation_vector(index)
 #define ROW_SUM(m) row_sums[m]
 #define SCALE(m) row_scales[m]
 // The weight a workgroup takes (uniform in the workgroup; ?: evaluates one side only).
@@ -172,8 +170,7 @@ uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
 #define W(which, index) ((which) == 0 ? w[index] : (which) == 1 ? w_b[index] : w_c[index])
 #define GAMMA(which) ((which) == 0 ? gamma[0] : (which) == 1 ? gamma_b[0] : gamma_c[0])
 #else
-#define ACTIVATIONS4(m, c, j) x4[(m) * words + (c) * 4 + (j)]
-#define ACTIVATIONS(m, c) x4[(m) * words + (c)]
+#define ACTIVATIONS(index) x4[index]
 #define ROW_SUM(m) row_sums[m]
 #define SCALE(m) scales[m]
 #define W4(which, index) w4[index]
@@ -252,7 +249,7 @@ void main() {
           if (c >= vectors) break;
           [[unroll]] for (uint m = 0; m < M; ++m)
             [[unroll]] for (uint j = 0; j < 4; ++j) {
-              const uvec4 xv = ACTIVATIONS4(m, c, j);  // one uvec4 per 16-weight block
+              const uvec4 xv = ACTIVATIONS(m * words + c * 4 + j);  // one uvec4 per 16-weight block
               [[unroll]] for (uint r = 0; r < ROWS; ++r)
                 acc[m * ROWS + r] += dot16(xv, wv[u][r][j]);
             }
@@ -264,7 +261,7 @@ void main() {
         [[unroll]] for (uint r = 0; r < ROWS; ++r)
           wv[r] = row_of(first, r) < group_end ? W(weight_of(which, r), row_of(first, r) * words + c) : 0x55555555u;
         [[unroll]] for (uint m = 0; m < M; ++m) {
-          const uvec4 xv = ACTIVATIONS(m, c);
+          const uvec4 xv = ACTIVATIONS(m * words + c);
           [[unroll]] for (uint r = 0; r < ROWS; ++r) acc[m * ROWS + r] += dot16(xv, wv[r]);
         }
       }
