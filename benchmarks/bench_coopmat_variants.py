@@ -59,15 +59,192 @@ def multiply_edit(source):
     return [(source[start:end + 1], B_HELD)]
 
 
-# (label, steps loaded ahead, edits)
+# Workgroups of 512 invocations (16 subgroups) instead of 256: a larger tile a workgroup with the
+# same 64 x 32 part a subgroup (fewer bytes from L2 for each multiply), or the same tile with
+# 32 x 32 parts, and half the loads an invocation (room for two steps in flight).
+INVOCATIONS_512 = [
+    ("layout(local_size_x = 256) in;", "layout(local_size_x = 512) in;"),
+    ("A_LOADS = TILE_M * BLOCKS / 256, B_LOADS = TILE_N * BLOCKS / 256;",
+     "A_LOADS = TILE_M * BLOCKS / 512, B_LOADS = TILE_N * BLOCKS / 512;"),
+    ("thread + l * 256", "thread + l * 512"),
+    ("const uint SUBGROUP_COLS = 8 / SUBGROUP_ROWS;", "const uint SUBGROUP_COLS = 16 / SUBGROUP_ROWS;"),
+]
+
+# The epilogue's row scales and gamma requested once before it, instead of a load for each value
+# of each 16 x 16 result (the same arithmetic: y bit for bit).
+SCALES_AHEAD = [
+    ("  barrier();  // every subgroup is done reading the tiles",
+     "  const float gamma_value = gamma[0];\n"
+     "  float row_scales[C_ROWS][PER_LANE];\n"
+     "  [[unroll]] for (uint i = 0; i < C_ROWS; ++i)\n"
+     "    [[unroll]] for (uint t = 0; t < PER_LANE; ++t) {\n"
+     "      const uint m = RESULT_ROW0(i) + (lane + 32 * t) / 16;\n"
+     "      row_scales[i][t] = m < p.m ? scales[m] : 1.0;\n"
+     "    }\n"
+     "  barrier();  // every subgroup is done reading the tiles"),
+    ("float(value) * gamma[0] / scales[m];", "float(value) * gamma_value / row_scales[i][t];"),
+]
+
+# Diagnostic (y not computed): the K loop skipped, so the time is the launch and the epilogue.
+EPILOGUE_ONLY = [("for (uint first = 0; first < p.blocks; first += BLOCKS) {",
+                  "for (uint first = 0; first < 0u; first += BLOCKS) {")]
+
+# Diagnostic for full tiles only (the benchmark's shape): the loads without their bounds tests.
+NO_BOUNDS = [
+    ("A[l] = m0 + row < p.m && block < p.blocks ? a[(m0 + row) * p.blocks + block] : uvec4(0);",
+     "A[l] = a[(m0 + row) * p.blocks + block];"),
+    ("W[l] = inside ? w[(n0 + row) * p.blocks + block] : 0x55555555u;",
+     "W[l] = w[(n0 + row) * p.blocks + block];"),
+]
+
+
+def two_stages(source):
+    """Two copies of the tiles in shared memory, one barrier a K step: the multiplies read one copy
+    while the step after is stored into the other (one step in registers, as DEPTH 1)."""
+    loop_start = source.index("  if (DEPTH == 1) {\n    for (uint first = 0;")
+    loop_end = source.index("  } else {  // two steps a round")
+    loop = r"""  #define STORE_AT(OFFSET, A, W, B)                                                          \
+    [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {                                          \
+      const uint e = thread + l * 256;                                                       \
+      tiles[(OFFSET) + (e / BLOCKS) * STRIDE + e % BLOCKS] = A[l];                           \
+    }                                                                                        \
+    [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {                                          \
+      const uint e = thread + l * 256;                                                       \
+      tiles[(OFFSET) + B_TILE + (e / BLOCKS) * STRIDE + e % BLOCKS] = TERNARY ? expand(W[l]) : B[l]; \
+    }
+  #define MULTIPLY_AT(OFFSET)                                                                \
+    [[unroll]] for (uint step = 0; step < BLOCKS; step += 2) {                               \
+      icoopmatNV<8, gl_ScopeSubgroup, 16, 32> mat_a[C_ROWS];                                 \
+      [[unroll]] for (uint i = 0; i < C_ROWS; ++i) {                                         \
+        const uint row = 16 * (C_ROWS * sub_row + i);                                        \
+        coopMatLoadNV(mat_a[i], tiles, (OFFSET) + row * STRIDE + step, STRIDE, false);       \
+      }                                                                                      \
+      [[unroll]] for (uint j = 0; j < C_COLS; ++j) {                                         \
+        icoopmatNV<8, gl_ScopeSubgroup, 32, 16> mat_b;                                       \
+        const uint col = 16 * (C_COLS * sub_col + j);                                        \
+        coopMatLoadNV(mat_b, tiles, (OFFSET) + B_TILE + col * STRIDE + step, STRIDE, true);  \
+        [[unroll]] for (uint i = 0; i < C_ROWS; ++i)                                         \
+          result[i][j] = coopMatMulAddNV(mat_a[i], mat_b, result[i][j]);                     \
+      }                                                                                      \
+    }
+  if (DEPTH == 1) {
+    const uint HALF = (TILE_M + TILE_N) * STRIDE;
+    STORE_AT(0, a0, w0, b0)
+    if (BLOCKS < p.blocks) { LOAD_STEP(BLOCKS, a0, w0, b0) }
+    barrier();
+    for (uint first = 0; first < p.blocks; first += 2 * BLOCKS) {
+      MULTIPLY_AT(0)
+      if (first + BLOCKS < p.blocks) {
+        STORE_AT(HALF, a0, w0, b0)
+        if (first + 2 * BLOCKS < p.blocks) { LOAD_STEP(first + 2 * BLOCKS, a0, w0, b0) }
+      }
+      barrier();
+      if (first + BLOCKS >= p.blocks) break;  // uniform
+      MULTIPLY_AT(HALF)
+      if (first + 2 * BLOCKS < p.blocks) {
+        STORE_AT(0, a0, w0, b0)
+        if (first + 3 * BLOCKS < p.blocks) { LOAD_STEP(first + 3 * BLOCKS, a0, w0, b0) }
+      }
+      barrier();
+    }
+"""
+    return [(source[loop_start:loop_end], loop),
+            ("shared uvec4 tiles[(TILE_M + TILE_N) * STRIDE];", "shared uvec4 tiles[2 * (TILE_M + TILE_N) * STRIDE];")]
+
+
+def direct_store(source):
+    """Diagnostic for full tiles only: each int32 result converted to a float matrix, multiplied by
+    gamma and divided element by element by its rows' scales (a column-major load of stride 0 from
+    shared memory), and stored to y by the subgroup (coopMatStoreNV), instead of staged through
+    shared memory and written one value a lane at a time."""
+    start = source.index("  barrier();  // every subgroup is done reading the tiles")
+    epilogue = r"""  barrier();  // every subgroup is done reading the tiles
+  const float gamma_value = gamma[0];
+  if (thread < TILE_M) row_scale[thread] = m0 + thread < p.m ? scales[m0 + thread] : 1.0;
+  barrier();
+  [[unroll]] for (uint i = 0; i < C_ROWS; ++i) {
+    const uint row0 = RESULT_ROW0(i);
+    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> divisor;
+    coopMatLoadNV(divisor, row_scale, row0 - m0, 0, true);
+    [[unroll]] for (uint j = 0; j < C_COLS; ++j) {
+      fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> value = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(result[i][j]);
+      value = value * gamma_value;
+      value = value / divisor;
+      coopMatStoreNV(value, y, row0 * p.n + RESULT_COL0(j), p.n, false);
+    }
+  }
+}
+"""
+    return [(source[start:], epilogue),
+            ("shared uvec4 tiles[(TILE_M + TILE_N) * STRIDE];",
+             "shared uvec4 tiles[(TILE_M + TILE_N) * STRIDE];\nshared float row_scale[TILE_M];")]
+
+
+def vector_epilogue(source):
+    """The epilogue reading a lane's four adjacent int32 values at once from the staged result and
+    writing them as one 16-byte store (y aliased as vec4; full rows of a multiple of 4 only), with
+    one row scale a lane for each half of the result."""
+    start = source.index("  barrier();  // every subgroup is done reading the tiles")
+    epilogue = r"""  barrier();  // every subgroup is done reading the tiles
+  const float gamma_value = gamma[0];
+  [[unroll]] for (uint f = 0; f < RESULTS; ++f) {
+    const uint i = f / C_COLS, j = f % C_COLS;
+    coopMatStoreNV(result[i][j], tiles, staging, 4, false);
+    subgroupBarrier();
+    const uint row0 = RESULT_ROW0(i), col0 = RESULT_COL0(j);
+    [[unroll]] for (uint t = 0; t < 2; ++t) {
+      const uint e = lane + 32 * t, m = row0 + e / 4, n = col0 + 4 * (e % 4);
+      const ivec4 value = ivec4(tiles[staging + e]);
+      const float scale = scales[m];
+      vec4 out_value;
+      [[unroll]] for (uint c = 0; c < 4; ++c) out_value[c] = float(value[c]) * gamma_value / scale;
+      y4[(m * p.n + n) / 4] = out_value;
+    }
+    subgroupBarrier();
+  }
+}
+"""
+    return [(source[start:], epilogue),
+            ("layout(std430, binding = 6) writeonly buffer Output { float y[]; };",
+             "layout(std430, binding = 6) writeonly buffer Output { float y[]; };\n"
+             "layout(std430, binding = 6) writeonly buffer Output4 { vec4 y4[]; };")]
+
+
+# (label, tile rows, tile columns, subgroup rows, steps loaded ahead, edits or None for the
+# built-in kernel, whether y is computed); 256 invocations unless the edits say otherwise.
 VARIANTS = [
-    ("built-in, 1 step ahead", 1, None),
-    ("built-in, 2 steps ahead", 2, None),
-    ("source compiled here, 1 step ahead", 1, lambda s: []),
-    ("B fragments held, A streamed, 1 step ahead", 1, multiply_edit),
-    ("B fragments held, A streamed, 2 steps ahead", 2, multiply_edit),
-    ("load indices from bases, 2 steps ahead", 2, lambda s: LOAD_BASES),
-    ("B held and load bases, 2 steps ahead", 2, lambda s: multiply_edit(s) + LOAD_BASES),
+    ("built-in, 1 step ahead", 128, 128, 2, 1, None, True),
+    ("built-in, 2 steps ahead", 128, 128, 2, 2, None, True),
+    ("source compiled here, 1 step ahead", 128, 128, 2, 1, lambda s: [], True),
+    ("B fragments held, A streamed, 1 step ahead", 128, 128, 2, 1, multiply_edit, True),
+    ("B fragments held, A streamed, 2 steps ahead", 128, 128, 2, 2, multiply_edit, True),
+    ("load indices from bases, 2 steps ahead", 128, 128, 2, 2, lambda s: LOAD_BASES, True),
+    ("B held and load bases, 2 steps ahead", 128, 128, 2, 2, lambda s: multiply_edit(s) + LOAD_BASES, True),
+    ("row scales requested before the epilogue, 1 ahead", 128, 128, 2, 1, lambda s: SCALES_AHEAD, True),
+    ("two copies of the tiles, one barrier a step", 128, 128, 2, 1, two_stages, True),
+    ("512 invocations, 128 x 256, 1 ahead", 128, 256, 2, 1, lambda s: INVOCATIONS_512, True),
+    ("512 invocations, 128 x 256, 2 ahead", 128, 256, 2, 2, lambda s: INVOCATIONS_512, True),
+    ("512 invocations, 256 x 128, 1 ahead", 256, 128, 4, 1, lambda s: INVOCATIONS_512, True),
+    ("512 invocations, 256 x 128, 2 ahead", 256, 128, 4, 2, lambda s: INVOCATIONS_512, True),
+    ("512 invocations, 128 x 128 (32 x 32 parts), 1 ahead", 128, 128, 4, 1, lambda s: INVOCATIONS_512, True),
+    ("512 invocations, 128 x 128 (32 x 32 parts), 2 ahead", 128, 128, 4, 2, lambda s: INVOCATIONS_512, True),
+    ("512 invocations, 128 x 256, 2 ahead, scales ahead", 128, 256, 2, 2,
+     lambda s: INVOCATIONS_512 + SCALES_AHEAD, True),
+    ("diagnostic: results stored by coopMatStoreNV, 1 ahead", 128, 128, 2, 1, direct_store, True),
+    ("diagnostic: results stored by coopMatStoreNV, 512 invocations, 128 x 256", 128, 256, 2, 1,
+     lambda s: INVOCATIONS_512 + direct_store(s), True),
+    ("diagnostic: 16-byte epilogue stores, 1 ahead", 128, 128, 2, 1, vector_epilogue, True),
+    ("diagnostic: 16-byte epilogue stores, 512 invocations, 128 x 256", 128, 256, 2, 1,
+     lambda s: INVOCATIONS_512 + vector_epilogue(s), True),
+    ("diagnostic: K loop skipped, coopMatStoreNV epilogue", 128, 128, 2, 1,
+     lambda s: EPILOGUE_ONLY + direct_store(s), False),
+    ("diagnostic: K loop skipped, 16-byte epilogue stores", 128, 128, 2, 1,
+     lambda s: EPILOGUE_ONLY + vector_epilogue(s), False),
+    ("diagnostic: loads without bounds tests, 1 ahead", 128, 128, 2, 1, lambda s: NO_BOUNDS, True),
+    ("diagnostic: loads without bounds tests, 2 ahead", 128, 128, 2, 2, lambda s: NO_BOUNDS, True),
+    ("diagnostic: K loop skipped (launch and epilogue)", 128, 128, 2, 1, lambda s: EPILOGUE_ONLY, False),
+    ("diagnostic: K loop skipped, 512 invocations, 128 x 256", 128, 256, 2, 1,
+     lambda s: INVOCATIONS_512 + EPILOGUE_ONLY, False),
 ]
 
 
@@ -87,27 +264,33 @@ def main():
     reference = None
     if torch is not None:
         busy_gpu(torch)
-    for label, depth, edits in VARIANTS:
-        spec = {0: True, 1: False, 2: True, 3: False, 4: 128, 5: 128, 6: 4, 7: 2, 8: depth, 9: False}
-        kernel = (bg.builtin_kernel("bitlinear_coopmat", device, spec) if edits is None
-                  else edited_coopmat(device, source, edits(source), spec, "coopmat variant"))
+    for label, tile_m, tile_n, subgroup_rows, depth, edits, computes_y in VARIANTS:
+        spec = {0: True, 1: False, 2: True, 3: False, 4: tile_m, 5: tile_n, 6: 4, 7: subgroup_rows, 8: depth,
+                9: False}
+        try:
+            kernel = (bg.builtin_kernel("bitlinear_coopmat", device, spec) if edits is None
+                      else edited_coopmat(device, source, edits(source), spec, "coopmat variant"))
+        except Exception as error:  # a variant that does not compile or build is reported, not fatal
+            results["variants"].append({"variant": label, "error": str(error)})
+            print(f"{label:56s} failed: {error}", flush=True)
+            continue
         y = device.empty((m, n), np.float32)
         y.copy_from(np.full((m, n), np.nan, np.float32))  # poisoned: every value must be written
 
         def run():
-            kernel.dispatch((n // 128, m // 128, 1), inputs + [y, y], push)
+            kernel.dispatch((n // tile_n, m // tile_m, 1), inputs + [y, y], push)
 
         run()
         out = y.numpy().copy()
         if reference is None:
             reference = out
-        exact = bool(np.array_equal(out, reference))
+        exact = bool(np.array_equal(out, reference)) if computes_y else None
         seconds = gpu_seconds(device, run, args.repeats)
         registers = kernel.statistics.get("Register Count")
-        row = {"variant": label, "depth": depth, "registers": registers, "exact": exact,
-               "gpu_s": seconds, "TOPS": 2 * m * k * n / seconds / 1e12}
+        row = {"variant": label, "tile": [tile_m, tile_n, 64], "subgroup_rows": subgroup_rows, "depth": depth,
+               "registers": registers, "exact": exact, "gpu_s": seconds, "TOPS": 2 * m * k * n / seconds / 1e12}
         results["variants"].append(row)
-        print(f"{label:48s} registers {registers!s:>4s}  exact {exact!s:5s}  {seconds * 1e6:8.1f} us  "
+        print(f"{label:56s} registers {registers!s:>4s}  exact {exact!s:5s}  {seconds * 1e6:8.1f} us  "
               f"{row['TOPS']:6.0f} T ops/s", flush=True)
     write_results(args.json, results)
 
