@@ -342,7 +342,7 @@ def coopmat_breakdown(device, results, repeats):
     rows = results["coopmat_breakdown"] = []
     for tile, tile_m, subgroup_rows, depth, cuts in BREAKDOWN_TILES:
         spec = {0: True, 1: False, 2: True, 3: False, 4: tile_m, 5: 128, 6: 4, 7: subgroup_rows, 8: depth,
-                9: False}
+                9: False, 10: True, 11: True}  # as the call specializes it for this shape
         for name in cuts:
             kernel = edited_coopmat(device, source, COOPMAT_CUTS[name], spec, "coopmat cut")
             seconds = gpu_seconds(device, lambda: kernel.dispatch((n // 128, m // tile_m, 1), inputs + [y, y], push),

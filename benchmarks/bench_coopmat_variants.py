@@ -1,14 +1,15 @@
 """Restructurings of the BitLinear tensor-core kernel tried before they are built in: variants of
 shaders/bitlinear/bitlinear_coopmat.comp made by text edits here (each edit's text must be found),
-compiled with glslangValidator, and run at (2048, 4096, 4096) with the 128 x 128 tile of K steps of
-64 and 2 x 4 subgroups, beside the built-in kernel: registers (Kernel.statistics), whether y is
-bit for bit the built-in kernel's, and GPU time. The question they answer: can the kernel keep two
-K steps in flight within the 128 registers that let two workgroups share a multiprocessor
-(benchmarks/bench_ceilings.py shows the staging of one step at a time is what bounds it)?
+compiled with glslangValidator, and run at (2048, 4096, 4096), beside the built-in kernel:
+registers (Kernel.statistics), whether y is bit for bit the built-in kernel's, and GPU time. The
+question they answer: what keeps the kernel from its K loop's ceiling (benchmarks/bench_ceilings.py)
+within the 128 registers that let two workgroups share a multiprocessor? Variants that edited text
+the kernel no longer has (load indices from per-invocation bases, loads without bounds tests, row
+scales requested early, the 16-byte epilogue before it was built in) are in this script's history
+(git log -- benchmarks/bench_coopmat_variants.py) with their results.
 
     python3 benchmarks/bench_coopmat_variants.py [--json FILE] [--repeats N]
 """
-
 from __future__ import annotations
 
 import time
@@ -38,21 +39,6 @@ B_HELD = r"""  #define MULTIPLY_STEP()                                          
     }
 """
 
-# Loads whose indices are a per-invocation base plus a multiple of a row stride, computed once
-# (the built-in kernel divides the element index by BLOCKS for every load).
-LOAD_BASES = [
-    ("  #define LOAD_STEP(first, A, W, B)",
-     "  const uint load_row = thread / BLOCKS, load_block = thread % BLOCKS;\n"
-     "  const uint a_base = (m0 + load_row) * p.blocks + load_block, w_base = (n0 + load_row) * p.blocks + load_block;\n"
-     "  const uint ROWS_A_LOAD = 256 / BLOCKS;\n"
-     "  #define LOAD_STEP(first, A, W, B)"),
-    ("      A[l] = m0 + row < p.m && block < p.blocks ? a[(m0 + row) * p.blocks + block] : uvec4(0); \\",
-     "      A[l] = m0 + row < p.m && block < p.blocks ? a[a_base + (first) + l * ROWS_A_LOAD * p.blocks] : uvec4(0); \\"),
-    ("      if (TERNARY) W[l] = inside ? w[(n0 + row) * p.blocks + block] : 0x55555555u;           \\",
-     "      if (TERNARY) W[l] = inside ? w[w_base + (first) + l * ROWS_A_LOAD * p.blocks] : 0x55555555u; \\"),
-]
-
-
 def multiply_edit(source):
     start = source.index("  #define MULTIPLY_STEP()")
     end = source.index("\n\n  LOAD_STEP(0, a0, w0, b0)")
@@ -70,33 +56,9 @@ INVOCATIONS_512 = [
     ("const uint SUBGROUP_COLS = 8 / SUBGROUP_ROWS;", "const uint SUBGROUP_COLS = 16 / SUBGROUP_ROWS;"),
 ]
 
-# The epilogue's row scales and gamma requested once before it, instead of a load for each value
-# of each 16 x 16 result (the same arithmetic: y bit for bit).
-SCALES_AHEAD = [
-    ("  barrier();  // every subgroup is done reading the tiles",
-     "  const float gamma_value = gamma[0];\n"
-     "  float row_scales[C_ROWS][PER_LANE];\n"
-     "  [[unroll]] for (uint i = 0; i < C_ROWS; ++i)\n"
-     "    [[unroll]] for (uint t = 0; t < PER_LANE; ++t) {\n"
-     "      const uint m = RESULT_ROW0(i) + (lane + 32 * t) / 16;\n"
-     "      row_scales[i][t] = m < p.m ? scales[m] : 1.0;\n"
-     "    }\n"
-     "  barrier();  // every subgroup is done reading the tiles"),
-    ("float(value) * gamma[0] / scales[m];", "float(value) * gamma_value / row_scales[i][t];"),
-]
-
 # Diagnostic (y not computed): the K loop skipped, so the time is the launch and the epilogue.
 EPILOGUE_ONLY = [("for (uint first = 0; first < p.blocks; first += BLOCKS) {",
                   "for (uint first = 0; first < 0u; first += BLOCKS) {")]
-
-# Diagnostic for full tiles only (the benchmark's shape): the loads without their bounds tests.
-NO_BOUNDS = [
-    ("A[l] = m0 + row < p.m && block < p.blocks ? a[(m0 + row) * p.blocks + block] : uvec4(0);",
-     "A[l] = a[(m0 + row) * p.blocks + block];"),
-    ("W[l] = inside ? w[(n0 + row) * p.blocks + block] : 0x55555555u;",
-     "W[l] = w[(n0 + row) * p.blocks + block];"),
-]
-
 
 def two_stages(source):
     """Two copies of the tiles in shared memory, one barrier a K step: the multiplies read one copy
@@ -180,71 +142,31 @@ def direct_store(source):
              "shared uvec4 tiles[(TILE_M + TILE_N) * STRIDE];\nshared float row_scale[TILE_M];")]
 
 
-def vector_epilogue(source):
-    """The epilogue reading a lane's four adjacent int32 values at once from the staged result and
-    writing them as one 16-byte store (y aliased as vec4; full rows of a multiple of 4 only), with
-    one row scale a lane for each half of the result."""
-    start = source.index("  barrier();  // every subgroup is done reading the tiles")
-    epilogue = r"""  barrier();  // every subgroup is done reading the tiles
-  const float gamma_value = gamma[0];
-  [[unroll]] for (uint f = 0; f < RESULTS; ++f) {
-    const uint i = f / C_COLS, j = f % C_COLS;
-    coopMatStoreNV(result[i][j], tiles, staging, 4, false);
-    subgroupBarrier();
-    const uint row0 = RESULT_ROW0(i), col0 = RESULT_COL0(j);
-    [[unroll]] for (uint t = 0; t < 2; ++t) {
-      const uint e = lane + 32 * t, m = row0 + e / 4, n = col0 + 4 * (e % 4);
-      const ivec4 value = ivec4(tiles[staging + e]);
-      const float scale = scales[m];
-      vec4 out_value;
-      [[unroll]] for (uint c = 0; c < 4; ++c) out_value[c] = float(value[c]) * gamma_value / scale;
-      y4[(m * p.n + n) / 4] = out_value;
-    }
-    subgroupBarrier();
-  }
-}
-"""
-    return [(source[start:], epilogue),
-            ("layout(std430, binding = 6) writeonly buffer Output { float y[]; };",
-             "layout(std430, binding = 6) writeonly buffer Output { float y[]; };\n"
-             "layout(std430, binding = 6) writeonly buffer Output4 { vec4 y4[]; };")]
-
-
 # (label, tile rows, tile columns, subgroup rows, steps loaded ahead, edits or None for the
-# built-in kernel, whether y is computed); 256 invocations unless the edits say otherwise.
+# built-in kernel, whether y is computed, specialization constants set otherwise than for the
+# shape); 256 invocations unless the edits say otherwise. The shape takes VECTOR_ROWS (10) and
+# FULL_TILES (11).
 VARIANTS = [
-    ("built-in, 1 step ahead", 128, 128, 2, 1, None, True),
-    ("built-in, 2 steps ahead", 128, 128, 2, 2, None, True),
-    ("source compiled here, 1 step ahead", 128, 128, 2, 1, lambda s: [], True),
-    ("B fragments held, A streamed, 1 step ahead", 128, 128, 2, 1, multiply_edit, True),
-    ("B fragments held, A streamed, 2 steps ahead", 128, 128, 2, 2, multiply_edit, True),
-    ("load indices from bases, 2 steps ahead", 128, 128, 2, 2, lambda s: LOAD_BASES, True),
-    ("B held and load bases, 2 steps ahead", 128, 128, 2, 2, lambda s: multiply_edit(s) + LOAD_BASES, True),
-    ("row scales requested before the epilogue, 1 ahead", 128, 128, 2, 1, lambda s: SCALES_AHEAD, True),
-    ("two copies of the tiles, one barrier a step", 128, 128, 2, 1, two_stages, True),
-    ("512 invocations, 128 x 256, 1 ahead", 128, 256, 2, 1, lambda s: INVOCATIONS_512, True),
-    ("512 invocations, 128 x 256, 2 ahead", 128, 256, 2, 2, lambda s: INVOCATIONS_512, True),
-    ("512 invocations, 256 x 128, 1 ahead", 256, 128, 4, 1, lambda s: INVOCATIONS_512, True),
-    ("512 invocations, 256 x 128, 2 ahead", 256, 128, 4, 2, lambda s: INVOCATIONS_512, True),
-    ("512 invocations, 128 x 128 (32 x 32 parts), 1 ahead", 128, 128, 4, 1, lambda s: INVOCATIONS_512, True),
-    ("512 invocations, 128 x 128 (32 x 32 parts), 2 ahead", 128, 128, 4, 2, lambda s: INVOCATIONS_512, True),
-    ("512 invocations, 128 x 256, 2 ahead, scales ahead", 128, 256, 2, 2,
-     lambda s: INVOCATIONS_512 + SCALES_AHEAD, True),
-    ("diagnostic: results stored by coopMatStoreNV, 1 ahead", 128, 128, 2, 1, direct_store, True),
-    ("diagnostic: results stored by coopMatStoreNV, 512 invocations, 128 x 256", 128, 256, 2, 1,
-     lambda s: INVOCATIONS_512 + direct_store(s), True),
-    ("diagnostic: 16-byte epilogue stores, 1 ahead", 128, 128, 2, 1, vector_epilogue, True),
-    ("diagnostic: 16-byte epilogue stores, 512 invocations, 128 x 256", 128, 256, 2, 1,
-     lambda s: INVOCATIONS_512 + vector_epilogue(s), True),
-    ("diagnostic: K loop skipped, coopMatStoreNV epilogue", 128, 128, 2, 1,
-     lambda s: EPILOGUE_ONLY + direct_store(s), False),
-    ("diagnostic: K loop skipped, 16-byte epilogue stores", 128, 128, 2, 1,
-     lambda s: EPILOGUE_ONLY + vector_epilogue(s), False),
-    ("diagnostic: loads without bounds tests, 1 ahead", 128, 128, 2, 1, lambda s: NO_BOUNDS, True),
-    ("diagnostic: loads without bounds tests, 2 ahead", 128, 128, 2, 2, lambda s: NO_BOUNDS, True),
-    ("diagnostic: K loop skipped (launch and epilogue)", 128, 128, 2, 1, lambda s: EPILOGUE_ONLY, False),
+    ("built-in, 1 step ahead", 128, 128, 2, 1, None, True, {}),
+    ("built-in, 2 steps ahead", 128, 128, 2, 2, None, True, {}),
+    ("built-in, bounds tested (FULL_TILES off)", 128, 128, 2, 1, None, True, {11: False}),
+    ("built-in, one value a lane (VECTOR_ROWS off)", 128, 128, 2, 1, None, True, {10: False}),
+    ("built-in, both off (partial tiles, N % 4 != 0)", 128, 128, 2, 1, None, True, {10: False, 11: False}),
+    ("source compiled here, 1 step ahead", 128, 128, 2, 1, lambda s: [], True, {}),
+    ("B fragments held, A streamed, 1 step ahead", 128, 128, 2, 1, multiply_edit, True, {}),
+    ("B fragments held, A streamed, 2 steps ahead", 128, 128, 2, 2, multiply_edit, True, {}),
+    ("two copies of the tiles, one barrier a step", 128, 128, 2, 1, two_stages, True, {}),
+    ("512 invocations, 128 x 256, 1 ahead", 128, 256, 2, 1, lambda s: INVOCATIONS_512, True, {}),
+    ("512 invocations, 128 x 256, 2 ahead", 128, 256, 2, 2, lambda s: INVOCATIONS_512, True, {}),
+    ("512 invocations, 256 x 128, 1 ahead", 256, 128, 4, 1, lambda s: INVOCATIONS_512, True, {}),
+    ("512 invocations, 256 x 128, 2 ahead", 256, 128, 4, 2, lambda s: INVOCATIONS_512, True, {}),
+    ("512 invocations, 128 x 128 (32 x 32 parts), 1 ahead", 128, 128, 4, 1, lambda s: INVOCATIONS_512, True, {}),
+    ("512 invocations, 128 x 128 (32 x 32 parts), 2 ahead", 128, 128, 4, 2, lambda s: INVOCATIONS_512, True, {}),
+    ("diagnostic: results stored by coopMatStoreNV, 1 ahead", 128, 128, 2, 1, direct_store, True, {}),
+    ("diagnostic: K loop skipped (launch and epilogue)", 128, 128, 2, 1, lambda s: EPILOGUE_ONLY, False, {}),
     ("diagnostic: K loop skipped, 512 invocations, 128 x 256", 128, 256, 2, 1,
-     lambda s: INVOCATIONS_512 + EPILOGUE_ONLY, False),
+     lambda s: INVOCATIONS_512 + EPILOGUE_ONLY, False, {}),
+    ("diagnostic: K loop skipped, one value a lane", 128, 128, 2, 1, lambda s: EPILOGUE_ONLY, False, {10: False}),
 ]
 
 
@@ -264,9 +186,10 @@ def main():
     reference = None
     if torch is not None:
         busy_gpu(torch)
-    for label, tile_m, tile_n, subgroup_rows, depth, edits, computes_y in VARIANTS:
+    for label, tile_m, tile_n, subgroup_rows, depth, edits, computes_y, settings in VARIANTS:
         spec = {0: True, 1: False, 2: True, 3: False, 4: tile_m, 5: tile_n, 6: 4, 7: subgroup_rows, 8: depth,
-                9: False}
+                9: False, 10: n % 4 == 0, 11: m % tile_m == 0 and n % tile_n == 0 and k % 64 == 0}
+        spec.update(settings)
         try:
             kernel = (bg.builtin_kernel("bitlinear_coopmat", device, spec) if edits is None
                       else edited_coopmat(device, source, edits(source), spec, "coopmat variant"))
@@ -288,6 +211,7 @@ def main():
         seconds = gpu_seconds(device, run, args.repeats)
         registers = kernel.statistics.get("Register Count")
         row = {"variant": label, "tile": [tile_m, tile_n, 64], "subgroup_rows": subgroup_rows, "depth": depth,
+               "vector_rows": spec[10], "full_tiles": spec[11],
                "registers": registers, "exact": exact, "gpu_s": seconds, "TOPS": 2 * m * k * n / seconds / 1e12}
         results["variants"].append(row)
         print(f"{label:56s} registers {registers!s:>4s}  exact {exact!s:5s}  {seconds * 1e6:8.1f} us  "

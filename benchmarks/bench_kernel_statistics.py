@@ -13,7 +13,7 @@ from common import arguments, write_results
 
 def coopmat(tile_m, tile_n, k_step, subgroup_rows, depth):
     return ("bitlinear_coopmat", {0: True, 1: False, 2: True, 3: False, 4: tile_m, 5: tile_n, 6: k_step // 16,
-                                  7: subgroup_rows, 8: depth})
+                                  7: subgroup_rows, 8: depth, 10: True, 11: True})
 
 
 # (label, shader, specialization), as ops/bitlinear.cpp specializes them.

@@ -66,7 +66,8 @@ def main():
                            "64x64x64 (2x4, depth 1)": {4: 64, 5: 64, 6: 4, 7: 2, 8: 1}}.items():
             for residual in (False, True):
                 kernel = bg.builtin_kernel("bitlinear_coopmat", device,
-                                           {0: True, 1: residual, 2: True, 3: False, 9: residual, **spec})
+                                           {0: True, 1: residual, 2: True, 3: False, 9: residual, 10: True,
+                                            11: True, **spec})
                 results["statistics"][f"{tile}{' residual' if residual else ''}"] = kernel.statistics
     print(f"\n{device.name}: a prefill layer's projections, {rows} tokens, GPU us (graph-timed)")
     names = list(calls)

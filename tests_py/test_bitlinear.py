@@ -300,11 +300,11 @@ def test_tensor_core_loads_steps_ahead(device, rng, monkeypatch, depth, tile, m,
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
 @pytest.mark.parametrize("m,k,n", [(128, 300, 640), (512, 300, 2560), (512, 300, 6912), (1030, 77, 129),
-                                   (1030, 77, 2600)])
+                                   (1030, 77, 2600), (100, 77, 17000), (256, 256, 256)])
 def test_tensor_core_automatic_tile(device, rng, m, k, n):
     """The tile chosen from the multiprocessor count (GPU only; on the H100 these shapes take the
-    64, 128 and 256-row tiles, and the last the 128 x 128 tile with K steps of 64, two workgroups a
-    multiprocessor): exact accumulators."""
+    64, 128 and 256-row tiles, (100, 77, 17000) the 128 x 128 tile with K steps of 64, two
+    workgroups a multiprocessor, and (256, 256, 256) whole tiles, FULL_TILES): exact accumulators."""
     check_tensor_cores(rng, m, k, n)
 
 

@@ -53,6 +53,27 @@ def test_kernel_statistics_come_from_the_driver_where_it_reports_them(device, tm
     assert set(user.statistics) == set(stats)
 
 
+def test_blocks_aliasing_one_binding(device, rng, tmp_path):
+    """Two views of one buffer at one binding (a read-only float block and a written vec4 block, as
+    bitlinear_coopmat aliases its outputs): one binding, written, and each view sees the same bytes."""
+    kernel = bg.Kernel(device, glsl_to_spirv(tmp_path, """
+        #version 450
+        layout(local_size_x = 32) in;
+        layout(std430, binding = 0) readonly buffer In { float x[]; };
+        layout(std430, binding = 1) readonly buffer Out { float y[]; };
+        layout(std430, binding = 1) writeonly buffer Out4 { vec4 y4[]; };
+        void main() {
+          const uint i = gl_GlobalInvocationID.x;
+          if (i < 8) y4[i] = vec4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]) * 2.0;
+        }
+    """))
+    assert kernel.binding_count == 2 and kernel.writable == [False, True]
+    x = rng.standard_normal(32).astype(np.float32)
+    y = bg.Tensor.from_numpy(np.full(32, np.nan, np.float32), device)
+    kernel.dispatch(1, [bg.Tensor.from_numpy(x, device), y])
+    np.testing.assert_array_equal(y.numpy(), x * 2)
+
+
 @pytest.mark.parametrize("n", [1, 7, 33, 4097, 100003])
 def test_axpy_parity(device, rng, n):
     x = rng.standard_normal(n).astype(np.float32)

@@ -263,12 +263,14 @@ def test_fused_matvec_equals_the_separate_pre_pass(monkeypatch, m, k, gated):
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 16, 1), (1, 64, 33), (3, 2560, 129), (8, 6912, 65), (1, 16384, 17),
-                                   (2, 20000, 9), (9, 64, 33), (130, 300, 200), (257, 2560, 129)])
+                                   (2, 20000, 9), (9, 64, 33), (130, 300, 200), (257, 2560, 129),
+                                   (256, 256, 256)])
 @pytest.mark.parametrize("in_kernel", ["1", "0"])
 def test_the_residual_is_added_bit_for_bit(monkeypatch, m, k, n, in_kernel):
     """bitlinear_group's [M, N] residual: up to 8 rows (decode) the matvec adds it, with its own
     pre-pass (K <= 8192 values), after the split pre-pass (K = 16384) or on the unfused path
-    (K > 16384); past them (prefill) the tiled or tensor-core kernel adds it in its epilogue (or,
+    (K > 16384); past them (prefill) the tiled or tensor-core kernel adds it in its epilogue (in
+    16-byte vectors where N % 4 == 0, without bounds tests for whole tiles: (256, 256, 256)) (or,
     BITNET_GPU_MATMUL_RESIDUAL=0, an add op after it). Each is bit for bit the float32 sum of the
     output and the residual (on the H100 the compiler had contracted the scaling's division and
     the addition into one FMA, in the tensor-core kernel and then in the matvec: one rounding off)."""

@@ -146,20 +146,23 @@ struct CoopmatTile {
 CoopmatTile default_layout(uint32_t m, uint32_t n, uint32_t k) { return {m, n, k, m >= 128 ? 4u : 2u, 2}; }
 
 // The tile for an m x n output, the one with the least estimated time among
-//   256 x 128, K steps of 64, 4 x 2 subgroups, 2 steps loaded ahead (242 registers on the H100:
+//   256 x 128, K steps of 64, 4 x 2 subgroups, 2 steps loaded ahead (241 registers on the H100:
 //     one workgroup a multiprocessor),
 //   128 x 128, K steps of 128, 4 x 2 subgroups, 2 ahead (187 registers, one),
 //   64 x 128, K steps of 128, 2 x 4 subgroups, 2 ahead (one),
 //   128 x 128, K steps of 64, 2 x 4 subgroups, 1 ahead (128 registers: two a multiprocessor),
 // counted as rounds of workgroups (one or two on each multiprocessor) times the tile's values
-// times its cost per value: 1, 1.05, 1.5 and 1.8, the last fitted on the H100 (2026-11-23) so that
-// the choice is the faster one on each shape measured; the kernel with the two-a-multiprocessor
-// tile against the choice among the other three: (2048, 4096, 4096) 168.8 against 175.9 us,
-// (2048, 2560, 6912) 205.1 against 219.0, (2048, 6912, 2560) 251.5 against 210.3,
-// (1024, 4096, 4096) 87.3 against 88.2, (512, 2560, 6912) 57.3 against 60.3, (512, 4096, 4096)
-// 57.8 against 48.7 and (128, 4096, 4096) 56.3 against 33.4. A whole number of rounds matters
-// more than the tile: (2048, 4096, 4096) 177 us with 256 x 128 (2 rounds) against 186 with
-// 128 x 128 x 128 (4); (2048, 6912, 2560) 270 against 210 (4 rounds against 7 of half the work).
+// times its cost per value: 1, 1.05, 1.5 and 2.05, fitted on the H100 so that the choice is the
+// fastest of the four on each shape measured (2026-11-23, ninth session, after the 16-byte
+// epilogue, which sped the one-a-multiprocessor tiles up more than the two-a-multiprocessor one;
+// benchmarks/results/knobs-coopmat-tiles-h100.json, kernel alone in us, the four in that order):
+// (2048, 4096, 4096) 145.3 / 149.2 / 203.8 / 152.2, (2048, 2560, 6912) 186.7 / 170.6 / 227.6 /
+// 184.7, (2048, 6912, 2560) 233.1 / 178.5 / 215.8 / 233.2, (1024, 4096, 4096) 73.6 / 77.0 / 101.2 /
+// 78.8, (512, 2560, 6912) 46.4 / 49.8 / 65.1 / 51.3, (512, 4096, 4096) 70.4 / 40.3 / 52.4 / 52.4,
+// (128, 4096, 4096) 74.7 / 38.9 / 27.0 / 49.4, and a 512-token prefill's projections: (512, 2560,
+// 3840) 45.7 / 26.7 / 34.6 / 33.8, (512, 2560, 2560) 44.9 / 26.4 / 33.9 / 33.6, (512, 2560, 13824)
+// 96.7 / 100.2 / 114.5 / 99.4, (512, 6912, 2560) 107.5 / 61.5 / 78.2 / 83.3. A whole number of
+// rounds matters more than the tile.
 // Where the multiprocessor count is unknown: 256 x 128 from m = 1024, else 64 x 128 with K steps
 // of 64.
 // Tuning: BITNET_GPU_COOPMAT_TILE=MxN[xK] (M and N multiples of 64 up to 256, K 64 or 128; 4 x 2
@@ -177,7 +180,7 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
     const Candidate candidates[] = {{{256, 128, 64, 4, 2}, 1, 1.0},
                                     {{128, 128, 128, 4, 2}, 1, 1.05},
                                     {{64, 128, 128, 2, 2}, 1, 1.5},
-                                    {{128, 128, 64, 2, 1}, 2, 1.8}};
+                                    {{128, 128, 64, 2, 1}, 2, 2.05}};
     double best = 0.0;
     for (size_t i = 0; i < std::size(candidates); ++i) {
       const auto& c = candidates[i];
@@ -225,11 +228,16 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
                            std::to_string(tile_n) + "x" + std::to_string(tile.k) + " needs " +
                            std::to_string(shared_bytes) + " bytes of shared memory; this device has " +
                            std::to_string(device->limits().maxComputeSharedMemorySize));
+  // VECTOR_ROWS: rows of y, the accumulators, the residual and the bias of whole 16-byte vectors
+  // (every binding starts at its buffer's start). FULL_TILES: no partial tile or K step.
+  const bool vector_rows = n % 4 == 0;
+  const bool full_tiles = m % tile_m == 0 && n % tile_n == 0 && (padded(k) / 16) % blocks == 0;
   Kernel kernel = Kernel::builtin(device, "bitlinear_coopmat",
                                   {{0, ternary}, {1, bias.has_value()}, {2, out.y.has_value()},
                                    {3, out.accumulators.has_value()}, {4, int64_t{tile_m}},
                                    {5, int64_t{tile_n}}, {6, int64_t{blocks}},
-                                   {7, int64_t{tile.subgroup_rows}}, {8, int64_t{tile.depth}}, {9, residual}});
+                                   {7, int64_t{tile.subgroup_rows}}, {8, int64_t{tile.depth}}, {9, residual},
+                                   {10, vector_rows}, {11, full_tiles}});
   dispatch_tiles(sequence, kernel, {b.binding(), b.binding()}, a, false, m, n, k, tile_m, tile_n,
                  scales, gamma, bias, out);
 }

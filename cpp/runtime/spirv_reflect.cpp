@@ -256,7 +256,9 @@ KernelInterface reflect_spirv(std::span<const uint32_t> words, std::string_view 
           read_only = false;
       }
     }
-    bindings[binding] = !read_only;
+    // Blocks may alias one binding (a float and a vec4 view of the same buffer): it is written
+    // if any of them writes it.
+    bindings[binding] = bindings[binding] || !read_only;
   }
   uint32_t expected = 0;
   for (const auto& [binding, writable] : bindings) {

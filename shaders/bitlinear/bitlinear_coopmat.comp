@@ -8,7 +8,9 @@
 // needed. Each subgroup multiplies a (TILE_M / SUBGROUP_ROWS) x (TILE_N / SUBGROUP_COLS) part of
 // the tile, the 8 subgroups in SUBGROUP_ROWS x SUBGROUP_COLS. The epilogue
 // stages every 16 x 16 int32 result through shared memory (the tiles' space, no longer needed) to
-// scale it by gamma / s[m] and add the bias ([N]; RESIDUAL: an [M, N] residual, element by element).
+// scale it by gamma / s[m] and add the bias ([N]; RESIDUAL: an [M, N] residual, element by element),
+// where VECTOR_ROWS each lane taking four adjacent values of a row at a time (16-byte loads and
+// stores). FULL_TILES: M, N and K are whole tiles and steps, so no load or store is tested.
 // TERNARY = false multiplies two interleaved int8 matrices (int8_matmul). Shared memory: (TILE_M + TILE_N) * (BLOCKS + 1) * 16 bytes.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -31,6 +33,8 @@ const uint STRIDE = BLOCKS + 1;     // uvec4 per shared row, one of skew against
 layout(constant_id = 7) const uint SUBGROUP_ROWS = 2;  // 1, 2, 4 or 8
 layout(constant_id = 8) const uint DEPTH = 1;          // K steps loaded ahead: 1 or 2
 layout(constant_id = 9) const bool RESIDUAL = false;
+layout(constant_id = 10) const bool VECTOR_ROWS = false;  // N % 4 == 0: rows of whole vec4s
+layout(constant_id = 11) const bool FULL_TILES = false;
 const uint SUBGROUP_COLS = 8 / SUBGROUP_ROWS;
 const uint C_ROWS = TILE_M / (SUBGROUP_ROWS * 16), C_COLS = TILE_N / (SUBGROUP_COLS * 16);
 const uint A_LOADS = TILE_M * BLOCKS / 256, B_LOADS = TILE_N * BLOCKS / 256;
@@ -41,8 +45,11 @@ layout(std430, binding = 2) readonly buffer Activations { uvec4 a[]; };    // [M
 layout(std430, binding = 3) readonly buffer Scales { float scales[]; };
 layout(std430, binding = 4) readonly buffer Gamma { float gamma[]; };
 layout(std430, binding = 5) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 5) readonly buffer Bias4 { vec4 bias4[]; };  // the same, VECTOR_ROWS
 layout(std430, binding = 6) writeonly buffer Output { float y[]; };
 layout(std430, binding = 7) writeonly buffer Accumulators { int accumulators[]; };
+layout(std430, binding = 6) writeonly buffer Output4 { vec4 y4[]; };
+layout(std430, binding = 7) writeonly buffer Accumulators4 { ivec4 accumulators4[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint blocks; } p;
 
 // The A tile, then the B tile; after the K loop, one 16 x 16 int32 result per subgroup (64 uvec4).
@@ -82,11 +89,12 @@ void main() {
   #define LOAD_STEP(first, A, W, B)                                                          \
     [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {                                          \
       const uint e = thread + l * 256, row = e / BLOCKS, block = (first) + e % BLOCKS;        \
-      A[l] = m0 + row < p.m && block < p.blocks ? a[(m0 + row) * p.blocks + block] : uvec4(0); \
+      A[l] = FULL_TILES || (m0 + row < p.m && block < p.blocks) ? a[(m0 + row) * p.blocks + block] \
+                                                              : uvec4(0);                   \
     }                                                                                        \
     [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {                                          \
       const uint e = thread + l * 256, row = e / BLOCKS, block = (first) + e % BLOCKS;        \
-      const bool inside = n0 + row < p.n && block < p.blocks;                                \
+      const bool inside = FULL_TILES || (n0 + row < p.n && block < p.blocks);                \
       if (TERNARY) W[l] = inside ? w[(n0 + row) * p.blocks + block] : 0x55555555u;           \
       else B[l] = inside ? b[(n0 + row) * p.blocks + block] : uvec4(0);                      \
     }
@@ -142,25 +150,49 @@ void main() {
 
   const uint lane = gl_SubgroupInvocationID;
   const uint staging = subgroup * 64;  // in uvec4: 16 rows of 16 int32, 4 uvec4 a row
-  // Values e = lane + 32 t (t < 8) of a 16 x 16 result, subgroups being 32 wide. With RESIDUAL
-  // the next result's residuals are requested before the current one is written: eight
-  // independent loads a result in flight instead of one load waited for per value (which cost
-  // more than a separate add: 2560 -> 2560 at 512 rows 95.4 -> 113.0 us).
-  const uint PER_LANE = 256 / 32, RESULTS = C_ROWS * C_COLS;
+  // VECTOR_ROWS: a lane takes the staged vectors e = lane + 32 t (t < 2) of a 16 x 16 result, row
+  // e / 4, columns 4 (e % 4) to 4 (e % 4) + 3, with 16-byte loads and stores; otherwise the values
+  // e = lane + 32 t (t < 8), row e / 16, column e % 16, one at a time (four adjacent values a lane
+  // with 4-byte stores took 57.8 us for the epilogue alone, against 26.3 for this and 15.1 for 16-byte
+  // stores: (2048, 4096, 4096) on the H100, benchmarks/bench_coopmat_variants.py; 154.0 against
+  // 170.2 us for the kernel). A lane's value v of a result is component v % 4 of vector v / 4, or
+  // value v. With RESIDUAL the next result's residuals are requested before the current one is
+  // written: independent loads in flight instead of one load waited for per value (which cost more
+  // than a separate add: 2560 -> 2560 at 512 rows 95.4 -> 113.0 us).
+  const uint PER_LANE = 8, RESULTS = C_ROWS * C_COLS;
   float residual_next[PER_LANE];
   // The output row and column of the first value of result[i][j].
   #define RESULT_ROW0(i) (m0 + 16 * (C_ROWS * sub_row + (i)))
   #define RESULT_COL0(j) (n0 + 16 * (C_COLS * sub_col + (j)))
+  // The residuals of a lane's values of result f, zeros past M and N.
   #define LOAD_RESIDUALS(f, R)                                                                \
     {                                                                                         \
       const uint row0 = RESULT_ROW0((f) / C_COLS), col0 = RESULT_COL0((f) % C_COLS);         \
-      [[unroll]] for (uint t = 0; t < PER_LANE; ++t) {                                       \
-        const uint e = lane + 32 * t, m = row0 + e / 16, n = col0 + e % 16;                 \
-        R[t] = m < p.m && n < p.n ? bias[m * p.n + n] : 0.0;                                 \
+      if (VECTOR_ROWS) {                                                                      \
+        [[unroll]] for (uint t = 0; t < 2; ++t) {                                            \
+          const uint e = lane + 32 * t, m = row0 + e / 4, n = col0 + 4 * (e % 4);            \
+          const vec4 r = FULL_TILES || (m < p.m && n < p.n) ? bias4[(m * p.n + n) / 4] : vec4(0.0); \
+          [[unroll]] for (uint c = 0; c < 4; ++c) R[4 * t + c] = r[c];                       \
+        }                                                                                     \
+      } else {                                                                                \
+        [[unroll]] for (uint t = 0; t < PER_LANE; ++t) {                                     \
+          const uint e = lane + 32 * t, m = row0 + e / 16, n = col0 + e % 16;               \
+          R[t] = m < p.m && n < p.n ? bias[m * p.n + n] : 0.0;                               \
+        }                                                                                     \
       }                                                                                       \
     }
   if (HAS_BIAS && RESIDUAL && WITH_OUTPUT) LOAD_RESIDUALS(0, residual_next)
   barrier();  // every subgroup is done reading the tiles
+  const float gamma_value = gamma[0];
+  // y for accumulator `value` of row m, column n: value * gamma / s[m] + the bias or residual.
+  // precise: not contracted into the addition, so y + residual is bit for bit the sum of y and the
+  // residual (the H100 folded the division's reciprocal into an FMA).
+  #define SCALED(value, scale, added, out_value)                                              \
+    {                                                                                         \
+      precise float scaled = float(value) * gamma_value / (scale);                            \
+      if (HAS_BIAS) scaled += (added);                                                        \
+      out_value = scaled;                                                                     \
+    }
   [[unroll]] for (uint f = 0; f < RESULTS; ++f) {
     const uint i = f / C_COLS, j = f % C_COLS;
     float residual[PER_LANE];
@@ -171,17 +203,32 @@ void main() {
     coopMatStoreNV(result[i][j], tiles, staging, 4, false);
     subgroupBarrier();
     const uint row0 = RESULT_ROW0(i), col0 = RESULT_COL0(j);
-    [[unroll]] for (uint t = 0; t < PER_LANE; ++t) {
-      const uint e = lane + 32 * t, m = row0 + e / 16, n = col0 + e % 16;
-      if (m >= p.m || n >= p.n) continue;
-      const int value = int(tiles[staging + e / 4][e % 4]);
-      if (WITH_ACCUMULATOR) accumulators[m * p.n + n] = value;
-      if (WITH_OUTPUT) {
-        // precise: not contracted into the addition, so y + residual is bit for bit the sum of
-        // y and the residual (the H100 folded the division's reciprocal into an FMA).
-        precise float out_value = float(value) * gamma[0] / scales[m];
-        if (HAS_BIAS) out_value += RESIDUAL ? residual[t] : bias[n];
-        y[m * p.n + n] = out_value;
+    if (VECTOR_ROWS) {
+      [[unroll]] for (uint t = 0; t < 2; ++t) {
+        const uint e = lane + 32 * t, m = row0 + e / 4, n = col0 + 4 * (e % 4);
+        if (!FULL_TILES && (m >= p.m || n >= p.n)) continue;
+        const ivec4 value = ivec4(tiles[staging + e]);
+        if (WITH_ACCUMULATOR) accumulators4[(m * p.n + n) / 4] = value;
+        if (WITH_OUTPUT) {
+          const float scale = scales[m];
+          const vec4 biases = HAS_BIAS && !RESIDUAL ? bias4[n / 4] : vec4(0.0);
+          vec4 out_value;
+          [[unroll]] for (uint c = 0; c < 4; ++c)
+            SCALED(value[c], scale, RESIDUAL ? residual[4 * t + c] : biases[c], out_value[c])
+          y4[(m * p.n + n) / 4] = out_value;
+        }
+      }
+    } else {
+      [[unroll]] for (uint t = 0; t < PER_LANE; ++t) {
+        const uint e = lane + 32 * t, m = row0 + e / 16, n = col0 + e % 16;
+        if (m >= p.m || n >= p.n) continue;
+        const int value = int(tiles[staging + e / 4][e % 4]);
+        if (WITH_ACCUMULATOR) accumulators[m * p.n + n] = value;
+        if (WITH_OUTPUT) {
+          float out_value;
+          SCALED(value, scales[m], RESIDUAL ? residual[t] : bias[n], out_value)
+          y[m * p.n + n] = out_value;
+        }
       }
     }
     subgroupBarrier();
