@@ -153,9 +153,9 @@ void main() {
   // VECTOR_ROWS: a lane takes the staged vectors e = lane + 32 t (t < 2) of a 16 x 16 result, row
   // e / 4, columns 4 (e % 4) to 4 (e % 4) + 3, with 16-byte loads and stores; otherwise the values
   // e = lane + 32 t (t < 8), row e / 16, column e % 16, one at a time (four adjacent values a lane
-  // with 4-byte stores took 57.8 us for the epilogue alone, against 26.3 for this and 15.1 for 16-byte
-  // stores: (2048, 4096, 4096) on the H100, benchmarks/bench_coopmat_variants.py; 154.0 against
-  // 170.2 us for the kernel). A lane's value v of a result is component v % 4 of vector v / 4, or
+  // with 4-byte stores took 57.8 us for the launch and epilogue alone, against 21.7 for this and
+  // 14.8 for 16-byte stores: (2048, 4096, 4096) on the H100, benchmarks/bench_coopmat_variants.py;
+  // the kernel 164.0 against 152.9 us). A lane's value v of a result is component v % 4 of vector v / 4, or
   // value v. With RESIDUAL the next result's residuals are requested before the current one is
   // written: independent loads in flight instead of one load waited for per value (which cost more
   // than a separate add: 2560 -> 2560 at 512 rows 95.4 -> 113.0 us).
