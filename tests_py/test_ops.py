@@ -162,6 +162,10 @@ def test_softmax_axis_none_and_out_of_range(device, rng):
     target = bg.Tensor.from_numpy(np.full(y.shape, np.nan, np.float32))
     assert bg.softmax(bg.Tensor.from_numpy(y), axis=None, out=target) is target
     np.testing.assert_array_equal(target.numpy(), t.numpy())
+    with pytest.raises(bg.DTypeError, match="float16"):  # a Tensor target is checked as on the last axis
+        bg.softmax(bg.Tensor.from_numpy(y), axis=None, out=bg.Tensor.from_numpy(np.zeros(y.shape, np.float16)))
+    with pytest.raises(bg.ShapeError, match="expected shape"):  # as many values, another shape
+        bg.softmax(bg.Tensor.from_numpy(y), axis=None, out=bg.Tensor.from_numpy(np.zeros((6, 5, 4), np.float32)))
     g = bg.softmax_backward(bg.Tensor.from_numpy(grad), bg.Tensor.from_numpy(y), axis=None)
     np.testing.assert_array_equal(g.numpy(), bg.softmax_backward(grad, y, axis=None))
     with pytest.raises(bg.UnsupportedError, match="every element"):  # mixed operands

@@ -253,11 +253,10 @@ class BitNetModel:
                 problems.append(f"{name}: expected real numbers, got dtype {kind}")
                 continue
             packed_shape = (-(-shape[0] // 4), shape[1]) if len(shape) == 2 else None
-            is_packed = np.asarray(weights[name]).dtype == np.uint8 and got == packed_shape
+            is_packed = kind == np.uint8 and got == packed_shape
             if got != shape and not is_packed:
                 problems.append(f"{name}: expected shape {shape}, got {got}")
-            elif (np.asarray(weights[name]).dtype in (np.uint8, np.int8)) and \
-                    name.replace(".weight", ".weight_scale") not in weights:
+            elif kind in (np.uint8, np.int8) and name.replace(".weight", ".weight_scale") not in weights:
                 problems.append(f"{name}: ternary weights need {name.replace('.weight', '.weight_scale')}")
         if problems:
             raise _core.ShapeError("checkpoint does not fit " + repr(self.config) + ":\n  " + "\n  ".join(problems))

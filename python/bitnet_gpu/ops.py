@@ -96,12 +96,13 @@ def relu_dropout(x, p, seed=0, *, out=None):
 
 
 def _over_axis(fn, arrays, axis, out, name):
-    """fn(*arrays) along `axis` where that is not the last axis (None: over every element, as
-    scipy.special.softmax and jax.nn.softmax take it), or None where it is the last one. NumPy
+    """fn(*arrays, out=...) along `axis` where that is not the last axis (None: over every element,
+    as scipy.special.softmax and jax.nn.softmax take it), or None where it is the last one. NumPy
     inputs are computed with the axis moved last (or flattened) and the result moved back (a copy
-    each way). Tensors are flattened as views for axis=None; another axis raises UnsupportedError
-    (a Tensor has no transpose of its axes yet). An axis out of range raises ShapeError, as the
-    reductions do; 0-d input is left to the op's own checks."""
+    each way). Tensors are flattened as views for axis=None, a Tensor target too, so the op writes
+    it directly; another axis raises UnsupportedError (a Tensor has no transpose of its axes yet).
+    An axis out of range raises ShapeError, as the reductions do; 0-d input is left to the op's own
+    checks."""
     x = arrays[-1]
     shape = tuple(x.shape) if isinstance(x, Tensor) else np.shape(x)
     ndim = len(shape)
@@ -118,14 +119,15 @@ def _over_axis(fn, arrays, axis, out, name):
         if axis is not None or not all(isinstance(a, Tensor) for a in arrays):
             raise _core.UnsupportedError("a Tensor is normalized over its last axis (axis=-1) or over every "
                                          "element (axis=None, all operands Tensors) only")
-        flat = fn(*(a.reshape(1, -1) for a in arrays)).reshape(shape)  # views of the same memory
-        if out is None:
-            return flat
-        outputs = _Outputs(out, [(name, shape, np.dtype(x.dtype))])
-        if isinstance(out, Tensor):
-            out.copy_from(flat)
-            return out
-        return outputs.results([flat], True)[0]
+        outputs = _Outputs(out, [(name, shape, np.dtype(x.dtype))])  # checks a NumPy target
+        target = outputs.tensor(0)
+        if target is not None and tuple(target.shape) != shape:
+            raise _core.ShapeError(f"out ({name}): expected shape {shape}, got {tuple(target.shape)}")
+        flat = fn(*(a.reshape(1, -1) for a in arrays),  # views of the same memory
+                  out=None if target is None else target.reshape(1, -1)).reshape(shape)
+        if target is not None:
+            return target
+        return flat if out is None else outputs.results([flat], True)[0]
     if axis is None:
         moved = fn(*(np.ascontiguousarray(np.asarray(a)).reshape(1, -1) for a in arrays))
         result = np.ascontiguousarray(moved.reshape(shape))
@@ -142,7 +144,7 @@ def _over_axis(fn, arrays, axis, out, name):
 
 
 def _row(op, x, weight, bias, eps, out, axis=-1):
-    moved = _over_axis(lambda a: _row(op, a, weight, bias, eps, None), [x], axis, out, "y")
+    moved = _over_axis(lambda a, out=None: _row(op, a, weight, bias, eps, out), [x], axis, out, "y")
     if moved is not None:
         return moved
     t, as_tensor = _tensor(x, "x", None, _FLOATS)
