@@ -320,6 +320,14 @@ def edited_coopmat(device, source, edits, specialization, label):
     return bg.Kernel(device, spirv, specialization=specialization, name=label)
 
 
+def coopmat_specialization(m, k, n, tile_m, tile_n, subgroup_rows, depth):
+    """bitlinear_coopmat's specialization constants for an (m, k, n) BitLinear with y, no bias and K
+    steps of 64, as ops/bitlinear.cpp's record_coopmat sets them (VECTOR_ROWS and FULL_TILES from
+    the shape)."""
+    return {0: True, 1: False, 2: True, 3: False, 4: tile_m, 5: tile_n, 6: 4, 7: subgroup_rows, 8: depth,
+            9: False, 10: n % 4 == 0, 11: m % tile_m == 0 and n % tile_n == 0 and -(-k // 16) % 4 == 0}
+
+
 def coopmat_operands(device, seed, m=2048, k=4096, n=4096):
     """Random operands of the tensor-core kernel for an (m, k, n) BitLinear, as it binds them:
     (bindings but the output, scales and gamma in place; push constants)."""
@@ -341,8 +349,7 @@ def coopmat_breakdown(device, results, repeats):
     y = device.empty((m, n), np.float32)
     rows = results["coopmat_breakdown"] = []
     for tile, tile_m, subgroup_rows, depth, cuts in BREAKDOWN_TILES:
-        spec = {0: True, 1: False, 2: True, 3: False, 4: tile_m, 5: 128, 6: 4, 7: subgroup_rows, 8: depth,
-                9: False, 10: True, 11: True}  # as the call specializes it for this shape
+        spec = coopmat_specialization(m, k, n, tile_m, 128, subgroup_rows, depth)
         for name in cuts:
             kernel = edited_coopmat(device, source, COOPMAT_CUTS[name], spec, "coopmat cut")
             seconds = gpu_seconds(device, lambda: kernel.dispatch((n // 128, m // tile_m, 1), inputs + [y, y], push),

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from bench_ceilings import coopmat_operands, coopmat_source, edited_coopmat, gpu_seconds
+from bench_ceilings import coopmat_operands, coopmat_source, coopmat_specialization, edited_coopmat, gpu_seconds
 from common import arguments, busy_gpu, torch_cuda, write_results
 
 # The K loop's multiplies holding a subgroup's C_COLS B fragments and loading its C_ROWS A
@@ -187,9 +187,7 @@ def main():
     if torch is not None:
         busy_gpu(torch)
     for label, tile_m, tile_n, subgroup_rows, depth, edits, computes_y, settings in VARIANTS:
-        spec = {0: True, 1: False, 2: True, 3: False, 4: tile_m, 5: tile_n, 6: 4, 7: subgroup_rows, 8: depth,
-                9: False, 10: n % 4 == 0, 11: m % tile_m == 0 and n % tile_n == 0 and k % 64 == 0}
-        spec.update(settings)
+        spec = {**coopmat_specialization(m, k, n, tile_m, tile_n, subgroup_rows, depth), **settings}
         try:
             kernel = (bg.builtin_kernel("bitlinear_coopmat", device, spec) if edits is None
                       else edited_coopmat(device, source, edits(source), spec, "coopmat variant"))
