@@ -71,6 +71,46 @@ def test_matvec_with_and_without_its_own_pre_pass(device, rng, monkeypatch, fuse
         bg.bitlinear(bad, q)
 
 
+@pytest.mark.parametrize("local_size", ["256", "512", "1024"])
+@pytest.mark.parametrize("m,k,n", [(1, 16384, 33), (1, 12292, 4097), (2, 4100, 77), (3, 1028, 5), (1, 4, 1)])
+def test_strided_matvec(device, rng, monkeypatch, local_size, m, k, n):
+    """The fused matvec on one round of large workgroups dealing the rows out subgroup by subgroup
+    (BITNET_GPU_MATVEC_STRIDED, the local size): exact, bit for bit the separate pre-pass's y,
+    with bias, accumulators, bitlinear_group's gated input and residual, and a NaN count. (Not
+    with a fused norm, whose sum of squares would add in another order.)"""
+    x, q, bias = case(rng, m, k, n)
+    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "0")
+    separate = bg.bitlinear(x, q, bias, return_accumulator=True)
+    up = rng.standard_normal((m, k)).astype(np.float32)
+    residual = rng.standard_normal((m, n)).astype(np.float32)
+    group = lambda: bg._core.bitlinear_group(bg.Tensor.from_numpy(x), bg.Tensor.from_numpy(up), None, 1e-5,
+                                             [q._core],
+                                             [bg.Tensor.from_numpy(residual)])[0].numpy()
+    separate_group = group()
+    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "1")
+    monkeypatch.setenv("BITNET_GPU_MATVEC_STRIDED", local_size)
+    for groups in ["1", "3"]:
+        monkeypatch.setenv("BITNET_GPU_MATVEC_STRIDED_GROUPS", groups)
+        y, acc = bg.bitlinear(x, q, bias, return_accumulator=True)
+        check(x, q, bias, y, acc)
+        np.testing.assert_array_equal(y, separate[0])
+        np.testing.assert_array_equal(group(), separate_group)
+    bad = x.copy()
+    bad[-1, -1] = np.inf
+    with pytest.raises(bg.ArgumentError, match="1 NaN or Inf value"):
+        bg.bitlinear(bad, q)
+
+
+def test_strided_matvec_setting_is_checked(device, rng, monkeypatch):
+    x, q, _ = case(rng, 1, 64, 3)
+    for name, value in [("BITNET_GPU_MATVEC_STRIDED", "300"), ("BITNET_GPU_MATVEC_STRIDED_GROUPS", "9")]:
+        monkeypatch.setenv("BITNET_GPU_MATVEC_STRIDED", "512")
+        monkeypatch.setenv(name, value)
+        with pytest.raises(bg.ArgumentError, match=f"{name}={value}"):
+            bg.bitlinear(x, q)
+        monkeypatch.delenv(name)
+
+
 @pytest.mark.parametrize("rows,unroll", [("1", "1"), ("3", "2"), ("16", "1"), ("2", "4")])
 @pytest.mark.parametrize("m,k,n", [(1, 300, 37), (8, 4096, 70), (2, 16384, 9)])
 def test_matvec_rows_setting(device, rng, monkeypatch, rows, unroll, m, k, n):

@@ -381,14 +381,67 @@ bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
          limits.maxPerStageDescriptorStorageBuffers >= 18;
 }
 
+// A fused matvec's grid: `local_size` invocations a workgroup, and either one workgroup for each
+// run of rows (groups == 0) or `groups` workgroups dealing the rows out to their subgroups in
+// turn (the shader's STRIDED).
+struct MatvecGrid {
+  uint32_t local_size = 256;
+  uint32_t groups = 0;
+};
+
+// Shared memory a fused matvec takes beyond its quantized rows: four reduction arrays of 256
+// words and one word an invocation (bitlinear_matvec.comp).
+int64_t fused_matvec_scratch(uint32_t local_size) { return 4 * 256 * 4 + 4 * int64_t{local_size}; }
+
+// The strided grid, for one weight and long rows: one round of large workgroups filling the GPU,
+// each quantizing the rows once, instead of every workgroup of 256 invocations (a few dozen output
+// rows) quantizing them again (the ordinary fused matvec) or a separate pre-pass. The rows must
+// fit in shared memory. Where the multiprocessor count is known, it is the default for one or two
+// float32 rows of 6912 to 16384 values: 1024 invocations a workgroup and one workgroup a
+// multiprocessor from 12288 values, 512 and two below. Measured on the H100 (bench_knobs.py,
+// whole calls as graphs, µs, default before -> strided; 2026-11-23): (1, 16384, 16384)
+// 38.8-39.2 -> 33.7 (512 x 2: 35.4); (1, 12288, 12288) 21.4-21.7 -> 18.4 (512 x 2: 19.3);
+// (2, 16384, 16384) 45.1 -> 41.2; (1, 8192, 8192) 12.0 -> 11.3 (1024: 14.0); (2, 8192, 8192)
+// 18.2 -> 15.5; (1, 6912, 2560) 9.4 -> 9.2; slower at (4, 4096, 4096) 15.2 -> 15.8 and
+// (8, 4096, 4096) 20.6 -> 26.3, no faster at (1, 2560, 6912) and (1, 4096, 4096).
+// BITNET_GPU_MATVEC_STRIDED sets the local size (0: never; 256, 512 or 1024) and
+// BITNET_GPU_MATVEC_STRIDED_GROUPS the workgroups a multiprocessor (1 to 8; 1024 invocations a
+// multiprocessor unless set), for tuning and tests.
+std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n, size_t weights) {
+  const Device& device = x.device();
+  uint32_t local_size = 0;
+  if (const char* text = std::getenv("BITNET_GPU_MATVEC_STRIDED"); text && *text) {
+    const std::string value(text);
+    if (value != "0" && value != "256" && value != "512" && value != "1024")
+      throw ArgumentError("BITNET_GPU_MATVEC_STRIDED=" + value + ": expected 0, 256, 512 or 1024");
+    local_size = static_cast<uint32_t>(std::stoul(value));
+  } else if (device.info().multiprocessors && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384) {
+    local_size = padded(k) >= 12288 ? 1024 : 512;
+  }
+  const auto& limits = device.limits();
+  const uint32_t subgroup_size = std::max<uint32_t>(1, device.info().subgroup_size);
+  if (local_size == 0 || weights != 1 || x.dtype() != DType::float32 || k % 4 != 0 ||
+      local_size > limits.maxComputeWorkGroupInvocations || local_size > limits.maxComputeWorkGroupSize[0] ||
+      local_size / subgroup_size > 256 || (padded(k) / 4 + local_size - 1) / local_size > kMostLaneVectors ||
+      m * padded(k) + fused_matvec_scratch(local_size) > limits.maxComputeSharedMemorySize ||
+      limits.maxPerStageDescriptorStorageBuffers < 18)
+    return std::nullopt;
+  const uint32_t per_multiprocessor = tuning_value("BITNET_GPU_MATVEC_STRIDED_GROUPS", 1024 / local_size, 8);
+  // Where the multiprocessor count is unknown (lavapipe), a few workgroups.
+  const uint64_t fill = uint64_t{device.info().multiprocessors ? device.info().multiprocessors : 4} * per_multiprocessor;
+  const uint64_t rows_per_round = uint64_t{matvec_rows(m, k)} * std::max<uint32_t>(1, local_size / subgroup_size);
+  const uint64_t needed = (static_cast<uint64_t>(n) + rows_per_round - 1) / rows_per_round;
+  return MatvecGrid{local_size, static_cast<uint32_t>(std::max<uint64_t>(1, std::min(fill, needed)))};
+}
+
 // One dispatch for up to three weights sharing x (their outputs ys[i]); bias / residual and
-// accumulators only with one weight.
+// accumulators only with one weight. `grid`: see MatvecGrid (strided with one weight only).
 // gated_out (two weights, gate and up, of one shape; whole 16-byte vectors): ys[0] = relu(gate)^2 * up.
 void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWeights*>& weights,
                          const Tensor& x, const FusedInput& fused, int64_t m,
                          const std::optional<Tensor>& bias, bool residual, const std::vector<Tensor>& ys,
                          const std::optional<Tensor>& accumulators, const Tensor& nonfinite, bool hardware,
-                         bool gated_out = false) {
+                         bool gated_out = false, MatvecGrid grid_shape = {}) {
   const auto& device = ys[0].device_ptr();
   const QuantizedWeights& w = *weights[0];
   const int64_t k = w.cols;
@@ -404,10 +457,12 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
                                   {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
                                    {3, accumulators.has_value()}, {4, words % 4 == 0}, {5, int64_t{unroll}},
                                    {6, residual}, {7, fused.norm_weight != nullptr}, {8, fused.up != nullptr},
-                                   {9, int64_t{m * padded(k) / 4}}, {10, lane_vectors(k)},
+                                   {9, int64_t{m * padded(k) / 4}},
+                                   {10, (padded(k) / 4 + grid_shape.local_size - 1) / grid_shape.local_size},
                                    {11, static_cast<int64_t>(weights.size())}, {12, gated_out},
-                                   {13, prefetch}});
-  const uint32_t subgroups = subgroups_in_256(*device);
+                                   {13, prefetch}, {14, int64_t{grid_shape.local_size}},
+                                   {15, grid_shape.groups > 0}});
+  const uint32_t subgroups = std::max<uint32_t>(1, grid_shape.local_size / subgroup_size);
   // A subgroup takes `rows` rows at a time, or with gated_out one output row (a gate and an up row).
   const uint32_t rows_per_group = gated_out ? subgroups : rows * subgroups;
   auto groups_of = [&](size_t i) {
@@ -432,8 +487,8 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
                               weight(1).packed.binding(), weight(1).packed.binding(), weight(1).scales.binding(),
                               out(1).binding(), weight(2).packed.binding(), weight(2).packed.binding(),
                               weight(2).scales.binding(), out(2).binding()};
-  const auto grid = checked_grid(*device, {groups_of(0) + groups_of(1) + groups_of(2), 1, 1},
-                                 "N = " + std::to_string(w.rows));
+  const uint64_t groups = grid_shape.groups ? grid_shape.groups : groups_of(0) + groups_of(1) + groups_of(2);
+  const auto grid = checked_grid(*device, {groups, 1, 1}, "N = " + std::to_string(w.rows));
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }
 
@@ -544,7 +599,12 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   const bool one_dispatch = weights.size() == 1 ||
                             (weights.size() <= 3 && std::none_of(residuals.begin(), residuals.end(),
                                                                   [](const auto& r) { return r.has_value(); }));
-  if (algorithm == BitLinearAlgorithm::matvec && can_fuse_matvec(input, m, k) && one_dispatch &&
+  // Not with a fused norm: its sum of squares adds in an order that follows the local size, and
+  // the fused norm stays bit for bit the pre-pass's.
+  const auto strided = algorithm == BitLinearAlgorithm::matvec && !gated_output && !fused.norm_weight
+                           ? strided_matvec(input, m, k, weights[0]->rows, weights.size())
+                           : std::nullopt;
+  if (algorithm == BitLinearAlgorithm::matvec && (strided || can_fuse_matvec(input, m, k)) && one_dispatch &&
       environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(true)) {
     // gated_output with whole 16-byte weight vectors: the dispatch writes relu(gate)^2 * up itself
     // (BITNET_GPU_GATED_MATVEC=0 keeps the two products and the gating op; bit for bit the same).
@@ -553,7 +613,7 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
     std::vector<Tensor> outputs = allocate(gated_out ? 1 : weights.size());
     Tensor nonfinite = zeroed_counter(device);
     record_matvec_fused(sequence, weights, input, fused, m, residuals[0], residuals[0].has_value(), outputs,
-                        std::nullopt, nonfinite, hardware, gated_out);
+                        std::nullopt, nonfinite, hardware, gated_out, strided.value_or(MatvecGrid{}));
     op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
     return gated_out ? outputs : finish(outputs);
   }
@@ -630,11 +690,12 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
   Sequence& sequence = op_sequence.sequence();
   // Few float32 rows that fit: every matvec workgroup quantizes them itself (no pre-pass dispatch).
   // BITNET_GPU_FUSED_MATVEC=0 keeps the separate pre-pass.
-  if (algorithm == BitLinearAlgorithm::matvec && can_fuse_matvec(x, m, k) &&
+  const auto strided = algorithm == BitLinearAlgorithm::matvec ? strided_matvec(x, m, k, n, 1) : std::nullopt;
+  if (algorithm == BitLinearAlgorithm::matvec && (strided || can_fuse_matvec(x, m, k)) &&
       environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(true)) {
     Tensor nonfinite = zeroed_counter(device);
     record_matvec_fused(sequence, {&w}, x, {}, m, bias, false, {result.y}, result.accumulators, nonfinite,
-                        hardware);
+                        hardware, false, strided.value_or(MatvecGrid{}));
     op_sequence.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
     return result;
   }

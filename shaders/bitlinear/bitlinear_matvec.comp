@@ -14,6 +14,12 @@
 // bitlinear_prepare does (optionally relu(x)^2 * up, then an RMS norm, then absmax int8 in the
 // interleaved layout): the rows are a few KiB read from cache, and the decode step saves a
 // dependent dispatch. Workgroup 0 alone counts NaN/Inf values.
+// STRIDED (FUSED, one weight): the grid is one round of workgroups sized to fill the GPU (any
+// local size), and rows are dealt to its subgroups in turn, ROWS at a time, across workgroups
+// first (so that idle subgroups, where the rows run out, are spread over the workgroups):
+// each workgroup quantizes the rows once for many output rows (long rows, where quantizing them
+// again in every workgroup of 32 rows costs more than the separate pre-pass), and every
+// multiprocessor gets the same share of rows whatever their count.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #ifdef FUSED
@@ -21,7 +27,8 @@
 #include "../quantize/quantize_common.glsl"
 #endif
 #include "bitlinear_common.glsl"
-layout(local_size_x = 256) in;
+layout(local_size_x = 256, local_size_x_id = 14) in;
+const uint WG_SIZE = gl_WorkGroupSize.x;
 layout(constant_id = 0) const uint M = 1;
 layout(constant_id = 1) const uint ROWS = 4;
 layout(constant_id = 2) const bool HAS_BIAS = false;
@@ -35,6 +42,7 @@ layout(constant_id = 7) const bool NORM = false;    // FUSED: RMS-normalize the 
 layout(constant_id = 13) const bool PREFETCH = false;
 layout(constant_id = 8) const bool GATED = false;   // FUSED: quantize relu(x)^2 * up
 layout(constant_id = 9) const uint SHARED_WORDS = 1;  // FUSED: M * Kp / 4
+layout(constant_id = 15) const bool STRIDED = false;
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
 layout(std430, binding = 1) readonly buffer Weights4 { uvec4 w4[]; };  // the same tensor
 #ifdef FUSED
@@ -78,7 +86,7 @@ layout(push_constant) uniform Push { uint n; uint words_per_row; uint rows_per_g
 
 #ifdef FUSED
 #include "prepare_common.glsl"
-// Vectors per invocation held in registers: ceil(K / 4 / 256), at most 16 (K <= 16384).
+// Vectors per invocation held in registers: ceil(Kp / 4 / WG_SIZE), at most 16.
 layout(constant_id = 10) const uint CACHED = 16;
 shared uint s_x[SHARED_WORDS];  // the quantized rows, interleaved, as bitlinear_prepare writes them
 int row_sums[M];      // each row's sum and scale, the same in every invocation
@@ -87,7 +95,7 @@ shared float s_reduce[256];
 shared float s_reduce_max[256];
 shared int s_reduce_int[256];
 shared uint s_bad[256];
-shared uint s_sink[256];
+shared uint s_sink[WG_SIZE];
 
 // The workgroup's sum (float, fixed order) or max of one value per invocation. One barrier each:
 // the sum, the max and the rows' integer sums use scratch of their own, and each is written again
@@ -119,7 +127,7 @@ void quantize_rows(uint sink) {
   for (uint m = 0; m < M; ++m) {
     vec4 cache[CACHED];
     [[unroll]] for (uint c = 0; c < CACHED; ++c) {
-      const uint v = lane + c * 256;
+      const uint v = lane + c * WG_SIZE;
       cache[c] = v < vectors ? input4[m * vectors + v] : vec4(0.0);
       if (GATED && v < vectors) {
         const vec4 g = max(cache[c], vec4(0.0));
@@ -132,17 +140,17 @@ void quantize_rows(uint sink) {
       [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[c], cache[c]);
       const float r = 1.0 / sqrt(workgroup_sum(squares) / float(p.k) + p.norm_eps);
       [[unroll]] for (uint c = 0; c < CACHED; ++c)
-        if (lane + c * 256 < vectors) cache[c] = cache[c] * r * norm_weight4[lane + c * 256];
+        if (lane + c * WG_SIZE < vectors) cache[c] = cache[c] * r * norm_weight4[lane + c * WG_SIZE];
     }
     float absmax = 0.0;
     [[unroll]] for (uint c = 0; c < CACHED; ++c)
-      if (lane + c * 256 < vectors)
+      if (lane + c * WG_SIZE < vectors)
         [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(cache[c][e], absmax, bad);
     const float scale = divide(127.0, max(workgroup_max(absmax), p.eps));
     int sum = 0;
     [[unroll]] for (uint c = 0; c < CACHED; ++c) {
-      const uint v = lane + c * 256;
-      if (c * 256 < padded_vectors) {  // uniform: whole quads stay together
+      const uint v = lane + c * WG_SIZE;
+      if (c * WG_SIZE < padded_vectors) {  // uniform: whole quads stay together
         const uint word = interleaved_word(cache[c], scale, sum);
         if (v < padded_vectors) s_x[m * padded_vectors + v] = word;
       }
@@ -215,22 +223,27 @@ void main() {
     }
   }
 #endif
+  // The subgroup's first rows and its step to the next: a run of p.rows_per_group rows a
+  // workgroup, or with STRIDED every subgroup of the grid in turn.
   const uint group_first = group * p.rows_per_group;
-  const uint group_end = min(group_first + p.rows_per_group, n_total);
+  const uint group_end = STRIDED ? n_total : min(group_first + p.rows_per_group, n_total);
+  const uint subgroup_first = STRIDED ? (gl_SubgroupID * gl_NumWorkGroups.x + group) * ROW_STEP
+                                      : group_first + gl_SubgroupID * ROW_STEP;
+  const uint subgroup_step = STRIDED ? gl_NumWorkGroups.x * gl_NumSubgroups * ROW_STEP
+                                     : gl_NumSubgroups * ROW_STEP;
   uvec4 early[UNROLL][ROWS];  // PREFETCH: the first pass's first vectors
   bool prefetched = false;
 #ifdef FUSED
   prefetched = PREFETCH && VECTORS;
   uint sink = 0;
   if (prefetched) {
-    load_weights(early, which, group_first + gl_SubgroupID * ROW_STEP, lane, words / 4, group_end);
+    load_weights(early, which, subgroup_first, lane, words / 4, group_end);
     [[unroll]] for (uint u = 0; u < UNROLL; ++u)
       [[unroll]] for (uint r = 0; r < ROWS; ++r) sink ^= early[u][r].x ^ early[u][r].y ^ early[u][r].z ^ early[u][r].w;
   }
   quantize_rows(sink);
 #endif
-  for (uint first = group_first + gl_SubgroupID * ROW_STEP; first < group_end;
-       first += gl_NumSubgroups * ROW_STEP) {
+  for (uint first = subgroup_first; first < group_end; first += subgroup_step) {
     int acc[M * ROWS];
     [[unroll]] for (uint i = 0; i < M * ROWS; ++i) acc[i] = 0;
     if (VECTORS) {
