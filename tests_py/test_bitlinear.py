@@ -101,6 +101,25 @@ def test_strided_matvec(device, rng, monkeypatch, local_size, m, k, n):
         bg.bitlinear(bad, q)
 
 
+@pytest.mark.parametrize("m,k,expected", [(1, 16384, "strided"), (2, 8192, "strided"), (1, 6912, "strided"),
+                                          (1, 4096, "fused"), (4, 8192, "pre-pass"), (1, 16400, "pre-pass")])
+def test_matvec_default_grid(device, rng, m, k, expected):
+    """Which matvec runs by default: strided (one fused dispatch) for one or two float32 rows of
+    6912 to 16384 values where the multiprocessor count is known (the H100), else the ordinary
+    fused matvec up to 8192 values of x, else a separate pre-pass (the split one from K = 12288)."""
+    x, q, _ = case(rng, m, k, 64)
+    with bg.profile(device) as p:
+        bg.bitlinear(x, q)
+    kernels = [name for name, _ in p.timings]
+    if expected == "strided" and not device.info.multiprocessors:
+        expected = "fused" if m * k <= 8192 else "pre-pass"
+    if expected == "pre-pass":
+        assert kernels[-1].startswith("bitlinear_matvec") and not kernels[-1].endswith("_fused")
+        assert all(name.startswith("bitlinear_prepare") for name in kernels[:-1]) and len(kernels) >= 2
+    else:
+        assert len(kernels) == 1 and kernels[0].startswith("bitlinear_matvec") and kernels[0].endswith("_fused")
+
+
 def test_strided_matvec_setting_is_checked(device, rng, monkeypatch):
     x, q, _ = case(rng, 1, 64, 3)
     for name, value in [("BITNET_GPU_MATVEC_STRIDED", "300"), ("BITNET_GPU_MATVEC_STRIDED_GROUPS", "9")]:
