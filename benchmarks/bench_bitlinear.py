@@ -65,14 +65,13 @@ def main():
         row = {"shape": [m, k, n], "gpu_s": t, "kernels": kernels, "parity_rel": rel,
                "accumulators_exact": exact, "weight_GBps": packed / t / 1e9, "variants": {}}
         if m <= 8:
-            for split in ("0", "1"):  # the paths before the strided matvec
-                row["variants"][f"pre-pass split={split}"] = with_settings(
-                    {"BITNET_GPU_PREPARE_SPLIT": split, "BITNET_GPU_MATVEC_STRIDED": "0"},
-                    lambda: gpu_time(device, lambda: bg.bitlinear(x, q), args.repeats)[0])
-            for size in ("512", "1024"):
-                row["variants"][f"strided {size}"] = with_settings(
-                    {"BITNET_GPU_MATVEC_STRIDED": size},
-                    lambda: gpu_time(device, lambda: bg.bitlinear(x, q), args.repeats)[0])
+            # the pre-passes before the strided matvec, and the strided matvec's two local sizes
+            settings = {f"pre-pass split={split}": {"BITNET_GPU_PREPARE_SPLIT": split, "BITNET_GPU_MATVEC_STRIDED": "0"}
+                        for split in ("0", "1")}
+            settings.update({f"strided {size}": {"BITNET_GPU_MATVEC_STRIDED": size} for size in ("512", "1024")})
+            for name, setting in settings.items():
+                row["variants"][name] = with_settings(
+                    setting, lambda: gpu_time(device, lambda: bg.bitlinear(x, q), args.repeats)[0])
             for rows, unroll in MATVEC_SETTINGS:
                 row["variants"][f"matvec rows={rows} unroll={unroll}"] = with_settings(
                     {"BITNET_GPU_MATVEC_ROWS": rows, "BITNET_GPU_MATVEC_UNROLL": unroll},

@@ -273,9 +273,9 @@ struct FusedInput {
   bool any() const { return up || norm_weight; }
 };
 
-// Vectors of 4 values each invocation of a 256-wide workgroup holds for a row of k values (the
-// pre-passes' CACHED), and the most they hold in registers.
-int64_t lane_vectors(int64_t k) { return (padded(k) / 4 + 255) / 256; }
+// Vectors of 4 values each invocation of a workgroup of local_size holds for a row of k values
+// (the pre-passes' and the fused matvec's CACHED), and the most they hold in registers.
+int64_t lane_vectors(int64_t k, int64_t local_size = 256) { return (padded(k) / 4 + local_size - 1) / local_size; }
 constexpr int64_t kMostLaneVectors = 16;
 
 bool can_fuse_input(int64_t k) { return k % 4 == 0 && lane_vectors(k) <= kMostLaneVectors; }
@@ -353,7 +353,7 @@ void record_matvec(Sequence& sequence, const QuantizedWeights& w, const Prepared
                                    {3, accumulators.has_value()}, {4, vectors}, {5, int64_t{unroll}},
                                    {6, residual}});
   // Each subgroup takes `rows` rows at a time; a workgroup one round of its subgroups.
-  const uint32_t subgroups = subgroups_in_256(*device);
+  const uint32_t subgroups = subgroups_in(*device);
   const uint32_t rows_per_group = rows * subgroups;
   struct {
     uint32_t n, words_per_row, rows_per_group;
@@ -367,20 +367,6 @@ void record_matvec(Sequence& sequence, const QuantizedWeights& w, const Prepared
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }
 
-// record_matvec with the activation pre-pass done by every workgroup into shared memory
-// (bitlinear_matvec.comp, FUSED): one dispatch instead of two, for float32 rows that fit.
-bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
-  // The quantized rows live in shared memory beside about 2 KiB of reduction scratch. Above
-  // 8192 values every workgroup quantizing the rows again costs more than the separate pre-pass
-  // (measured on the H100: (1, 16384, 16384) 45 us fused, 40 us not; (8, 4096, 4096) 36.6 us
-  // fused, 24.1 us not; (1, 4096, 4096) 7.6 us fused, 14.6 us not).
-  // It binds 18 storage buffers: devices allowing fewer per stage keep the separate pre-pass.
-  const auto& limits = x.device().limits();
-  const int64_t shared = limits.maxComputeSharedMemorySize;
-  return x.dtype() == DType::float32 && k % 4 == 0 && m * padded(k) <= 8192 && m * padded(k) + 4096 <= shared &&
-         limits.maxPerStageDescriptorStorageBuffers >= 18;
-}
-
 // A fused matvec's grid: `local_size` invocations a workgroup, and either one workgroup for each
 // run of rows (groups == 0) or `groups` workgroups dealing the rows out to their subgroups in
 // turn (the shader's STRIDED).
@@ -389,9 +375,30 @@ struct MatvecGrid {
   uint32_t groups = 0;
 };
 
-// Shared memory a fused matvec takes beyond its quantized rows: four reduction arrays of 256
-// words and one word an invocation (bitlinear_matvec.comp).
-int64_t fused_matvec_scratch(uint32_t local_size) { return 4 * 256 * 4 + 4 * int64_t{local_size}; }
+// Whether bitlinear_matvec.comp's FUSED variant, with workgroups of local_size, takes m float32
+// rows of k values: the rows held in registers (kMostLaneVectors at most) and then in shared memory
+// beside the reduction scratch (four arrays of 256 words, indexed by subgroup, and one word an
+// invocation), and its 18 storage buffers allowed (devices allowing fewer keep the separate
+// pre-pass).
+bool fused_matvec_fits(const Tensor& x, int64_t m, int64_t k, uint32_t local_size) {
+  const Device& device = x.device();
+  const auto& limits = device.limits();
+  const int64_t scratch = 4 * 256 * 4 + 4 * int64_t{local_size};
+  return x.dtype() == DType::float32 && k % 4 == 0 && lane_vectors(k, local_size) <= kMostLaneVectors &&
+         local_size <= limits.maxComputeWorkGroupInvocations && local_size <= limits.maxComputeWorkGroupSize[0] &&
+         subgroups_in(device, local_size) <= 256 && m * padded(k) + scratch <= limits.maxComputeSharedMemorySize &&
+         limits.maxPerStageDescriptorStorageBuffers >= 18;
+}
+
+// record_matvec with the activation pre-pass done by every workgroup into shared memory
+// (bitlinear_matvec.comp, FUSED): one dispatch instead of two. Above 8192 values of x every
+// workgroup of 256 invocations quantizing the rows again costs more than the separate pre-pass
+// (measured on the H100: (1, 16384, 16384) 45 us fused, 40 us not; (8, 4096, 4096) 36.6 us
+// fused, 24.1 us not; (1, 4096, 4096) 7.6 us fused, 14.6 us not); the strided grid (below) takes
+// some of those rows.
+bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
+  return m * padded(k) <= 8192 && fused_matvec_fits(x, m, k, 256);
+}
 
 // The strided grid, for one weight and long rows: one round of large workgroups filling the GPU,
 // each quantizing the rows once, instead of every workgroup of 256 invocations (a few dozen output
@@ -418,18 +425,11 @@ std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, 
   } else if (device.info().multiprocessors && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384) {
     local_size = padded(k) >= 12288 ? 1024 : 512;
   }
-  const auto& limits = device.limits();
-  const uint32_t subgroup_size = std::max<uint32_t>(1, device.info().subgroup_size);
-  if (local_size == 0 || weights != 1 || x.dtype() != DType::float32 || k % 4 != 0 ||
-      local_size > limits.maxComputeWorkGroupInvocations || local_size > limits.maxComputeWorkGroupSize[0] ||
-      local_size / subgroup_size > 256 || (padded(k) / 4 + local_size - 1) / local_size > kMostLaneVectors ||
-      m * padded(k) + fused_matvec_scratch(local_size) > limits.maxComputeSharedMemorySize ||
-      limits.maxPerStageDescriptorStorageBuffers < 18)
-    return std::nullopt;
+  if (local_size == 0 || weights != 1 || !fused_matvec_fits(x, m, k, local_size)) return std::nullopt;
   const uint32_t per_multiprocessor = tuning_value("BITNET_GPU_MATVEC_STRIDED_GROUPS", 1024 / local_size, 8);
   // Where the multiprocessor count is unknown (lavapipe), a few workgroups.
   const uint64_t fill = uint64_t{device.info().multiprocessors ? device.info().multiprocessors : 4} * per_multiprocessor;
-  const uint64_t rows_per_round = uint64_t{matvec_rows(m, k)} * std::max<uint32_t>(1, local_size / subgroup_size);
+  const uint64_t rows_per_round = uint64_t{matvec_rows(m, k)} * subgroups_in(device, local_size);
   const uint64_t needed = (static_cast<uint64_t>(n) + rows_per_round - 1) / rows_per_round;
   return MatvecGrid{local_size, static_cast<uint32_t>(std::max<uint64_t>(1, std::min(fill, needed)))};
 }
@@ -458,11 +458,11 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
                                    {3, accumulators.has_value()}, {4, words % 4 == 0}, {5, int64_t{unroll}},
                                    {6, residual}, {7, fused.norm_weight != nullptr}, {8, fused.up != nullptr},
                                    {9, int64_t{m * padded(k) / 4}},
-                                   {10, (padded(k) / 4 + grid_shape.local_size - 1) / grid_shape.local_size},
+                                   {10, lane_vectors(k, grid_shape.local_size)},
                                    {11, static_cast<int64_t>(weights.size())}, {12, gated_out},
                                    {13, prefetch}, {14, int64_t{grid_shape.local_size}},
                                    {15, grid_shape.groups > 0}});
-  const uint32_t subgroups = std::max<uint32_t>(1, grid_shape.local_size / subgroup_size);
+  const uint32_t subgroups = subgroups_in(*device, grid_shape.local_size);
   // A subgroup takes `rows` rows at a time, or with gated_out one output row (a gate and an up row).
   const uint32_t rows_per_group = gated_out ? subgroups : rows * subgroups;
   auto groups_of = [&](size_t i) {
@@ -507,7 +507,7 @@ void record_grouped(Sequence& sequence, const QuantizedWeights& w, const Prepare
                                    {3, w.group_size % 16 == 0}, {4, w.group_size % 16 == 0 && words % 4 == 0},
                                    {5, int64_t{kGroupedRows}}});
   // kGroupedRows rows a subgroup at a time, one round of them a workgroup.
-  const uint32_t subgroups = subgroups_in_256(*device);
+  const uint32_t subgroups = subgroups_in(*device);
   const uint32_t rows_per_group = kGroupedRows * subgroups;
   struct {
     uint32_t m, n, k, words_per_row, group, rows_per_group;

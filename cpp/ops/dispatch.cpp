@@ -78,8 +78,8 @@ uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most) {
   return value;
 }
 
-uint32_t subgroups_in_256(const Device& device) {
-  return std::max<uint32_t>(1, 256 / std::max<uint32_t>(1, device.info().subgroup_size));
+uint32_t subgroups_in(const Device& device, uint32_t local_size) {
+  return std::max<uint32_t>(1, local_size / std::max<uint32_t>(1, device.info().subgroup_size));
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {

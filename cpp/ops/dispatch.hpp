@@ -79,8 +79,8 @@ std::optional<bool> environment_switch(const char* name);
 // (ArgumentError otherwise).
 uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most);
 
-// Subgroups in a workgroup of 256 invocations on this device (at least 1).
-uint32_t subgroups_in_256(const Device& device);
+// Subgroups in a workgroup of local_size invocations on this device (at least 1).
+uint32_t subgroups_in(const Device& device, uint32_t local_size = 256);
 
 // "(2, 3)", "(4,)": shapes in error messages, as NumPy prints them.
 std::string shape_text(const std::vector<int64_t>& shape);
