@@ -309,15 +309,39 @@ def coopmat_source():
         return f.read()
 
 
-def edited_coopmat(device, source, edits, specialization, label):
-    """A Kernel of bitlinear_coopmat.comp's `source` with each (old, new) text edit made (every old
-    text must be found, so a change to the shader shows here)."""
+def edited_shader(device, path, source, edits, specialization, label, defines=()):
+    """A Kernel of the shader at `path` from its `source` with each (old, new) text edit made (every
+    old text must be found, so a change to the shader shows here), compiled with `defines`."""
     for old, new in edits:
         if old not in source:
-            raise RuntimeError(f"bitlinear_coopmat.comp changed: {old[:60]!r} not found for {label!r}")
+            raise RuntimeError(f"{os.path.basename(path)} changed: {old[:60]!r} not found for {label!r}")
         source = source.replace(old, new)
-    spirv = compile_glsl(source, include_dir=os.path.dirname(COOPMAT_SOURCE))
+    spirv = compile_glsl(source, defines, include_dir=os.path.dirname(path))
     return bg.Kernel(device, spirv, specialization=specialization, name=label)
+
+
+def edited_coopmat(device, source, edits, specialization, label):
+    """bitlinear_coopmat.comp's `source` with text edits (edited_shader)."""
+    return edited_shader(device, COOPMAT_SOURCE, source, edits, specialization, label)
+
+
+def run_variant(device, kernel, run, y, reference, computes_y, repeats, label, fields, rate, title=None):
+    """A restructured kernel's row, printed: run() once, y compared bit for bit with `reference` (the
+    first variant's y, which this returns as the reference when None) where the variant computes y,
+    then timed as a graph; `fields` added to the row, and `rate` = (key, unit, amount per call)
+    reported as amount per second. Returns (reference, row)."""
+    run()
+    out = y.numpy().copy()
+    if reference is None:
+        reference = out
+    exact = bool(np.array_equal(out, reference)) if computes_y else None
+    seconds = gpu_seconds(device, run, repeats)
+    registers = kernel.statistics.get("Register Count")
+    key, unit, amount = rate
+    row = {"variant": label, **fields, "registers": registers, "exact": exact, "gpu_s": seconds, key: amount / seconds}
+    print(f"{title or label:64s} registers {registers!s:>4s}  exact {exact!s:5s}  {seconds * 1e6:8.2f} us  "
+          f"{row[key]:7.0f} {unit}", flush=True)
+    return reference, row
 
 
 def coopmat_specialization(m, k, n, tile_m, tile_n, subgroup_rows, depth):

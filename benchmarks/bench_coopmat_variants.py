@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from bench_ceilings import coopmat_operands, coopmat_source, coopmat_specialization, edited_coopmat, gpu_seconds
+from bench_ceilings import coopmat_operands, coopmat_source, coopmat_specialization, edited_coopmat, run_variant
 from common import arguments, busy_gpu, torch_cuda, write_results
 
 # The K loop's multiplies holding a subgroup's C_COLS B fragments and loading its C_ROWS A
@@ -201,19 +201,11 @@ def main():
         def run():
             kernel.dispatch((n // tile_n, m // tile_m, 1), inputs + [y, y], push)
 
-        run()
-        out = y.numpy().copy()
-        if reference is None:
-            reference = out
-        exact = bool(np.array_equal(out, reference)) if computes_y else None
-        seconds = gpu_seconds(device, run, args.repeats)
-        registers = kernel.statistics.get("Register Count")
-        row = {"variant": label, "tile": [tile_m, tile_n, 64], "subgroup_rows": subgroup_rows, "depth": depth,
-               "vector_rows": spec[10], "full_tiles": spec[11],
-               "registers": registers, "exact": exact, "gpu_s": seconds, "TOPS": 2 * m * k * n / seconds / 1e12}
+        reference, row = run_variant(device, kernel, run, y, reference, computes_y, args.repeats, label,
+                                     {"tile": [tile_m, tile_n, 64], "subgroup_rows": subgroup_rows, "depth": depth,
+                                      "vector_rows": spec[10], "full_tiles": spec[11]},
+                                     ("TOPS", "T ops/s", 2 * m * k * n / 1e12))
         results["variants"].append(row)
-        print(f"{label:56s} registers {registers!s:>4s}  exact {exact!s:5s}  {seconds * 1e6:8.1f} us  "
-              f"{row['TOPS']:6.0f} T ops/s", flush=True)
     write_results(args.json, results)
 
 

@@ -101,6 +101,44 @@ def test_strided_matvec(device, rng, monkeypatch, local_size, m, k, n):
         bg.bitlinear(bad, q)
 
 
+@pytest.mark.parametrize("masked", ["0", "1"])
+@pytest.mark.parametrize("m,k,n,strided", [(1, 4096, 70, "0"), (2, 2048, 33, "0"), (1, 16384, 9, "1024"),
+                                           (3, 1000, 7, "0"), (1, 64, 1, "0"), (1, 8192, 40, "512")])
+def test_matvec_masked_codes(device, rng, monkeypatch, masked, m, k, n, strided):
+    """The fused matvec with the weights' codes masked in place and multiplied as unsigned bytes
+    into four accumulators (BITNET_GPU_MATVEC_MASKED=1, the default for one row) or shifted down
+    (0): exact, and bit for bit the separate pre-pass's y, with bias, accumulators, a fused norm with
+    a residual, and the gated output of a gate/up pair, on both grids, with activations at +-127 (the largest
+    partial sums)."""
+    x, q, bias = case(rng, m, k, n)
+    x[:, ::3] = np.abs(x).max()  # many activations at the extremes
+    x[:, 1::3] = -np.abs(x).max()
+    norm = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    residual = rng.standard_normal((m, n)).astype(np.float32)
+    gate_up = [bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32)) for _ in range(2)]
+
+    def run():
+        y, acc = bg.bitlinear(x, q, bias, return_accumulator=True)
+        group = bg._core.bitlinear_group(bg.Tensor.from_numpy(x), None, bg.Tensor.from_numpy(norm), 1e-5,
+                                         [q._core], [bg.Tensor.from_numpy(residual)])[0].numpy()
+        gated = bg._core.bitlinear_group(bg.Tensor.from_numpy(x), None, bg.Tensor.from_numpy(norm), 1e-5,
+                                         [w._core for w in gate_up], [None, None], True)[0].numpy()
+        return y, acc, group, gated
+
+    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "0")
+    separate = run()
+    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "1")
+    monkeypatch.setenv("BITNET_GPU_MATVEC_STRIDED", strided)
+    monkeypatch.setenv("BITNET_GPU_MATVEC_MASKED", masked)
+    fused = run()
+    check(x, q, bias, fused[0], fused[1])
+    for a, b in zip(fused, separate):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setenv("BITNET_GPU_MATVEC_MASKED", "2")
+    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_MATVEC_MASKED=2"):
+        bg.bitlinear(x, q)
+
+
 @pytest.mark.parametrize("m,k,expected", [(1, 16384, "strided"), (2, 8192, "strided"), (1, 6912, "strided"),
                                           (1, 4096, "fused"), (4, 8192, "pre-pass"), (1, 16400, "pre-pass")])
 def test_matvec_default_grid(device, rng, m, k, expected):

@@ -133,6 +133,17 @@ uint32_t matvec_unroll(uint32_t fallback = 1) { return tuning_value("BITNET_GPU_
 bool matvec_prefetch(int64_t k, bool gated_out) {
   return environment_switch("BITNET_GPU_MATVEC_PREFETCH").value_or(k <= 4096 && !gated_out);
 }
+// Whether a fused matvec multiplies the weights' codes masked in place (bitlinear_matvec.comp's
+// MASKED_CODES: one AND a part of a word instead of a shift and an AND, four accumulators a row), or
+// BITNET_GPU_MATVEC_MASKED=0|1. On for one activation row but not for the gated output. Measured on
+// the H100 (2026-11-23), kernel alone, µs, shifted -> masked (bench_matvec_variants.py): (1, 16384,
+// 16384) 32.9 -> 32.4, (1, 12288, 12288) 18.4 -> 17.7, (1, 8192, 8192) 11.2 -> 10.8, (1, 6912, 2560)
+// 9.0 -> 8.8, the same at (1, 2560, 6912) and (1, 4096, 4096); two rows (2, 8192, 8192) 16.5 -> 16.8
+// (98 registers against 62). In the 2B4T decode step (bench_knobs.py) the gate/up dispatch with its
+// gated output took 11.9-12.1 -> 12.4-12.7 µs, o and down 0.1-0.2 µs less.
+bool matvec_masked_codes(int64_t m, bool gated_out) {
+  return environment_switch("BITNET_GPU_MATVEC_MASKED").value_or(m == 1 && !gated_out);
+}
 
 // The cooperative-matrix kernel's shape: its TILE_M x TILE_N output tile and K step, how its 8
 // subgroups split the tile (subgroup_rows x (8 / subgroup_rows) parts) and how many K steps it
@@ -461,7 +472,7 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
                                    {10, lane_vectors(k, grid_shape.local_size)},
                                    {11, static_cast<int64_t>(weights.size())}, {12, gated_out},
                                    {13, prefetch}, {14, int64_t{grid_shape.local_size}},
-                                   {15, grid_shape.groups > 0}});
+                                   {15, grid_shape.groups > 0}, {16, matvec_masked_codes(m, gated_out)}});
   const uint32_t subgroups = subgroups_in(*device, grid_shape.local_size);
   // A subgroup takes `rows` rows at a time, or with gated_out one output row (a gate and an up row).
   const uint32_t rows_per_group = gated_out ? subgroups : rows * subgroups;

@@ -43,6 +43,10 @@ layout(constant_id = 13) const bool PREFETCH = false;
 layout(constant_id = 8) const bool GATED = false;   // FUSED: quantize relu(x)^2 * up
 layout(constant_id = 9) const uint SHARED_WORDS = 1;  // FUSED: M * Kp / 4
 layout(constant_id = 15) const bool STRIDED = false;
+// VECTORS: each part i of a weight word masked in place (codes times 4^i, one AND) instead of
+// shifted down and masked, multiplied as unsigned bytes (OpSUDot) into an accumulator of its own,
+// the scaled sums shifted down (exactly: sums of multiples of 4^i) and added after the row.
+layout(constant_id = 16) const bool MASKED_CODES = false;
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
 layout(std430, binding = 1) readonly buffer Weights4 { uvec4 w4[]; };  // the same tensor
 #ifdef FUSED
@@ -88,7 +92,8 @@ layout(push_constant) uniform Push { uint n; uint words_per_row; uint rows_per_g
 #include "prepare_common.glsl"
 // Vectors per invocation held in registers: ceil(Kp / 4 / WG_SIZE), at most 16.
 layout(constant_id = 10) const uint CACHED = 16;
-shared uint s_x[SHARED_WORDS];  // the quantized rows, interleaved, as bitlinear_prepare writes them
+// The quantized rows, interleaved as bitlinear_prepare writes them, a 16-value block a uvec4.
+shared uvec4 s_x4[(SHARED_WORDS + 3) / 4];
 int row_sums[M];      // each row's sum and scale, the same in every invocation
 float row_scales[M];
 shared float s_reduce[256];
@@ -109,13 +114,36 @@ float workgroup_sum(float v) {
   return total;
 }
 
+// The max and the rows' integer sums, whose order does not matter: in workgroups of more than 16
+// subgroups (the strided grid's 1024 invocations on the H100; lavapipe's subgroups of 8 from 256)
+// the subgroups' values are read by the lanes of every subgroup (every gl_SubgroupSize-th value a
+// lane) and reduced by subgroup operations, instead of a loop in every invocation over every
+// subgroup's value. Measured on the H100 (bench_matvec_variants.py, 2026-11-23): 32 subgroups,
+// (1, 12288, 12288) 19.4 -> 18.6 us and (1, 16384, 16384) 33.8 -> 33.6 us; 16, (1, 8192, 8192)
+// 11.4 -> 11.6 us, so not there.
+bool subgroup_reductions() { return gl_NumSubgroups > 16; }
 float workgroup_max(float v) {
   v = subgroupMax(v);
   if (subgroupElect()) s_reduce_max[gl_SubgroupID] = v;
   barrier();
   float result = 0.0;
+  if (subgroup_reductions()) {
+    for (uint s = gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize) result = max(result, s_reduce_max[s]);
+    return subgroupMax(result);
+  }
   for (uint s = 0; s < gl_NumSubgroups; ++s) result = max(result, s_reduce_max[s]);
   return result;
+}
+
+// The total of the subgroups' integer sums in s_reduce_int (after a barrier).
+int workgroup_int_total() {
+  int total = 0;
+  if (subgroup_reductions()) {
+    for (uint s = gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize) total += s_reduce_int[s];
+    return subgroupAdd(total);
+  }
+  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce_int[s];
+  return total;
 }
 
 // sink: a value made of the prefetched weights (PREFETCH), stored once the rows are requested so
@@ -152,24 +180,20 @@ void quantize_rows(uint sink) {
       const uint v = lane + c * WG_SIZE;
       if (c * WG_SIZE < padded_vectors) {  // uniform: whole quads stay together
         const uint word = interleaved_word(cache[c], scale, sum);
-        if (v < padded_vectors) s_x[m * padded_vectors + v] = word;
+        if (v < padded_vectors) s_x4[(m * padded_vectors + v) >> 2][v & 3u] = word;
       }
     }
     sum = subgroupAdd(sum);  // integer sums: exact in any order
     if (subgroupElect()) s_reduce_int[gl_SubgroupID] = sum;
-    barrier();  // s_x and the subgroups' sums are written
-    int total = 0;
-    for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce_int[s];
-    row_sums[m] = total;
+    barrier();  // s_x4 and the subgroups' sums are written
+    row_sums[m] = workgroup_int_total();
     row_scales[m] = scale;
   }
   bad = subgroupAdd(bad);
   if (gl_WorkGroupID.x == 0 && subgroupElect() && bad > 0) atomicAdd(nonfinite_total, bad);
 }
 
-uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
-  return uvec4(s_x[4 * index], s_x[4 * index + 1], s_x[4 * index + 2], s_x[4 * index + 3]);
-}
+uvec4 activation_vector(uint index) { return s_x4[index]; }  // block `index` of the quantized rows
 #define ACTIVATIONS(index) activation_vector(index)
 #define ROW_SUM(m) row_sums[m]
 #define SCALE(m) row_scales[m]
@@ -191,6 +215,19 @@ uvec4 activation_vector(uint index) {  // vector `index` of the quantized rows
 uint row_of(uint first, uint r) { return GATED_OUT ? first : first + r; }
 uint weight_of(uint which, uint r) { return GATED_OUT ? r : which; }
 const uint ROW_STEP = GATED_OUT ? 1 : ROWS;  // output rows a subgroup takes at a time
+
+#ifdef HW_DOT
+// OpSUDot on packed 4x8-bit vectors, a signed and an unsigned.
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
+int sudot_packed(uint a, uint b, spirv_literal int format);
+int sudot4(uint a, uint b) { return sudot_packed(a, b, 0); }
+#else
+int sudot4(uint a, uint b) {
+  int total = 0;
+  [[unroll]] for (uint e = 0; e < 4; ++e) total += byte_of(a, e) * int((b >> (8 * e)) & 0xFFu);
+  return total;
+}
+#endif
 
 int dot16(uvec4 xv, uint word) {
   return dot4(xv.x, codes(word, 0)) + dot4(xv.y, codes(word, 1)) + dot4(xv.z, codes(word, 2)) +
@@ -246,6 +283,8 @@ void main() {
   for (uint first = subgroup_first; first < group_end; first += subgroup_step) {
     int acc[M * ROWS];
     [[unroll]] for (uint i = 0; i < M * ROWS; ++i) acc[i] = 0;
+    int scaled_acc[M * ROWS][3];  // MASKED_CODES: 4, 16 and 64 times the sums of parts 1, 2 and 3
+    [[unroll]] for (uint i = 0; i < M * ROWS; ++i) scaled_acc[i] = int[3](0, 0, 0);
     if (VECTORS) {
       const uint vectors = words / 4;
       for (uint c0 = lane; c0 < vectors; c0 += width * UNROLL) {
@@ -263,11 +302,23 @@ void main() {
           [[unroll]] for (uint m = 0; m < M; ++m)
             [[unroll]] for (uint j = 0; j < 4; ++j) {
               const uvec4 xv = ACTIVATIONS(m * words + c * 4 + j);  // one uvec4 per 16-weight block
-              [[unroll]] for (uint r = 0; r < ROWS; ++r)
-                acc[m * ROWS + r] += dot16(xv, wv[u][r][j]);
+              [[unroll]] for (uint r = 0; r < ROWS; ++r) {
+                if (MASKED_CODES) {
+                  const uint word = wv[u][r][j];
+                  acc[m * ROWS + r] += sudot4(xv.x, word & 0x03030303u);
+                  scaled_acc[m * ROWS + r][0] += sudot4(xv.y, word & 0x0C0C0C0Cu);
+                  scaled_acc[m * ROWS + r][1] += sudot4(xv.z, word & 0x30303030u);
+                  scaled_acc[m * ROWS + r][2] += sudot4(xv.w, word & 0xC0C0C0C0u);
+                } else {
+                  acc[m * ROWS + r] += dot16(xv, wv[u][r][j]);
+                }
+              }
             }
         }
       }
+      if (MASKED_CODES)
+        [[unroll]] for (uint i = 0; i < M * ROWS; ++i)
+          acc[i] += (scaled_acc[i][0] >> 2) + (scaled_acc[i][1] >> 4) + (scaled_acc[i][2] >> 6);
     } else {
       for (uint c = lane; c < words; c += width) {
         uint wv[ROWS];
