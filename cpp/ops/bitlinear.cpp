@@ -140,7 +140,7 @@ bool matvec_prefetch(int64_t k, bool gated_out) {
 // 16384) 32.9 -> 32.4, (1, 12288, 12288) 18.4 -> 17.7, (1, 8192, 8192) 11.2 -> 10.8, (1, 6912, 2560)
 // 9.0 -> 8.8, the same at (1, 2560, 6912) and (1, 4096, 4096); two rows (2, 8192, 8192) 16.5 -> 16.8
 // (98 registers against 62). In the 2B4T decode step (bench_knobs.py) the gate/up dispatch with its
-// gated output took 11.9-12.1 -> 12.4-12.7 µs, o and down 0.1-0.2 µs less.
+// gated output took 11.85-12.05 -> 12.37-12.70 µs; o and down moved by less than 0.3 µs.
 bool matvec_masked_codes(int64_t m, bool gated_out) {
   return environment_switch("BITNET_GPU_MATVEC_MASKED").value_or(m == 1 && !gated_out);
 }
