@@ -427,15 +427,9 @@ bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
 // multiprocessor unless set), for tuning and tests.
 std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n, size_t weights) {
   const Device& device = x.device();
-  uint32_t local_size = 0;
-  if (const char* text = std::getenv("BITNET_GPU_MATVEC_STRIDED"); text && *text) {
-    const std::string value(text);
-    if (value != "0" && value != "256" && value != "512" && value != "1024")
-      throw ArgumentError("BITNET_GPU_MATVEC_STRIDED=" + value + ": expected 0, 256, 512 or 1024");
-    local_size = static_cast<uint32_t>(std::stoul(value));
-  } else if (device.info().multiprocessors && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384) {
-    local_size = padded(k) >= 12288 ? 1024 : 512;
-  }
+  const bool long_rows = device.info().multiprocessors && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384;
+  const uint32_t local_size = environment_choice("BITNET_GPU_MATVEC_STRIDED", {0, 256, 512, 1024})
+                                  .value_or(long_rows ? (padded(k) >= 12288 ? 1024 : 512) : 0);
   if (local_size == 0 || weights != 1 || !fused_matvec_fits(x, m, k, local_size)) return std::nullopt;
   const uint32_t per_multiprocessor = tuning_value("BITNET_GPU_MATVEC_STRIDED_GROUPS", 1024 / local_size, 8);
   // Where the multiprocessor count is unknown (lavapipe), a few workgroups.

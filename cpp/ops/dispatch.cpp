@@ -68,6 +68,20 @@ std::optional<bool> environment_switch(const char* name) {
   return value == "1";
 }
 
+std::optional<uint32_t> environment_choice(const char* name, std::initializer_list<uint32_t> allowed) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return std::nullopt;
+  const std::string value(text);
+  std::string expected;
+  size_t i = 0;
+  for (const uint32_t choice : allowed) {
+    if (value == std::to_string(choice)) return choice;
+    expected += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + std::to_string(choice);
+    ++i;
+  }
+  throw ArgumentError(std::string(name) + "=" + value + ": expected " + expected);
+}
+
 uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most) {
   const char* text = std::getenv(name);
   if (!text || !*text) return fallback;

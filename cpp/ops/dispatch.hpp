@@ -75,6 +75,10 @@ std::array<uint32_t, 3> checked_grid(const Device& device, std::array<uint64_t, 
 // otherwise).
 std::optional<bool> environment_switch(const char* name);
 
+// A tuning choice from the environment: nullopt when unset, else one of `allowed` written as an
+// integer (ArgumentError naming them otherwise: "expected 16, 32 or 64").
+std::optional<uint32_t> environment_choice(const char* name, std::initializer_list<uint32_t> allowed);
+
 // A tuning number from the environment: `fallback` when unset, else an integer from 1 to `most`
 // (ArgumentError otherwise).
 uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most);

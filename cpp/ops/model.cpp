@@ -1,7 +1,6 @@
 #include "ops/model.hpp"
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -22,14 +21,8 @@ namespace {
 int64_t decode_split_keys(int64_t heads_per_kv, int64_t requested) {
   if (requested != 0 && requested != 16 && requested != 32 && requested != 64)
     throw ArgumentError("split_keys: expected 16, 32 or 64 (or 0), got " + std::to_string(requested));
-  const char* text = std::getenv("BITNET_GPU_DECODE_SPLIT");
-  int64_t split = requested != 0 ? requested : 32;
-  if (text && *text) {
-    const std::string value(text);
-    if (value != "16" && value != "32" && value != "64")
-      throw ArgumentError("BITNET_GPU_DECODE_SPLIT=" + value + ": expected 16, 32 or 64");
-    split = std::stoll(value);
-  }
+  const int64_t split =
+      environment_choice("BITNET_GPU_DECODE_SPLIT", {16, 32, 64}).value_or(requested != 0 ? requested : 32);
   return heads_per_kv * split <= 256 ? split : 32;
 }
 

@@ -18,10 +18,19 @@ int byte_of(uint word, uint i) { return int(word << (24 - 8 * i)) >> 24; }
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int sdot_packed(uint a, uint b, spirv_literal int format);
 int dot4(uint a, uint b) { return sdot_packed(a, b, 0); }
+// OpSUDot: a's bytes signed, b's unsigned.
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
+int sudot_packed(uint a, uint b, spirv_literal int format);
+int sudot4(uint a, uint b) { return sudot_packed(a, b, 0); }
 #else
 int dot4(uint a, uint b) {
   const ivec4 va = ivec4(byte_of(a, 0), byte_of(a, 1), byte_of(a, 2), byte_of(a, 3));
   const ivec4 vb = ivec4(byte_of(b, 0), byte_of(b, 1), byte_of(b, 2), byte_of(b, 3));
+  return va.x * vb.x + va.y * vb.y + va.z * vb.z + va.w * vb.w;
+}
+int sudot4(uint a, uint b) {
+  const ivec4 va = ivec4(byte_of(a, 0), byte_of(a, 1), byte_of(a, 2), byte_of(a, 3));
+  const ivec4 vb = ivec4((uvec4(b) >> uvec4(0, 8, 16, 24)) & 0xFFu);
   return va.x * vb.x + va.y * vb.y + va.z * vb.z + va.w * vb.w;
 }
 #endif

@@ -216,19 +216,6 @@ uint row_of(uint first, uint r) { return GATED_OUT ? first : first + r; }
 uint weight_of(uint which, uint r) { return GATED_OUT ? r : which; }
 const uint ROW_STEP = GATED_OUT ? 1 : ROWS;  // output rows a subgroup takes at a time
 
-#ifdef HW_DOT
-// OpSUDot on packed 4x8-bit vectors, a signed and an unsigned.
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
-int sudot_packed(uint a, uint b, spirv_literal int format);
-int sudot4(uint a, uint b) { return sudot_packed(a, b, 0); }
-#else
-int sudot4(uint a, uint b) {
-  int total = 0;
-  [[unroll]] for (uint e = 0; e < 4; ++e) total += byte_of(a, e) * int((b >> (8 * e)) & 0xFFu);
-  return total;
-}
-#endif
-
 int dot16(uvec4 xv, uint word) {
   return dot4(xv.x, codes(word, 0)) + dot4(xv.y, codes(word, 1)) + dot4(xv.z, codes(word, 2)) +
          dot4(xv.w, codes(word, 3));
