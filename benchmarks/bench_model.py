@@ -9,7 +9,9 @@ Random ternary weights of the config's shape. A decode step is one replay of the
 copying the token id in, the submission, the wait and reading the next token id back. GPU time
 comes from Vulkan timestamps (the whole graph, and per op for the split). The physical limit is
 the bytes a step must read (packed projections, and the float16 head) over PyTorch's measured
-device copy bandwidth.
+device copy bandwidth. Greedy decode steps pick the next id through the head's int8 screening
+copy (BitNetModel.screened_head); each context is also timed with the float16 head and
+argmax_rows (screened_head off), in the same run.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def op_kind(label):
              ("row_op|row_ops", "rms_norm"), ("attention", "attention"), ("rope", "rope"),
              ("binary", "residual add"),
              ("gated|elementwise", "relu2 * up"), ("linear_rows", "LM head (float16)"),
+             ("head_screen", "LM head: int8 screening"), ("head_verify", "LM head: candidates, exactly"),
              ("embedding", "embedding / gather"), ("argmax", "argmax")]
     for pattern, kind in rules:
         if re.search(pattern, label):
@@ -61,9 +64,9 @@ def fill_cache(model, tokens):
 
 
 def decode_step(model, context):
-    """One decode step of DECODE_TOKEN after `context` cached tokens, as generate() runs it (the
-    next id read back)."""
-    return lambda: model._step(DECODE_TOKEN, context, "last")["next"].numpy()
+    """One decode step of DECODE_TOKEN after `context` cached tokens, as greedy generate() runs it
+    (the next id read back; through the screened head where model.screened_head)."""
+    return lambda: model._step(DECODE_TOKEN, context, "next")["next"].numpy()
 
 
 def gpu_seconds(model, run, repeats):
@@ -198,8 +201,14 @@ def main():
         print(f"copy bandwidth {copy_gbps:.0f} GB/s: limit {model.projection_nbytes / copy_gbps / 1e3:.0f} us/token "
               f"for the packed projections, {step_bytes / copy_gbps / 1e3:.0f} us with the head")
 
+    start = time.perf_counter()
     decode_step(model, contexts[0])()
+    results["first_decode_step_seconds"] = time.perf_counter() - start  # with the screening copy built
+    results["screening_bytes"] = model.screening_nbytes
     results["decode_memory_in_use_bytes"] = device.memory_stats()["in_use_bytes"] - before
+    if model.screened_head:
+        print(f"head screening copy {model.screening_nbytes / 1e9:.3f} GB, built with the first decode step "
+              f"({results['first_decode_step_seconds']:.1f} s)")
     peer = TorchBitNet(torch, config, max_tokens) if torch else None
     if peer:
         peer.step(torch.tensor(fill[0], device="cuda"), 0)
@@ -210,7 +219,16 @@ def main():
         gpu = gpu_seconds(model, step, args.steps)
         ops = split(per_op(model, step))
         row = {"phase": "decode", "context": context, "wall_s": wall, "gpu_s": gpu,
-               "tokens_per_s": 1 / wall, "split_s": ops}
+               "tokens_per_s": 1 / wall, "split_s": ops, "screened_head": model.screened_head}
+        if model.screened_head:  # the same step with the float16 head and argmax_rows
+            model.screened_head = False
+            step()
+            row["float_head_wall_s"] = median_wall(step, args.steps)
+            row["float_head_gpu_s"] = gpu_seconds(model, step, args.steps)
+            row["float_head_split_s"] = split(per_op(model, step))
+            model.screened_head = True
+            model.reset_graphs()
+            step()
         if copy_gbps:
             limit = model.projection_nbytes / (copy_gbps * 1e9)
             row.update(limit_s=limit, limit_with_head_s=step_bytes / (copy_gbps * 1e9),
@@ -235,6 +253,11 @@ def main():
         total = sum(ops.values())
         for kind, seconds in ops.items():
             print(f"    {kind:40s} {seconds * 1e6:9.1f} us  {100 * seconds / total:5.1f}%")
+        if "float_head_gpu_s" in row:
+            print(f"    with the float16 head instead: {1 / row['float_head_wall_s']:.0f} tokens/s "
+                  f"({row['float_head_wall_s'] * 1e6:.0f} us wall, {row['float_head_gpu_s'] * 1e6:.0f} us GPU; head "
+                  f"{row['float_head_split_s'].get('LM head (float16)', 0) * 1e6:.1f} us, argmax "
+                  f"{row['float_head_split_s'].get('argmax', 0) * 1e6:.1f} us per op)")
 
     if args.prefill:
         prompt = np.random.default_rng(1).integers(0, config.vocab_size, (1, args.prefill)).astype(np.int32)

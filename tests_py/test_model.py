@@ -12,7 +12,7 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.checkpoint import load_safetensors, save_safetensors
-from bitnet_gpu.models import BitNetConfig, BitNetModel, PROJECTIONS, unpack_hf_ternary, weight_names
+from bitnet_gpu.models import BitNetConfig, BitNetModel, PROJECTIONS, screening_tables, unpack_hf_ternary, weight_names
 from conftest import rel
 
 rng = np.random.default_rng()
@@ -86,6 +86,124 @@ def test_argmax_over_many_chunks():
     vocab[1, -1] = np.nan                   # the NaN in the last, partial chunk
     vocab[2, :] = -np.inf
     np.testing.assert_array_equal(_core.argmax_rows(_tensor(vocab)).numpy(), np.argmax(vocab, axis=1))
+
+
+def _screened(h, head, out=None, high=None):
+    q, meta = screening_tables(head)
+    return _core.screened_argmax(_tensor(h), _tensor(head), _tensor(q), _tensor(meta), out, high)
+
+
+def _float_head_argmax(h, head):
+    return _core.argmax_rows(_core.linear_rows(_tensor(h), _tensor(head))).numpy()[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("v,k", [(1, 4), (7, 60), (33, 64), (1000, 16), (4097, 2560), (2100, 1028)])
+def test_screened_argmax_is_the_float_heads_argmax(dtype, v, k):
+    """The screened argmax gives the index argmax_rows gives on linear_rows' logits (the same
+    bits: the candidates are computed as linear_rows computes them), on fresh random heads."""
+    for _ in range(2):
+        head = rng.standard_normal((v, k)).astype(dtype)
+        h = rng.standard_normal((1, k)).astype(np.float32)
+        out, high = _poisoned((1,), np.int32), _poisoned((v,), np.float32)
+        _screened(h, head, out, high)
+        assert out.numpy()[0] == _float_head_argmax(h, head)
+        exact = h.astype(np.float64) @ head.astype(np.float64).T
+        # Each row's bracket holds its logit (the bracket is symmetric: its upper end tells), and
+        # is the reference's: float32 against float64 arithmetic on the same integer sums, but for
+        # a few of h's 16-bit values one apart where the GPU's 32767 / max|h| is not correctly
+        # rounded (the H100's division): within a thousandth of the bracket's half-width.
+        assert (high.numpy() >= exact[0]).all()
+        ref_low, ref_high = reference.screening_bracket(h, *screening_tables(head))
+        slack = 1e-5 * np.abs(ref_high) + 1e-3 * (ref_high - ref_low) / 2
+        assert (np.abs(high.numpy() - ref_high) <= slack).all(), np.max(np.abs(high.numpy() - ref_high) / slack)
+        top2 = np.sort(exact[0])[-2:]
+        if v == 1 or top2[1] - top2[0] > 1e-3 * np.abs(exact).max():
+            assert out.numpy()[0] == np.argmax(exact)
+
+
+def test_screened_argmax_near_ties_and_coarse_rows():
+    """Rows whose int8 copies order them wrongly: pairs of rows a hair apart (the int8 copy of
+    the larger may be the smaller), exact duplicates (the first wins), rows with one huge
+    value (coarse int8 steps, wide brackets) and h with outliers."""
+    k, v = 256, 3000
+    base = rng.standard_normal((v // 2, k)).astype(np.float32)
+    head = np.concatenate([base, base + 1e-4 * rng.standard_normal(base.shape).astype(np.float32)])
+    head = head[rng.permutation(v)]
+    head[rng.integers(0, v, 40), rng.integers(0, k, 40)] = 300.0
+    for trial in range(6):
+        h = rng.standard_normal((1, k)).astype(np.float32)
+        if trial % 2:
+            h[0, rng.integers(0, k, 3)] *= 200.0
+        logits = h.astype(np.float64) @ head.astype(np.float64).T
+        best = int(np.argmax(logits))
+        head[(best + 17) % v] = head[best]  # an exact duplicate, before or after it
+        high = _poisoned((v,), np.float32)
+        assert _screened(h, head, high=high).numpy()[0] == _float_head_argmax(h, head)
+        assert (high.numpy() >= h.astype(np.float64) @ head.astype(np.float64).T).all()
+
+
+@pytest.mark.parametrize("case", ["nan_h", "inf_h", "nan_row", "zero_h", "tiny_h", "zero_head"])
+def test_screened_argmax_special_values(case):
+    """NaN and Inf follow np.argmax of the float head's logits (the first NaN wins), and h too
+    small to bracket falls back to checking every row exactly."""
+    v, k = 1500, 64
+    head = rng.standard_normal((v, k)).astype(np.float16)
+    h = rng.standard_normal((1, k)).astype(np.float32)
+    if case == "nan_h":
+        h[0, 5] = np.nan
+    elif case == "inf_h":
+        h[0, 9] = np.inf
+    elif case == "nan_row":
+        head[1234, 3] = np.nan
+    elif case == "zero_h":
+        h[:] = 0.0
+    elif case == "tiny_h":
+        h *= np.float32(1e-25)
+    elif case == "zero_head":
+        head[:] = 0.0
+    expected = _float_head_argmax(h, head)
+    assert _screened(h, head).numpy()[0] == expected
+    if case == "nan_row":
+        assert expected == 1234
+
+
+def test_screened_argmax_rejects_bad_input():
+    head = rng.standard_normal((10, 8)).astype(np.float16)
+    q, meta = screening_tables(head)
+    h = rng.standard_normal((1, 8)).astype(np.float32)
+    with pytest.raises(bg.DTypeError):
+        _core.screened_argmax(_tensor(h.astype(np.float16)), _tensor(head), _tensor(q), _tensor(meta))
+    with pytest.raises(bg.DTypeError):
+        _core.screened_argmax(_tensor(h), _tensor(head), _tensor(q.view(np.uint8)), _tensor(meta))
+    with pytest.raises(bg.ShapeError, match=r"x \[1, K\]"):
+        _core.screened_argmax(_tensor(np.vstack([h, h])), _tensor(head), _tensor(q), _tensor(meta))
+    with pytest.raises(bg.ShapeError, match="head_q"):
+        _core.screened_argmax(_tensor(h), _tensor(head), _tensor(q[:, :8].copy()), _tensor(meta))
+    odd = rng.standard_normal((10, 7)).astype(np.float16)
+    q7, meta7 = screening_tables(odd)
+    with pytest.raises(bg.ArgumentError, match="K % 4 == 0"):
+        _core.screened_argmax(_tensor(h[:, :7]), _tensor(odd), _tensor(q7), _tensor(meta7))
+    assert not _core.screened_argmax_fits(bg.default_device(), 7)
+    assert not _core.screened_argmax_fits(bg.default_device(), 1 << 20)
+    with pytest.raises(bg.ShapeError):
+        screening_tables(np.zeros((3, 4), np.int8))
+    assert _screened(h, head).numpy()[0] == _float_head_argmax(h, head)  # still usable
+
+
+def test_screening_tables_bound_the_int8_error():
+    head = (rng.standard_normal((300, 100)) * rng.uniform(1e-3, 1e3, (300, 1))).astype(np.float32)
+    head[7, :] = 0.0
+    head[9, 4] = np.inf
+    q, meta = screening_tables(head)
+    assert q.shape == (300, 112) and q.dtype == np.int8 and not q[:, 100:].any()
+    assert np.abs(q).max() <= 127
+    e = head.astype(np.float64)
+    error = np.linalg.norm(e - meta[:, :1].astype(np.float64) * q[:, :100], axis=1)
+    finite = np.isfinite(e).all(axis=1)
+    assert (meta[finite, 1] >= error[finite]).all() and (meta[finite, 1] <= 1.01 * error[finite] + 1e-30).all()
+    assert (meta[finite, 2] >= np.linalg.norm(e[finite], axis=1)).all()
+    assert meta[7, 0] == 0 and meta[7, 1] == 0 and np.isinf(meta[9, 1:3]).all()
 
 
 @pytest.mark.parametrize("batch,tokens,start", [(1, 1, 0), (2, 3, 9), (3, 1, 62)])
@@ -417,6 +535,49 @@ def test_greedy_generation_matches_reference_for_32_steps(tiny_model, seed):
     ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 32)
     np.testing.assert_array_equal(out, ref)
     assert len(np.unique(out[:, 6:])) > 4  # the test generates varied tokens
+
+
+@pytest.mark.parametrize("seed", [12, 13])
+def test_screened_greedy_generation_is_the_float_heads(tiny_model, seed):
+    """One sequence, greedy: the decode graphs pick the next id through the screened head; the
+    ids are the reference's and those of the float head's argmax, for 32 steps."""
+    prompt = np.random.default_rng(seed).integers(0, tiny_model.config.vocab_size, 5)
+    assert tiny_model.screened_head
+    tiny_model.reset_graphs()
+    out = tiny_model.generate(prompt, 32)
+    assert any(key[2] == "next" and key[1] == 1 for key in tiny_model._graphs)
+    assert tiny_model.screening_nbytes == tiny_model.config.vocab_size * (tiny_model.config.hidden_size + 16)
+    ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt[None], 32)[0]
+    np.testing.assert_array_equal(out, ref)
+    tiny_model.screened_head = False
+    try:
+        tiny_model.reset_graphs()
+        np.testing.assert_array_equal(tiny_model.generate(prompt, 32), out)
+    finally:
+        tiny_model.screened_head = True
+        tiny_model.reset_graphs()
+
+
+def test_screened_head_is_built_once_and_only_when_on():
+    model = BitNetModel.random(_tiny(), seed=6)
+    assert model.screened_head and model.screening_nbytes == 0  # built at the first greedy step
+    model.prepare_screened_head()
+    first = model._screening
+    assert model.screening_nbytes > 0
+    model.generate(np.arange(3), 2)
+    assert model._screening is first
+    off = BitNetModel.random(_tiny(), seed=6, screened_head=False)
+    off.prepare_screened_head()
+    np.testing.assert_array_equal(off.generate(np.arange(3), 4), model.generate(np.arange(3), 4))
+    assert off.screening_nbytes == 0
+    odd = _tiny(hidden_size=70, num_attention_heads=5, num_key_value_heads=1)  # K % 4 != 0
+    with pytest.raises(bg.ArgumentError, match="screened_head: hidden size 70"):
+        BitNetModel(odd, screened_head=True)
+    fallback = BitNetModel.random(odd, seed=1)
+    assert not fallback.screened_head
+    prompt = np.arange(3)
+    np.testing.assert_array_equal(fallback.generate(prompt, 3),
+                                  reference.bitnet_generate(fallback.reference_params(), odd, prompt[None], 3)[0])
 
 
 def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatch):

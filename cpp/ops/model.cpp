@@ -1,6 +1,8 @@
 #include "ops/model.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -112,6 +114,106 @@ Tensor argmax_rows(const Tensor& x, const std::optional<Tensor>& given) {
   for (int64_t phase : {0, 1}) {
     Kernel kernel = Kernel::builtin(device, "argmax", {{0, phase}});
     op.sequence().dispatch(kernel, {phase == 0 ? grid[0] : 1u, grid[1], 1}, bindings, push_bytes(push));
+  }
+  op.run();
+  return out;
+}
+
+namespace {
+
+// 16-value vectors of a row a head_screen lane holds in registers (J): at most this many.
+constexpr int64_t kScreenMaxVectors = 32;
+constexpr int64_t kScreenChunk = 1024;  // CHUNK in shaders/model/head_verify.comp
+
+// Rows a head_screen subgroup requests at once, or BITNET_GPU_SCREEN_ROWS (1 to 4), and its
+// workgroups a multiprocessor, or BITNET_GPU_SCREEN_GROUPS (1 to 16). Measured on the H100, the
+// 2B4T head (128256 x 2560), kernel alone (benchmarks/bench_head.py, 2026-11-23): 1, 2 and 4 rows
+// with 4 workgroups 127.6, 127.8-129.4 and 126.9-127.7 us; 2 rows with 2 workgroups 124.5-124.7,
+// with 1 130.2-131.2. Requesting the next rows before multiplying the current ones (and the
+// first before h is read) gave 124.0-125.0 us with 1 row and 2 workgroups, 131.8-139.4 with 2.
+uint32_t screen_rows() { return tuning_value("BITNET_GPU_SCREEN_ROWS", 2, 4); }
+uint32_t screen_groups() { return tuning_value("BITNET_GPU_SCREEN_GROUPS", 2, 16); }
+
+int64_t screen_vectors(const Device& device, int64_t k) {
+  const int64_t width = std::max<uint32_t>(1, device.info().subgroup_size);
+  return ((k + 15) / 16 + width - 1) / width;
+}
+
+}  // namespace
+
+bool screened_argmax_fits(const Device& device, int64_t k) {
+  return k > 0 && k % 4 == 0 && screen_vectors(device, k) <= kScreenMaxVectors;
+}
+
+Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
+                       const std::optional<Tensor>& given, const std::optional<Tensor>& given_high) {
+  if (x.dtype() != DType::float32) throw DTypeError("x: expected float32, got " + std::string(dtype_name(x.dtype())));
+  require_float(head, "head");
+  if (head_q.dtype() != DType::int8)
+    throw DTypeError("head_q: expected int8, got " + std::string(dtype_name(head_q.dtype())));
+  if (head_meta.dtype() != DType::float32)
+    throw DTypeError("head_meta: expected float32, got " + std::string(dtype_name(head_meta.dtype())));
+  if (x.shape().size() != 2 || x.shape()[0] != 1 || head.shape().size() != 2 || x.shape()[1] != head.shape()[1])
+    throw ShapeError("expected x [1, K] and head [V, K], got x " + shape_text(x.shape()) + " and head " +
+                     shape_text(head.shape()));
+  const int64_t v = head.shape()[0], k = x.shape()[1], padded_k = (k + 15) / 16 * 16;
+  if (v == 0) throw ShapeError("argmax of empty rows: head has shape " + shape_text(head.shape()));
+  if (head_q.shape() != std::vector<int64_t>{v, padded_k} || head_meta.shape() != std::vector<int64_t>{v, 4})
+    throw ShapeError("expected head_q [" + std::to_string(v) + ", " + std::to_string(padded_k) + "] and head_meta [" +
+                     std::to_string(v) + ", 4] for head " + shape_text(head.shape()) + ", got " +
+                     shape_text(head_q.shape()) + " and " + shape_text(head_meta.shape()));
+  for (const Tensor* t : {&head, &head_q, &head_meta})
+    if (&t->device() != &x.device()) throw ArgumentError("x, head, head_q and head_meta must live on one device");
+  const auto& device = x.device_ptr();
+  if (!screened_argmax_fits(*device, k))
+    throw ArgumentError("screened_argmax takes K % 4 == 0 and at most " +
+                        std::to_string(kScreenMaxVectors * std::max<uint32_t>(1, device->info().subgroup_size) * 16) +
+                        " values a row on this device, got K = " + std::to_string(k));
+  if (v > std::numeric_limits<int32_t>::max() / 2)
+    throw ShapeError("screened_argmax: too many rows (" + std::to_string(v) + ")");
+  Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
+  // The screening pass: subgroups of about 32 rows each, at most screen_groups() workgroups a
+  // multiprocessor where the count is known.
+  const uint32_t subgroups = subgroups_in(*device, 256), rows = screen_rows();
+  uint64_t groups = (static_cast<uint64_t>(v) + 32 * subgroups - 1) / (32 * subgroups);
+  if (const uint32_t multiprocessors = device->info().multiprocessors)
+    groups = std::min<uint64_t>(groups, uint64_t{multiprocessors} * screen_groups());
+  groups = std::clamp<uint64_t>(groups, 1, 65535);
+  const int64_t chunks = (v + kScreenChunk - 1) / kScreenChunk;
+  Tensor high = output(device, given_high, {v}, DType::float32, "high", {&x, &head, &head_q, &head_meta, &out});
+  Tensor lows = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(groups)}, DType::float32);
+  Tensor partial = Tensor::empty(device, std::vector<int64_t>{chunks, 2}, DType::uint32);
+  // The last verifying workgroup resets the counter: zeroed once, here.
+  Tensor counter = Tensor::empty(device, std::vector<int64_t>{1}, DType::uint32);
+  {
+    Sequence zero(device, Timing::off);
+    zero.fill(counter.binding(), 0);
+    zero.run();
+  }
+  OpSequence op(device);
+  // The packed dot products where the device accelerates them (as BitLinear takes them).
+  const bool hardware = device->feature("integer_dot_product") && device->feature("integer_dot_product_accelerated");
+  {
+    Kernel kernel = Kernel::builtin(device, hardware ? "head_screen_dot" : "head_screen_int",
+                                    {{0, screen_vectors(*device, k)}, {1, int64_t{rows}}});
+    struct {
+      uint32_t v, k, vectors;
+    } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(padded_k / 16)};
+    BufferBinding bindings[] = {x.binding(), head_q.binding(), head_meta.binding(), high.binding(), lows.binding()};
+    op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings, push_bytes(push));
+  }
+  {
+    // A candidate row's vectors a lane requests at once: all of them, up to 8 (the sums' order
+    // does not depend on it).
+    const int64_t in_flight = std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8);
+    Kernel kernel = Kernel::builtin(device, float_variant("head_verify", head.dtype()), {{0, in_flight}});
+    struct {
+      uint32_t v, k, lows;
+    } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups)};
+    BufferBinding bindings[] = {x.binding(),       head.binding(),    high.binding(), lows.binding(),
+                                partial.binding(), counter.binding(), out.binding()};
+    const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1}, "screened_argmax over " + shape_text(head.shape()));
+    op.sequence().dispatch(kernel, grid, bindings, push_bytes(push));
   }
   op.run();
   return out;

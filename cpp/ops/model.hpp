@@ -17,6 +17,21 @@ Tensor linear_rows(const Tensor& x, const Tensor& w, const std::optional<Tensor>
 // np.argmax along the last axis of float32 x [M, N] (N > 0): int32 [M].
 Tensor argmax_rows(const Tensor& x, const std::optional<Tensor>& out = {});
 
+// np.argmax(x @ head.T) for one row of x (float32 [1, K], K % 4 == 0) and a float head [V, K]
+// (float32 or float16), through a screening copy of the head: head_q int8 [V, Kp] (Kp = K
+// rounded up to 16, zero-padded) with per-row scales and error norms in head_meta float32 [V, 4]
+// (models.py's screening_tables: sigma_v, D', N, 0). Every row gets a bracket around its logit
+// from the int8 copy; the rows whose bracket reaches the largest lower end are computed exactly,
+// as linear_rows computes them, and the largest (the first of equal ones, the first NaN) wins:
+// the index argmax_rows(linear_rows(x, head)) gives, reading the head's int8 copy once instead of
+// the float head. int32 [1]. ArgumentError where screened_argmax_fits(device, K) is false (K % 4,
+// or rows longer than a subgroup's lanes hold in registers). high (float32 [V], for inspection):
+// receives each row's upper bracket end, NaN where the row is not screened.
+Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
+                       const std::optional<Tensor>& out = {}, const std::optional<Tensor>& high = {});
+// Whether screened_argmax takes rows of k values on this device.
+bool screened_argmax_fits(const Device& device, int64_t k);
+
 // A decode step's rotary embedding and KV-cache append in one dispatch (float32): returns
 // rope(q) and writes rope(k) and v to rows start[0] + t % T of each sequence's caches [B, ROWS,
 // HKV, D] (q, k, v: [B * T, heads, D]; cos, sin: [positions, D / 2]).

@@ -753,6 +753,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("embedding", &ops::embedding, py::arg("table"), py::arg("ids"), py::arg("out") = py::none(), release);
   m.def("linear_rows", &ops::linear_rows, py::arg("x"), py::arg("w"), py::arg("out") = py::none(), release);
   m.def("argmax_rows", &ops::argmax_rows, py::arg("x"), py::arg("out") = py::none(), release);
+  m.def("screened_argmax", &ops::screened_argmax, py::arg("x"), py::arg("head"), py::arg("head_q"),
+        py::arg("head_meta"), py::arg("out") = py::none(), py::arg("high") = py::none(), release);
+  m.def("screened_argmax_fits", [](const Device& device, int64_t k) { return ops::screened_argmax_fits(device, k); },
+        py::arg("device"), py::arg("k"));
   m.def("copy_rows", &ops::copy_rows, py::arg("rows"), py::arg("destination"), py::arg("first_row"),
         release);
   py::enum_<ops::BinaryOp>(m, "BinaryOp")

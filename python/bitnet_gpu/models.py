@@ -34,7 +34,7 @@ from .graph import Graph
 from .quantize import TernaryWeights, _count, _integer, quantize_weights
 from . import reference
 
-__all__ = ["BitNetConfig", "BitNetModel", "PROJECTIONS", "weight_names", "unpack_hf_ternary"]
+__all__ = ["BitNetConfig", "BitNetModel", "PROJECTIONS", "weight_names", "unpack_hf_ternary", "screening_tables"]
 
 # (module path, short name) of the seven BitLinear projections of a layer.
 PROJECTIONS = [("self_attn.q_proj", "q"), ("self_attn.k_proj", "k"), ("self_attn.v_proj", "v"),
@@ -151,6 +151,63 @@ def unpack_hf_ternary(packed: np.ndarray, rows: int) -> np.ndarray:
 _BYTE_OF_CODES = np.array([sum(((n // 3**j) % 3) << (2 * j) for j in range(4)) for n in range(81)], np.uint8)
 
 
+def screening_tables(head, chunk_rows=4096):
+    """The int8 copy of a float head [V, K] that ``_core.screened_argmax`` screens with: q int8
+    [V, Kp] (K rounded up to 16, zero-padded), q_v = clip(rint(head[v] * (127 / m_v)), -127, 127)
+    with m_v = max|head[v]| and sigma_v = float32(m_v / 127), and meta float32 [V, 4]: sigma_v;
+    D' = D_v + gamma (N_v + D_v) and N_v, each bounded from above, where D_v = ||head[v] -
+    sigma_v q_v||, N_v = ||head[v]|| and gamma = n u / (1 - n u) + 8 u, n = K + 64, u = 2^-24,
+    bounds the float32 rounding of a K-term dot product in any order and of the screening's own
+    products (shaders/model/head_screen.comp has the bound). D_v and N_v are computed in float32
+    and raised by what that rounding can hide: (1 + 2^-10) for a sum of K squares (K < 2^20), and
+    1.02 sqrt(K) u m_v for the K differences. Rows with NaN or Inf, or whose largest value is below
+    1e-15 (their squares could underflow), get D' = N = inf: never screened out."""
+    head = np.asarray(head)
+    if head.ndim != 2 or head.dtype not in (np.float16, np.float32):
+        raise _core.ShapeError(f"head: expected float16 or float32 [V, K], got {head.dtype} {head.shape}")
+    v, k = head.shape
+    if k >= 1 << 20:
+        raise _core.ShapeError(f"head: rows of at most 2^20 values, got {k}")
+    padded = -(-k // 16) * 16
+    q = np.zeros((v, padded), np.int8)
+    meta = np.zeros((v, 4), np.float32)
+    u = 2.0 ** -24
+    n = k + 64
+    gamma = n * u / (1 - n * u) + 8 * u
+
+    def rounded_up(values):
+        single = values.astype(np.float32)
+        return np.where(single.astype(np.float64) < values, np.nextafter(single, np.float32(np.inf)), single)
+
+    rows_buffer = np.empty((min(chunk_rows, v), k), np.float32)  # reused: no page faults a chunk
+    work_buffer = np.empty_like(rows_buffer)
+    for first in range(0, v, chunk_rows):
+        end = min(first + chunk_rows, v)
+        rows, work = rows_buffer[:end - first], work_buffer[:end - first]
+        rows[...] = head[first:end]
+        with np.errstate(invalid="ignore", over="ignore"):
+            amax = np.abs(rows, out=work).max(axis=1)
+        bounded = np.isfinite(amax) & ((amax >= 1e-15) | (amax == 0))
+        rows[~bounded] = 0.0
+        amax = np.where(bounded, amax, np.float32(0))
+        sigma = amax / np.float32(127)
+        inverse = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, np.float32(1)), np.float32(0))
+        values = np.multiply(rows, inverse[:, None], out=work)
+        np.rint(values, out=values)
+        np.clip(values, -127, 127, out=values)
+        q[first:end, :k] = values
+        error = np.multiply(values, sigma[:, None], out=values)
+        np.subtract(rows, error, out=error)
+        amax64 = amax.astype(np.float64)
+        d = (np.sqrt(np.einsum("ij,ij->i", error, error, dtype=np.float32).astype(np.float64)) * (1 + 2.0 ** -10)
+             + 1.02 * math.sqrt(k) * u * amax64) * (1 + 2.0 ** -20)
+        norm = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float32).astype(np.float64)) * (1 + 2.0 ** -10)
+        meta[first:end, 0] = sigma
+        meta[first:end, 1] = np.where(bounded, rounded_up(d + gamma * (norm + d)), np.float32(np.inf))
+        meta[first:end, 2] = np.where(bounded, rounded_up(norm), np.float32(np.inf))
+    return q, meta
+
+
 def _random_packed(rng, rows, cols):
     """Packed bytes of uniformly random ternary weights [rows, cols] (padding codes are zero)."""
     row_bytes = -(-cols // 16) * 4
@@ -174,7 +231,11 @@ class BitNetModel:
     BitNetForCausalLM) or ``random``."""
 
     def __init__(self, config: BitNetConfig, *, device=None, max_tokens=None,
-                 embedding_dtype=np.float16):
+                 embedding_dtype=np.float16, screened_head=None):
+        """screened_head: greedy steps of one sequence pick the next token through an int8 copy
+        of the head (``_core.screened_argmax``: the same ids as the argmax of the float head's
+        logits, reading half the bytes; the copy takes vocab x hidden bytes more on the device).
+        None: wherever the device takes the hidden size."""
         from . import default_device
         self.config = config
         self.device = device or default_device()
@@ -190,6 +251,12 @@ class BitNetModel:
         self._graphs = {}
         self._caches = {}
         self.timings = False  # record graphs with per-op timestamps (benchmarks)
+        fits = _core.screened_argmax_fits(self.device, config.hidden_size)
+        if screened_head and not fits:
+            raise _core.ArgumentError(f"screened_head: hidden size {config.hidden_size} does not fit screened_argmax "
+                                      "on this device")
+        self.screened_head = fits if screened_head is None else bool(screened_head)
+        self._screening = None  # (the head it copies, head_q, head_meta), built at the first screened step
 
     # ----------------------------------------------------------------------------- weights
     @classmethod
@@ -299,6 +366,23 @@ class BitNetModel:
         return total
 
     @property
+    def screening_nbytes(self) -> int:
+        """Bytes of the head's int8 screening copy (0 until a greedy step has built it)."""
+        return sum(t.nbytes for t in self._screening[1:]) if self._screening else 0
+
+    def prepare_screened_head(self):
+        """Builds the head's int8 screening copy now (a greedy step builds it when first needed:
+        NumPy over the whole head, seconds for the 2B4T vocabulary); nothing if screened_head is off."""
+        if self.screened_head:
+            self._screening_tensors()
+
+    def _screening_tensors(self):
+        if self._screening is None or self._screening[0] is not self.lm_head:
+            q, meta = screening_tables(self.lm_head.numpy())
+            self._screening = (self.lm_head, Tensor.from_numpy(q, self.device), Tensor.from_numpy(meta, self.device))
+        return self._screening[1:]
+
+    @property
     def projection_nbytes(self) -> int:
         """Bytes of the packed ternary projections alone (what a decode step must read)."""
         return sum(w.nbytes for layer in self.layers for w in layer.proj.values())
@@ -329,8 +413,9 @@ class BitNetModel:
 
     def _record(self, batch, tokens, logits, split_keys=0):
         """Records one step of `tokens` new tokens for `batch` sequences after `start` cached ones.
-        logits: 'last' (each sequence's last token, and its argmax) or 'all'. split_keys: the keys
-        a decode attention workgroup takes (0: its default)."""
+        logits: 'last' (each sequence's last token, and its argmax), 'all', or 'next' (the argmax
+        alone: through the screened head for one sequence where screened_head, else as 'last').
+        split_keys: the keys a decode attention workgroup takes (0: its default)."""
         c = self.config
         rows = batch * tokens
         graph = Graph(self.device, timings=self.timings)
@@ -363,12 +448,17 @@ class BitNetModel:
                                                  [w["gate"]._core, w["up"]._core], [None, None])
                     (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
             x = ops.rms_norm(x, self.norm, eps)
-            if logits == "last":
+            if logits in ("last", "next"):
                 last = Tensor.from_numpy(np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device)
                 x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
+            if logits == "next" and batch == 1 and self.screened_head:
+                head_q, head_meta = self._screening_tensors()
+                graph.output("next", _core.screened_argmax(x, self.lm_head, head_q, head_meta,
+                                                           self.device.empty((1,), np.int32, memory="host")))
+                return graph
             out = _core.linear_rows(x, self.lm_head)
             graph.output("logits", out)
-            if logits == "last":
+            if logits in ("last", "next"):
                 # In host memory: reading the next ids back is a memcpy, not a second submission.
                 graph.output("next", _core.argmax_rows(out, self.device.empty((batch,), np.int32, memory="host")))
         return graph
@@ -391,7 +481,7 @@ class BitNetModel:
         context = start + 1
         split = (0 if tokens > 1 else 16 if context <= self.SHORT_DECODE_CONTEXT
                  else 32 if context <= self.LONG_DECODE_CONTEXT else 64)
-        key = (batch, tokens, logits, split)
+        key = (batch, tokens, logits, split, logits == "next" and batch == 1 and self.screened_head)
         if key in self._graphs:
             self._graphs[key] = self._graphs.pop(key)  # most recently used last
             return self._graphs[key]
@@ -445,7 +535,7 @@ class BitNetModel:
         done = np.zeros(batch, bool)
         position, current = 0, ids
         for _ in range(max_new_tokens):
-            result = self._step(current, position, "last")
+            result = self._step(current, position, "next" if temperature == 0 else "last")
             position += current.shape[1]
             if temperature == 0:
                 chosen = result["next"].numpy()

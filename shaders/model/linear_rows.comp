@@ -6,6 +6,8 @@
 // takes one row of w (coalesced reads, four values at a time with VEC4, IN_FLIGHT of those
 // requested together) against MB rows of x,
 // then sums its lanes in shared memory in a fixed order (the same input gives the same output).
+// precise: no contraction, so head_verify.comp, which repeats this arithmetic for one row of x,
+// gets the same bits for a row.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "../ops/ops_common.glsl"
@@ -26,7 +28,7 @@ void main() {
   const uint id = gl_LocalInvocationID.x, lane = id % TEAM;
   const uint row = gl_WorkGroupID.x * TEAMS + id / TEAM;
   const uint m0 = gl_WorkGroupID.y * MB;
-  float acc[MB];
+  precise float acc[MB];
   for (uint r = 0; r < MB; ++r) acc[r] = 0.0;
   if (row < p.n) {
     if (VEC4) {
@@ -42,7 +44,7 @@ void main() {
           const uint c = c0 + u * TEAM;
           if (c < k4)
             for (uint r = 0; r < MB; ++r)
-              if (m0 + r < p.m) acc[r] += dot(wv[u], x4[(m0 + r) * k4 + c]);
+              if (m0 + r < p.m) acc[r] = acc[r] + dot(wv[u], x4[(m0 + r) * k4 + c]);
         }
       }
     } else {

@@ -1,0 +1,137 @@
+#version 450
+//! variant f32
+//! variant f16 INPUT_F16
+// The second pass of the screened argmax (head_screen.comp): workgroup g takes rows
+// [CHUNK g, CHUNK (g + 1)) of the float head, keeps the candidates, the rows whose bracket reaches
+// T = the largest lower end of any bracket (or is NaN), and computes their logits h . head[v]
+// exactly as linear_rows does (a team of 32 invocations a row, the same order, precise), then
+// writes its best (value, index); the last workgroup to finish (counted by an atomic, which it
+// resets for the next run) picks the best of those. The row with the largest logit (the first of
+// equal ones, or the first NaN) has a bracket that reaches T, so it is among the candidates.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "../ops/ops_common.glsl"
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint IN_FLIGHT = 2;  // as linear_rows (the order does not depend on it)
+layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };      // h float32 [K], K % 4 == 0
+layout(std430, binding = 1) readonly buffer W4 { ELEMENT4 w4[]; };  // head [V, K]
+layout(std430, binding = 2) readonly buffer High { float high[]; };  // [V]
+layout(std430, binding = 3) readonly buffer Lows { float lows[]; };  // [screening workgroups]
+layout(std430, binding = 4) coherent buffer Partial { uvec2 partial[]; };  // [chunks]: (value bits, index)
+layout(std430, binding = 5) coherent buffer Counter { uint counter; };     // zero between runs
+layout(std430, binding = 6) writeonly buffer Out { int index_out; };
+layout(push_constant) uniform Push { uint v; uint k; uint lows; } p;
+
+const uint CHUNK = 1024, TEAM = 32, TEAMS = 8;
+shared float s_low[256];
+shared uint s_count;
+shared uint s_rows[CHUNK];
+shared float partial_sum[256];
+shared float s_value[256];
+shared uint s_index[256];
+shared bool s_last;
+
+// Whether (a, ai) comes before (b, bi): NaN first, then larger, then the lower index (argmax.comp).
+bool before(float a, uint ai, float b, uint bi) {
+  if (isnan(a) != isnan(b)) return isnan(a);
+  if (!isnan(a) && a != b) return a > b;
+  return ai < bi;
+}
+
+void main() {
+  const uint id = gl_LocalInvocationID.x, lane = id % TEAM, team = id / TEAM;
+  const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.v);
+  float t = -1.0 / 0.0;
+  for (uint i = id; i < p.lows; i += 256) {
+    const float low = lows[i];
+    if (low > t) t = low;  // NaN never raises it
+  }
+  t = subgroupMax(t);
+  if (subgroupElect()) s_low[gl_SubgroupID] = t;
+  if (id == 0) s_count = 0;
+  barrier();
+  float threshold = s_low[0];
+  for (uint s = 1; s < gl_NumSubgroups; ++s) threshold = max(threshold, s_low[s]);
+  [[unroll]] for (uint r = 0; r < CHUNK / 256; ++r) {
+    const uint row = first + id + 256 * r;
+    if (row < end && !(high[row] < threshold)) s_rows[atomicAdd(s_count, 1u)] = row;
+  }
+  barrier();
+  const uint count = s_count, k4 = p.k / 4;
+  float best = -1.0 / 0.0;
+  uint best_index = 0xFFFFFFFFu;
+  for (uint round = 0; round * TEAMS < count; ++round) {  // uniform
+    const uint slot = round * TEAMS + team;
+    const uint row = slot < count ? s_rows[slot] : 0xFFFFFFFFu;
+    precise float acc = 0.0;
+    if (row != 0xFFFFFFFFu) {
+      // linear_rows' loop for one row of x
+      for (uint c0 = lane; c0 < k4; c0 += TEAM * IN_FLIGHT) {
+        vec4 wv[IN_FLIGHT];
+        [[unroll]] for (uint u = 0; u < IN_FLIGHT; ++u) {
+          const uint c = c0 + u * TEAM;
+          wv[u] = c < k4 ? vec4(w4[row * k4 + c]) : vec4(0.0);
+        }
+        [[unroll]] for (uint u = 0; u < IN_FLIGHT; ++u) {
+          const uint c = c0 + u * TEAM;
+          if (c < k4) acc = acc + dot(wv[u], x4[c]);
+        }
+      }
+    }
+    partial_sum[id] = acc;
+    barrier();
+    for (uint s = TEAM / 2; s > 0; s >>= 1) {  // linear_rows' tree
+      if (lane < s) partial_sum[id] += partial_sum[id + s];
+      barrier();
+    }
+    if (lane == 0 && row != 0xFFFFFFFFu && before(partial_sum[id], row, best, best_index)) {
+      best = partial_sum[id];
+      best_index = row;
+    }
+    barrier();  // partial_sum is written again next round
+  }
+  if (lane == 0) {
+    s_value[team] = best;
+    s_index[team] = best_index;
+  }
+  barrier();
+  if (id == 0) {
+    for (uint s = 1; s < TEAMS; ++s)
+      if (before(s_value[s], s_index[s], best, best_index)) {
+        best = s_value[s];
+        best_index = s_index[s];
+      }
+    partial[gl_WorkGroupID.x] = uvec2(floatBitsToUint(best), best_index);
+  }
+  // The last workgroup picks the best of the chunks.
+  memoryBarrierBuffer();
+  barrier();
+  if (id == 0) {
+    s_last = atomicAdd(counter, 1u) == gl_NumWorkGroups.x - 1;
+    if (s_last) counter = 0u;  // every workgroup has counted: ready for the next run
+  }
+  barrier();
+  if (!s_last) return;
+  memoryBarrierBuffer();
+  best = -1.0 / 0.0;
+  best_index = 0xFFFFFFFFu;
+  for (uint c = id; c < gl_NumWorkGroups.x; c += 256) {
+    const uvec2 e = partial[c];
+    if (before(uintBitsToFloat(e.x), e.y, best, best_index)) {
+      best = uintBitsToFloat(e.x);
+      best_index = e.y;
+    }
+  }
+  s_value[id] = best;
+  s_index[id] = best_index;
+  barrier();
+  for (uint s = 128; s > 0; s >>= 1) {
+    if (id < s && before(s_value[id + s], s_index[id + s], s_value[id], s_index[id])) {
+      s_value[id] = s_value[id + s];
+      s_index[id] = s_index[id + s];
+    }
+    barrier();
+  }
+  if (id == 0) index_out = int(s_index[0]);
+}
