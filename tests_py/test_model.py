@@ -204,6 +204,9 @@ def test_screening_tables_bound_the_int8_error():
     assert (meta[finite, 1] >= error[finite]).all() and (meta[finite, 1] <= 1.01 * error[finite] + 1e-30).all()
     assert (meta[finite, 2] >= np.linalg.norm(e[finite], axis=1)).all()
     assert meta[7, 0] == 0 and meta[7, 1] == 0 and np.isinf(meta[9, 1:3]).all()
+    q7, meta7 = screening_tables(head, chunk_rows=7)  # 43 chunks over the threads: the same tables
+    np.testing.assert_array_equal(q7, q)
+    np.testing.assert_array_equal(meta7, meta)
 
 
 @pytest.mark.parametrize("batch,tokens,start", [(1, 1, 0), (2, 3, 9), (3, 1, 62)])

@@ -179,32 +179,43 @@ def screening_tables(head, chunk_rows=4096):
         single = values.astype(np.float32)
         return np.where(single.astype(np.float64) < values, np.nextafter(single, np.float32(np.inf)), single)
 
-    rows_buffer = np.empty((min(chunk_rows, v), k), np.float32)  # reused: no page faults a chunk
-    work_buffer = np.empty_like(rows_buffer)
-    for first in range(0, v, chunk_rows):
-        end = min(first + chunk_rows, v)
-        rows, work = rows_buffer[:end - first], work_buffer[:end - first]
-        rows[...] = head[first:end]
-        with np.errstate(invalid="ignore", over="ignore"):
-            amax = np.abs(rows, out=work).max(axis=1)
-        bounded = np.isfinite(amax) & ((amax >= 1e-15) | (amax == 0))
-        rows[~bounded] = 0.0
-        amax = np.where(bounded, amax, np.float32(0))
-        sigma = amax / np.float32(127)
-        inverse = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, np.float32(1)), np.float32(0))
-        values = np.multiply(rows, inverse[:, None], out=work)
-        np.rint(values, out=values)
-        np.clip(values, -127, 127, out=values)
-        q[first:end, :k] = values
-        error = np.multiply(values, sigma[:, None], out=values)
-        np.subtract(rows, error, out=error)
-        amax64 = amax.astype(np.float64)
-        d = (np.sqrt(np.einsum("ij,ij->i", error, error, dtype=np.float32).astype(np.float64)) * (1 + 2.0 ** -10)
-             + 1.02 * math.sqrt(k) * u * amax64) * (1 + 2.0 ** -20)
-        norm = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float32).astype(np.float64)) * (1 + 2.0 ** -10)
-        meta[first:end, 0] = sigma
-        meta[first:end, 1] = np.where(bounded, rounded_up(d + gamma * (norm + d)), np.float32(np.inf))
-        meta[first:end, 2] = np.where(bounded, rounded_up(norm), np.float32(np.inf))
+    def fill(first_chunk, chunk_step):
+        rows_buffer = np.empty((min(chunk_rows, v), k), np.float32)  # reused: no page faults a chunk
+        work_buffer = np.empty_like(rows_buffer)
+        for first in range(first_chunk * chunk_rows, v, chunk_step * chunk_rows):
+            end = min(first + chunk_rows, v)
+            rows, work = rows_buffer[:end - first], work_buffer[:end - first]
+            rows[...] = head[first:end]
+            with np.errstate(invalid="ignore", over="ignore"):
+                amax = np.abs(rows, out=work).max(axis=1)
+            bounded = np.isfinite(amax) & ((amax >= 1e-15) | (amax == 0))
+            rows[~bounded] = 0.0
+            amax = np.where(bounded, amax, np.float32(0))
+            sigma = amax / np.float32(127)
+            inverse = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, np.float32(1)), np.float32(0))
+            values = np.multiply(rows, inverse[:, None], out=work)
+            np.rint(values, out=values)
+            np.clip(values, -127, 127, out=values)
+            q[first:end, :k] = values
+            error = np.multiply(values, sigma[:, None], out=values)
+            np.subtract(rows, error, out=error)
+            amax64 = amax.astype(np.float64)
+            d = (np.sqrt(np.einsum("ij,ij->i", error, error, dtype=np.float32).astype(np.float64)) * (1 + 2.0 ** -10)
+                 + 1.02 * math.sqrt(k) * u * amax64) * (1 + 2.0 ** -20)
+            norm = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float32).astype(np.float64)) * (1 + 2.0 ** -10)
+            meta[first:end, 0] = sigma
+            meta[first:end, 1] = np.where(bounded, rounded_up(d + gamma * (norm + d)), np.float32(np.inf))
+            meta[first:end, 2] = np.where(bounded, rounded_up(norm), np.float32(np.inf))
+
+    # Rows are independent: chunks dealt to threads (NumPy's loops release the GIL).
+    threads = max(1, min(8, os.cpu_count() or 1, -(-v // chunk_rows)))
+    if threads == 1:
+        fill(0, 1)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(threads) as pool:
+            for done in [pool.submit(fill, t, threads) for t in range(threads)]:
+                done.result()
     return q, meta
 
 
