@@ -134,6 +134,16 @@ constexpr int64_t kScreenChunk = 1024;  // CHUNK in shaders/model/head_verify.co
 uint32_t screen_rows() { return tuning_value("BITNET_GPU_SCREEN_ROWS", 2, 4); }
 uint32_t screen_groups() { return tuning_value("BITNET_GPU_SCREEN_GROUPS", 2, 16); }
 
+// uint32 counters in device memory for kernels whose last workgroup resets its counter for the
+// next run (or graph replay): zeroed once, here, by a submission of their own.
+Tensor self_resetting_counters(const std::shared_ptr<Device>& device, int64_t count) {
+  Tensor counters = Tensor::empty(device, std::vector<int64_t>{count}, DType::uint32);
+  Sequence zero(device, Timing::off);
+  zero.fill(counters.binding(), 0);
+  zero.run();
+  return counters;
+}
+
 int64_t screen_vectors(const Device& device, int64_t k) {
   const int64_t width = std::max<uint32_t>(1, device.info().subgroup_size);
   return ((k + 15) / 16 + width - 1) / width;
@@ -183,13 +193,8 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
   Tensor high = output(device, given_high, {v}, DType::float32, "high", {&x, &head, &head_q, &head_meta, &out});
   Tensor lows = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(groups)}, DType::float32);
   Tensor partial = Tensor::empty(device, std::vector<int64_t>{chunks, 2}, DType::uint32);
-  // The last verifying workgroup resets the counter: zeroed once, here.
-  Tensor counter = Tensor::empty(device, std::vector<int64_t>{1}, DType::uint32);
-  {
-    Sequence zero(device, Timing::off);
-    zero.fill(counter.binding(), 0);
-    zero.run();
-  }
+  // The last verifying workgroup resets the counter.
+  Tensor counter = self_resetting_counters(device, 1);
   OpSequence op(device);
   // The packed dot products where the device accelerates them (as BitLinear takes them).
   const bool hardware = device->feature("integer_dot_product") && device->feature("integer_dot_product_accelerated");
@@ -304,13 +309,8 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int64_t splits = (shape.cache_rows + split_keys - 1) / split_keys;
   Tensor partial = Tensor::empty(device, std::vector<int64_t>{shape.batch, shape.hq, splits, shape.d + 4},
                                  DType::float32);
-  // The last workgroup of each (sequence, KV head) resets its counter: zeroed once, here.
-  Tensor counter = Tensor::empty(device, std::vector<int64_t>{shape.batch * shape.hkv}, DType::uint32);
-  {
-    Sequence zero(device, Timing::off);
-    zero.fill(counter.binding(), 0);
-    zero.run();
-  }
+  // The last workgroup of each (sequence, KV head) resets its counter.
+  Tensor counter = self_resetting_counters(device, shape.batch * shape.hkv);
   struct {
     uint32_t hq, hkv, cache_rows, table_rows, splits;
     float scale;

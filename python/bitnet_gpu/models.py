@@ -387,6 +387,10 @@ class BitNetModel:
         if self.screened_head:
             self._screening_tensors()
 
+    def _screens(self, batch, logits):
+        """Whether a step's graph picks the next id through the screened head (its graph key too)."""
+        return logits == "next" and batch == 1 and self.screened_head
+
     def _screening_tensors(self):
         if self._screening is None or self._screening[0] is not self.lm_head:
             q, meta = screening_tables(self.lm_head.numpy())
@@ -462,7 +466,7 @@ class BitNetModel:
             if logits in ("last", "next"):
                 last = Tensor.from_numpy(np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device)
                 x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
-            if logits == "next" and batch == 1 and self.screened_head:
+            if self._screens(batch, logits):
                 head_q, head_meta = self._screening_tensors()
                 graph.output("next", _core.screened_argmax(x, self.lm_head, head_q, head_meta,
                                                            self.device.empty((1,), np.int32, memory="host")))
@@ -492,7 +496,7 @@ class BitNetModel:
         context = start + 1
         split = (0 if tokens > 1 else 16 if context <= self.SHORT_DECODE_CONTEXT
                  else 32 if context <= self.LONG_DECODE_CONTEXT else 64)
-        key = (batch, tokens, logits, split, logits == "next" and batch == 1 and self.screened_head)
+        key = (batch, tokens, logits, split, self._screens(batch, logits))
         if key in self._graphs:
             self._graphs[key] = self._graphs.pop(key)  # most recently used last
             return self._graphs[key]

@@ -3,8 +3,10 @@
 // first of equal maxima, and the first NaN where a row has one. Two passes: PHASE 0, workgroup
 // (c, row) takes the c-th chunk of CHUNK values of the row and writes its best (value, index);
 // PHASE 1, one workgroup a row picks the best of the chunks. Picking is order-independent
-// (NaN first, then larger, then lower index), so the result is exact.
+// (argmax_common.glsl), so the result is exact.
+#extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#include "argmax_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint PHASE = 0;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
@@ -13,15 +15,6 @@ layout(std430, binding = 2) writeonly buffer Out { int index_out[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint chunks; } p;
 
 const uint CHUNK = 1024;  // four values an invocation, requested together
-shared float s_value[256];
-shared uint s_index[256];
-
-// Whether (a, ai) comes before (b, bi).
-bool before(float a, uint ai, float b, uint bi) {
-  if (isnan(a) != isnan(b)) return isnan(a);
-  if (!isnan(a) && a != b) return a > b;
-  return ai < bi;
-}
 
 void main() {
   const uint id = gl_LocalInvocationID.x, row = gl_WorkGroupID.y;
@@ -44,16 +37,7 @@ void main() {
       if (before(uintBitsToFloat(e.x), e.y, best, best_index)) { best = uintBitsToFloat(e.x); best_index = e.y; }
     }
   }
-  s_value[id] = best;
-  s_index[id] = best_index;
-  barrier();
-  for (uint s = 128; s > 0; s >>= 1) {
-    if (id < s && before(s_value[id + s], s_index[id + s], s_value[id], s_index[id])) {
-      s_value[id] = s_value[id + s];
-      s_index[id] = s_index[id + s];
-    }
-    barrier();
-  }
+  workgroup_best(best, best_index);
   if (id == 0) {
     if (PHASE == 0) partial[row * p.chunks + gl_WorkGroupID.x] = uvec2(floatBitsToUint(s_value[0]), s_index[0]);
     else index_out[row] = int(s_index[0]);

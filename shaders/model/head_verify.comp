@@ -12,6 +12,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "../ops/ops_common.glsl"
+#include "argmax_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint IN_FLIGHT = 2;  // as linear_rows (the order does not depend on it)
 layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };      // h float32 [K], K % 4 == 0
@@ -28,16 +29,7 @@ shared float s_low[256];
 shared uint s_count;
 shared uint s_rows[CHUNK];
 shared float partial_sum[256];
-shared float s_value[256];
-shared uint s_index[256];
 shared bool s_last;
-
-// Whether (a, ai) comes before (b, bi): NaN first, then larger, then the lower index (argmax.comp).
-bool before(float a, uint ai, float b, uint bi) {
-  if (isnan(a) != isnan(b)) return isnan(a);
-  if (!isnan(a) && a != b) return a > b;
-  return ai < bi;
-}
 
 void main() {
   const uint id = gl_LocalInvocationID.x, lane = id % TEAM, team = id / TEAM;
@@ -91,19 +83,9 @@ void main() {
     }
     barrier();  // partial_sum is written again next round
   }
-  if (lane == 0) {
-    s_value[team] = best;
-    s_index[team] = best_index;
-  }
-  barrier();
-  if (id == 0) {
-    for (uint s = 1; s < TEAMS; ++s)
-      if (before(s_value[s], s_index[s], best, best_index)) {
-        best = s_value[s];
-        best_index = s_index[s];
-      }
-    partial[gl_WorkGroupID.x] = uvec2(floatBitsToUint(best), best_index);
-  }
+  // Each team's best sits in its lane 0; every other invocation offers nothing.
+  workgroup_best(lane == 0 ? best : -1.0 / 0.0, lane == 0 ? best_index : 0xFFFFFFFFu);
+  if (id == 0) partial[gl_WorkGroupID.x] = uvec2(floatBitsToUint(s_value[0]), s_index[0]);
   // The last workgroup picks the best of the chunks.
   memoryBarrierBuffer();
   barrier();
@@ -123,15 +105,6 @@ void main() {
       best_index = e.y;
     }
   }
-  s_value[id] = best;
-  s_index[id] = best_index;
-  barrier();
-  for (uint s = 128; s > 0; s >>= 1) {
-    if (id < s && before(s_value[id + s], s_index[id + s], s_value[id], s_index[id])) {
-      s_value[id] = s_value[id + s];
-      s_index[id] = s_index[id + s];
-    }
-    barrier();
-  }
+  workgroup_best(best, best_index);
   if (id == 0) index_out = int(s_index[0]);
 }
