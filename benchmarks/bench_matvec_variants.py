@@ -61,6 +61,23 @@ def l2_touch(iterations):
 #endif""")]
 
 
+# Each subgroup's first pass's weights requested into registers (as PREFETCH does) right after the
+# first row of x is requested, inside the pre-pass, and awaited only where the first pass multiplies
+# them (nothing made of them is stored before the pre-pass's barriers, unlike PREFETCH's sink).
+PREFETCH_AFTER_INPUT = [
+    ("void quantize_rows(uint sink) {",
+     "uvec4 early_after[UNROLL][ROWS];\nuint early_which, early_first, early_end;\n"
+     "void load_weights(out uvec4 wv[UNROLL][ROWS], uint which, uint first, uint c0, uint vectors, uint group_end);\n"
+     "void quantize_rows(uint sink) {"),
+    ("    if (PREFETCH && m == 0) s_sink[lane] = sink;",
+     "    if (VECTORS && m == 0) load_weights(early_after, early_which, early_first, gl_SubgroupInvocationID,"
+     " p.words_per_row / 4, early_end);"),
+    ("  quantize_rows(sink);\n#endif",
+     "  early_which = which; early_first = subgroup_first; early_end = group_end;\n  quantize_rows(sink);\n"
+     "  [[unroll]] for (uint u = 0; u < UNROLL; ++u)\n    [[unroll]] for (uint r = 0; r < ROWS; ++r) early[u][r] = early_after[u][r];\n"
+     "  prefetched = VECTORS;\n#endif"),
+]
+
 # (label, edits or None for the built-in kernel, whether y is computed, extra specialization)
 VARIANTS = [
     ("built in", None, True, {}),
@@ -70,6 +87,8 @@ VARIANTS = [
     ("first pass's weights requested before quantizing", l2_touch(1), True, {}),
     ("first 2 passes' weights requested before quantizing", l2_touch(2), True, {}),
     ("first 4 passes' weights requested before quantizing", l2_touch(4), True, {}),
+    ("first pass's weights into registers before quantizing (PREFETCH)", [], True, {13: True}),
+    ("first pass's weights into registers after x's loads", PREFETCH_AFTER_INPUT, True, {}),
     ("max and integer sums by subgroup operations", REDUCTIONS["true"], True, {}),
     ("max and integer sums by a loop over the subgroups", REDUCTIONS["false"], True, {}),
     ("diagnostic: no quantization (weights only)", NO_QUANTIZATION, False, {}),

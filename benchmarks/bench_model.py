@@ -11,7 +11,9 @@ comes from Vulkan timestamps (the whole graph, and per op for the split). The ph
 the bytes a step must read (packed projections, and the float16 head) over PyTorch's measured
 device copy bandwidth. Greedy decode steps pick the next id through the head's int8 screening
 copy (BitNetModel.screened_head); each context is also timed with the float16 head and
-argmax_rows (screened_head off), in the same run.
+argmax_rows (screened_head off), in the same run. Greedy generation (model.generate, --generate
+new tokens after a prompt of 128) is timed as a user sees it, tokens/s from the first generated
+token to the last, with BitNetModel.decode_chunk's steps a replay and with one step a replay.
 """
 
 from __future__ import annotations
@@ -67,6 +69,22 @@ def decode_step(model, context):
     """One decode step of DECODE_TOKEN after `context` cached tokens, as greedy generate() runs it
     (the next id read back; through the screened head where model.screened_head)."""
     return lambda: model._step(DECODE_TOKEN, context, "next")["next"].numpy()
+
+
+GENERATE_PROMPT = 128
+
+
+def generate_rate(model, prompt, tokens, chunk, repeats):
+    """Median tokens/s of greedy model.generate(prompt, tokens) with `chunk` decode steps a replay,
+    from the first new token (the prompt's step) to the last, its graphs recorded beforehand."""
+    model.decode_chunk = chunk
+    model.generate(prompt, tokens)
+    rates = []
+    for _ in range(repeats):
+        times = []
+        model.generate(prompt, tokens, callback=lambda step, ids: times.append(time.perf_counter()))
+        rates.append((len(times) - 1) / (times[-1] - times[0]))
+    return statistics.median(rates)
 
 
 def gpu_seconds(model, run, repeats):
@@ -173,7 +191,8 @@ def main():
         p.add_argument("--config", default="2b4t"),
         p.add_argument("--contexts", default="128,2048"),
         p.add_argument("--prefill", type=int, default=512),
-        p.add_argument("--steps", type=int, default=30)))
+        p.add_argument("--steps", type=int, default=30),
+        p.add_argument("--generate", type=int, default=256, help="new tokens of the generate rows (0: none)")))
     contexts = [int(c) for c in args.contexts.split(",")]
     config = BitNetConfig.preset(args.config)
     device = bg.default_device()
@@ -182,7 +201,7 @@ def main():
     copy_gbps = torch_copy_gbps(torch, args.repeats) if torch else None
     results["copy_gbps"] = copy_gbps
 
-    max_tokens = max(contexts + [args.prefill]) + 8
+    max_tokens = max(contexts + [args.prefill, GENERATE_PROMPT + args.generate]) + 8
     before = device.memory_stats()["in_use_bytes"]
     start = time.perf_counter()
     model = BitNetModel.random(config, seed=0, max_tokens=max_tokens)
@@ -258,6 +277,17 @@ def main():
                   f"({row['float_head_wall_s'] * 1e6:.0f} us wall, {row['float_head_gpu_s'] * 1e6:.0f} us GPU; head "
                   f"{row['float_head_split_s'].get('LM head (float16)', 0) * 1e6:.1f} us, argmax "
                   f"{row['float_head_split_s'].get('argmax', 0) * 1e6:.1f} us per op)")
+
+    if args.generate:
+        prompt = fill[0, :GENERATE_PROMPT]
+        chunk = model.decode_chunk
+        rates = {c: generate_rate(model, prompt, args.generate, c, max(3, args.repeats // 4)) for c in (chunk, 1)}
+        model.decode_chunk = chunk
+        row = {"phase": "generate", "prompt": GENERATE_PROMPT, "tokens": args.generate, "decode_chunk": chunk,
+               "tokens_per_s": rates[chunk], "one_step_a_replay_tokens_per_s": rates[1]}
+        results["rows"].append(row)
+        print(f"generate {args.generate} tokens after {GENERATE_PROMPT} (greedy): {rates[chunk]:.0f} tokens/s with "
+              f"{chunk} steps a replay, {rates[1]:.0f} with one ({rates[chunk] / rates[1]:.3f}x)")
 
     if args.prefill:
         prompt = np.random.default_rng(1).integers(0, config.vocab_size, (1, args.prefill)).astype(np.int32)

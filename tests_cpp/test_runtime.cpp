@@ -261,7 +261,8 @@ TEST(Sequence, CopiesAndFills) {
 TEST(Faults, InjectedFailuresThrowAndTheNextCallWorks) {
   auto local = Device::create(device()->info().index);
   local->trim();
-  fault::arm("allocation:1:2");
+  // A new slab and its retry after trim() fail, then memory of the block's own and its retry.
+  fault::arm("allocation:1:4");
   EXPECT_THROW(Tensor::empty(local, std::vector<int64_t>{123457}, DType::uint8), OutOfMemory);
   EXPECT_EQ(local->memory_stats().in_use_bytes, 0u);
   fault::arm("");

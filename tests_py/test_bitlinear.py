@@ -101,18 +101,11 @@ def test_strided_matvec(device, rng, monkeypatch, local_size, m, k, n):
         bg.bitlinear(bad, q)
 
 
-@pytest.mark.parametrize("masked", ["0", "1"])
-@pytest.mark.parametrize("m,k,n,strided", [(1, 4096, 70, "0"), (2, 2048, 33, "0"), (1, 16384, 9, "1024"),
-                                           (3, 1000, 7, "0"), (1, 64, 1, "0"), (1, 8192, 40, "512")])
-def test_matvec_masked_codes(device, rng, monkeypatch, masked, m, k, n, strided):
-    """The fused matvec with the weights' codes masked in place and multiplied as unsigned bytes
-    into four accumulators (BITNET_GPU_MATVEC_MASKED=1, the default for one row) or shifted down
-    (0): exact, and bit for bit the separate pre-pass's y, with bias, accumulators, a fused norm with
-    a residual, and the gated output of a gate/up pair, on both grids, with activations at +-127 (the largest
-    partial sums)."""
-    x, q, bias = case(rng, m, k, n)
-    x[:, ::3] = np.abs(x).max()  # many activations at the extremes
-    x[:, 1::3] = -np.abs(x).max()
+def fused_matvec_paths(rng, x, q, bias):
+    """A function giving the fused matvec's results on x [m, k] and q [n, k] along its paths: y and
+    the accumulators with `bias`, a fused norm with a residual, and the gated output of a gate/up
+    pair (random norm weights, residual and gate/up weights, drawn once)."""
+    (m, k), n = x.shape, q.shape[0]
     norm = rng.uniform(0.5, 1.5, k).astype(np.float32)
     residual = rng.standard_normal((m, n)).astype(np.float32)
     gate_up = [bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32)) for _ in range(2)]
@@ -125,15 +118,38 @@ def test_matvec_masked_codes(device, rng, monkeypatch, masked, m, k, n, strided)
                                          [w._core for w in gate_up], [None, None], True)[0].numpy()
         return y, acc, group, gated
 
+    return run
+
+
+def fused_matches_separate(rng, monkeypatch, x, q, bias, settings):
+    """The fused matvec under `settings` (environment variables) gives exact accumulators and,
+    along every path of fused_matvec_paths, bit for bit what the separate pre-pass gives."""
+    run = fused_matvec_paths(rng, x, q, bias)
     monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "0")
     separate = run()
     monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "1")
-    monkeypatch.setenv("BITNET_GPU_MATVEC_STRIDED", strided)
-    monkeypatch.setenv("BITNET_GPU_MATVEC_MASKED", masked)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
     fused = run()
     check(x, q, bias, fused[0], fused[1])
     for a, b in zip(fused, separate):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("masked", ["0", "1"])
+@pytest.mark.parametrize("m,k,n,strided", [(1, 4096, 70, "0"), (2, 2048, 33, "0"), (1, 16384, 9, "1024"),
+                                           (3, 1000, 7, "0"), (1, 64, 1, "0"), (1, 8192, 40, "512")])
+def test_matvec_masked_codes(device, rng, monkeypatch, masked, m, k, n, strided):
+    """The fused matvec with the weights' codes masked in place and multiplied as unsigned bytes
+    into four accumulators (BITNET_GPU_MATVEC_MASKED=1, the default for one row) or shifted down
+    (0): exact, and bit for bit the separate pre-pass's y, with bias, accumulators, a fused norm with
+    a residual, and the gated output of a gate/up pair, on both grids, with activations at +-127 (the largest
+    partial sums)."""
+    x, q, bias = case(rng, m, k, n)
+    x[:, ::3] = np.abs(x).max()  # many activations at the extremes
+    x[:, 1::3] = -np.abs(x).max()
+    fused_matches_separate(rng, monkeypatch, x, q, bias,
+                           {"BITNET_GPU_MATVEC_STRIDED": strided, "BITNET_GPU_MATVEC_MASKED": masked})
     monkeypatch.setenv("BITNET_GPU_MATVEC_MASKED", "2")
     with pytest.raises(bg.ArgumentError, match="BITNET_GPU_MATVEC_MASKED=2"):
         bg.bitlinear(x, q)
@@ -506,3 +522,16 @@ def test_bitlinear_out_targets(device, rng):
     with pytest.raises(bg.ShapeError, match="accumulators"):
         bg.bitlinear(x, q, return_accumulator=True, out=(None, np.empty((9, 3), np.int32)))
     assert np.array_equal(y_out, expected_y)  # the failed calls left the earlier result alone
+
+
+@pytest.mark.parametrize("prefetch", ["0", "1"])
+@pytest.mark.parametrize("m,k,n,strided", [(1, 2560, 70, "0"), (2, 2048, 33, "0"), (1, 16384, 9, "1024"),
+                                           (3, 1000, 7, "0"), (1, 64, 1, "0"), (1, 6912, 40, "512")])
+def test_matvec_prefetch(device, rng, monkeypatch, prefetch, m, k, n, strided):
+    """The fused matvec with each subgroup's first weights requested before the pre-pass
+    (BITNET_GPU_MATVEC_PREFETCH=1, by default only for rows of up to 4096 values) or not (0):
+    exact, and bit for bit the separate pre-pass's y, with bias, accumulators, a fused norm with a
+    residual and the gated output of a gate/up pair, on both grids."""
+    x, q, bias = case(rng, m, k, n)
+    fused_matches_separate(rng, monkeypatch, x, q, bias,
+                           {"BITNET_GPU_MATVEC_STRIDED": strided, "BITNET_GPU_MATVEC_PREFETCH": prefetch})

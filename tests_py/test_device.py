@@ -102,3 +102,46 @@ def test_pipeline_cache_is_saved_and_loaded_by_the_next_process(tmp_path):
     second = run_python(code, BITNET_GPU_CACHE_DIR=str(tmp_path))
     assert second.returncode == 0, second.stderr
     assert int(first.stdout) == 0 and int(second.stdout) > 0
+
+
+def test_small_blocks_share_slabs_and_keep_their_own_bytes():
+    """Blocks of up to 2 MiB are bound to ranges of shared slabs (one vkAllocateMemory for many;
+    8 MiB, then each next one twice as large up to 64 MiB): each keeps its own bytes, through host
+    views and kernels; a slab goes back with trim() once no live block is bound to it, and not
+    before."""
+    device = bg.Device()
+    rng = np.random.default_rng(5)
+    values = [rng.standard_normal(int(n)).astype(np.float32) for n in rng.integers(1, 4000, 300)]
+    tensors = [bg.Tensor.from_numpy(v, device) for v in values]
+    stats = device.memory_stats()
+    assert stats["live_blocks"] == 300 and 0 < stats["slab_bytes"] <= 2 * 8 << 20
+    outs = [device.empty(v.shape, np.float32) for v in values[:50]]
+    for t, o in zip(tensors, outs):  # kernels writing next to each other's bytes
+        np.testing.assert_array_equal(bg.add(t, t, out=o).numpy(), t.numpy() * 2)
+    for v, t in zip(values, tensors):
+        np.testing.assert_array_equal(t.numpy(), v)
+    for v, o in zip(values, outs):
+        np.testing.assert_array_equal(o.numpy(), 2 * v)
+    del outs, o
+    device.trim()  # the live tensors' slabs stay
+    assert device.memory_stats()["slab_bytes"] > 0
+    for v, t in zip(values, tensors):
+        np.testing.assert_array_equal(t.numpy(), v)
+    del tensors, t
+    device.trim()
+    stats = device.memory_stats()
+    assert stats["slab_bytes"] == 0 and stats["live_blocks"] == 0 and stats["allocated_bytes"] == 0
+    big = device.empty((1 << 20,), np.float32)  # 4 MiB: a block of its own
+    assert device.memory_stats()["slab_bytes"] == 0 and big.nbytes == 4 << 20
+    mid = [device.empty((3 << 17,), np.float32) for _ in range(20)]  # 1.5 MiB: 5, 10 and 5 a slab
+    assert device.memory_stats()["slab_bytes"] == (8 + 16 + 32) << 20
+    for i, t in enumerate(mid):
+        t.copy_from(np.full(t.shape, i, np.float32))
+    assert all((t.numpy() == i).all() for i, t in enumerate(mid))
+
+
+def test_memory_slabs_can_be_switched_off():
+    code = ("import bitnet_gpu as bg, numpy as np; d = bg.default_device(); "
+            "t = [d.empty((100,), np.float32) for _ in range(5)]; print(d.memory_stats()['slab_bytes'])")
+    assert run_python(code, BITNET_GPU_MEMORY_SLABS="0").stdout.split() == ["0"]
+    assert int(run_python(code).stdout.split()[0]) > 0

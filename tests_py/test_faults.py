@@ -30,10 +30,11 @@ def test_failed_allocation_is_out_of_memory_and_leaks_nothing(device, rng):
     before = x.copy()
     device.trim()
     in_use = device.memory_stats()["in_use_bytes"]
-    _core._arm_fault("allocation:1:2")  # the first attempt and the retry after trim() both fail
+    # A new slab and its retry after trim() fail, then memory of the block's own and its retry.
+    _core._arm_fault("allocation:1:4")
     with pytest.raises(bg.OutOfMemory, match="out of memory on device .*VK_ERROR_OUT_OF_DEVICE_MEMORY"):
         bg.quantize_activations(x, device=device)
-    assert _core._faults_injected() == 2
+    assert _core._faults_injected() == 4
     assert device.memory_stats()["in_use_bytes"] == in_use
     assert np.array_equal(x, before)
     _core._arm_fault("")
@@ -99,7 +100,8 @@ def test_environment_switch_gives_a_clean_exception_in_a_new_process(tmp_path):
               "    print('OutOfMemory:', e)\n"
               "    print(bg.quantize_activations(np.ones((1, 4), np.float32))[0])\n")
     package_root = os.path.dirname(os.path.dirname(bg.__file__))  # this very build of bitnet_gpu
-    env = dict(os.environ, BITNET_GPU_FAULT="allocation:1:2",
+    # 4: a new slab and its retry, then memory of the block's own and its retry (MemoryPool).
+    env = dict(os.environ, BITNET_GPU_FAULT="allocation:1:4",
                PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]))
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)

@@ -586,7 +586,8 @@ def test_screened_head_is_built_once_and_only_when_on():
 def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatch):
     """Decode graphs take 16 keys a workgroup up to SHORT_DECODE_CONTEXT tokens, 32 up to
     LONG_DECODE_CONTEXT and 64 beyond: a generation that crosses both switches (set at 9 and 17
-    tokens here) still gives the reference's ids, and records one decode graph of each kind."""
+    tokens here) still gives the reference's ids, and records decode graphs of each kind (chunks of
+    steps that stop at each switch)."""
     monkeypatch.setattr(tiny_model, "SHORT_DECODE_CONTEXT", 9)
     monkeypatch.setattr(tiny_model, "LONG_DECODE_CONTEXT", 17)
     tiny_model.reset_graphs()
@@ -594,7 +595,7 @@ def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatc
     out = tiny_model.generate(prompt, 24)
     ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 24)
     np.testing.assert_array_equal(out, ref)
-    assert sorted(key[3] for key in tiny_model._graphs if key[1] == 1) == [16, 32, 64]
+    assert sorted({key[3] for key in tiny_model._graphs if key[1] == 1}) == [16, 32, 64]
     tiny_model.reset_graphs()
 
 
@@ -833,3 +834,51 @@ def test_command_line_generates_with_random_weights():
                               "--random-weights", "--tokens", "2", *extra],
                              capture_output=True, text=True, timeout=300, env=env)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, (extra, bad.stderr)
+
+
+@pytest.mark.parametrize("batch,chunk", [(1, 8), (1, 3), (2, 8), (2, 5)])
+def test_chunked_greedy_decode_is_bit_for_bit_one_step_a_replay(tiny_model, monkeypatch, batch, chunk):
+    """Greedy decode runs up to decode_chunk steps a graph replay, each step's ids feeding the next
+    step's embedding on the GPU (the screened head for one sequence, the float head's argmax for
+    two): the ids are those of one replay a token and the reference's, over 21 new tokens (chunks,
+    then shorter ones), across a split switch (at 13 tokens here), and with an end-of-sequence id."""
+    monkeypatch.setattr(tiny_model, "SHORT_DECODE_CONTEXT", 13)
+    prompt = np.random.default_rng(20 + batch).integers(0, tiny_model.config.vocab_size, (batch, 4))
+    runs = {}
+    for decode_chunk in (1, chunk):
+        monkeypatch.setattr(tiny_model, "decode_chunk", decode_chunk)
+        tiny_model.reset_graphs()
+        runs[decode_chunk] = tiny_model.generate(prompt, 21)
+        steps = sorted({key[5] for key in tiny_model._graphs if key[1] == 1})
+        assert steps[-1] == decode_chunk and len(tiny_model._graphs) > 1
+    np.testing.assert_array_equal(runs[chunk], runs[1])
+    ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 21)
+    np.testing.assert_array_equal(runs[chunk], ref)
+    eos = int(runs[1][0, 4 + 6])  # the 7th new token of the first sequence, inside a chunk
+    streamed = list(tiny_model.stream(prompt, 21, eos_token_id=eos))
+    monkeypatch.setattr(tiny_model, "decode_chunk", 1)
+    single = list(tiny_model.stream(prompt, 21, eos_token_id=eos))
+    assert len(streamed) == len(single) <= 21
+    for a, b in zip(streamed, single):
+        np.testing.assert_array_equal(a, b)
+    tiny_model.reset_graphs()
+
+
+def test_decode_chunks_stop_at_split_switches_and_at_the_end():
+    model = BitNetModel.random(_tiny(), seed=4, max_tokens=40)
+    assert model.decode_chunk == 8
+    model.SHORT_DECODE_CONTEXT, model.LONG_DECODE_CONTEXT = 12, 30
+    # (cached tokens, tokens still wanted) -> steps of the next replay: 8, or a power of two that
+    # ends before a split switch (a step after `start` cached tokens has context start + 1).
+    assert [model._chunk(s, r) for s, r in [(0, 20), (4, 20), (5, 20), (8, 20), (11, 20), (12, 20),
+                                            (12, 3), (12, 1), (29, 20), (30, 20)]] == \
+        [8, 8, 4, 4, 1, 8, 2, 1, 1, 8]
+    prompt = np.arange(5)
+    out = model.generate(prompt, 40 - 5)  # up to max_tokens: the last chunks are short
+    np.testing.assert_array_equal(out, reference.bitnet_generate(model.reference_params(), model.config,
+                                                                 prompt[None], 35)[0])
+    for bad in (0, -2):
+        with pytest.raises(bg.ArgumentError, match="decode_chunk"):
+            BitNetModel(_tiny(), decode_chunk=bad)
+    with pytest.raises(TypeError, match="decode_chunk"):
+        BitNetModel(_tiny(), decode_chunk=2.5)

@@ -30,6 +30,10 @@ const char* placement_name(Placement placement) {
   return "?";
 }
 
+MemorySlab::~MemorySlab() {
+  if (live_bytes) *live_bytes -= size;
+}
+
 MemoryPool::MemoryPool(Device& device) : device_(device) {
   VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
   info.size = kMinCapacity;
@@ -42,6 +46,8 @@ MemoryPool::MemoryPool(Device& device) : device_(device) {
   buffer_type_bits_ = requirements.memoryTypeBits;
   const char* unmapped = std::getenv("BITNET_GPU_DEBUG_UNMAPPED_DEVICE_MEMORY");
   unmapped_device_memory_ = unmapped && std::strcmp(unmapped, "1") == 0;
+  const char* slabs = std::getenv("BITNET_GPU_MEMORY_SLABS");
+  slabs_ = !(slabs && std::strcmp(slabs, "0") == 0);
   device_type_ = choose_type(Placement::device);
   host_type_ = choose_type(Placement::host);
   if (!device_type_ || !host_type_)
@@ -85,6 +91,69 @@ void MemoryPool::throw_out_of_memory(uint64_t size, uint32_t type_index, const c
                     ", in use " + format_bytes(stats().in_use_bytes) + ")");
 }
 
+MemoryHandle MemoryPool::allocate_memory(uint64_t size, uint32_t type_index, uint64_t capacity) {
+  VkMemoryAllocateInfo allocate{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  allocate.allocationSize = size;
+  allocate.memoryTypeIndex = type_index;
+  VkDeviceMemory handle;
+  VkResult result = device_.allocate_memory(allocate, &handle);
+  if (result == VK_ERROR_OUT_OF_DEVICE_MEMORY || result == VK_ERROR_OUT_OF_HOST_MEMORY ||
+      result == VK_ERROR_TOO_MANY_OBJECTS) {
+    trim();
+    result = device_.allocate_memory(allocate, &handle);
+    if (result == VK_ERROR_OUT_OF_DEVICE_MEMORY || result == VK_ERROR_OUT_OF_HOST_MEMORY ||
+        result == VK_ERROR_TOO_MANY_OBJECTS)
+      throw_out_of_memory(capacity, type_index, result_name(result));
+  }
+  device_.check(result, "vkAllocateMemory");
+  return MemoryHandle(device_.handle(), handle);
+}
+
+std::byte* MemoryPool::map(VkDeviceMemory memory, Placement placement, bool& host_cached) const {
+  const auto& properties = device_.memory_properties();
+  const uint32_t type_index = placement == Placement::host ? *host_type_ : *device_type_;
+  const VkMemoryPropertyFlags flags = properties.memoryTypes[type_index].propertyFlags;
+  host_cached = false;
+  if (!(flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) || (unmapped_device_memory_ && placement == Placement::device))
+    return nullptr;
+  void* mapped;
+  device_.check(vkMapMemory(device_.handle(), memory, 0, VK_WHOLE_SIZE, 0, &mapped), "vkMapMemory");
+  host_cached = (flags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) != 0;
+  return static_cast<std::byte*>(mapped);
+}
+
+// The slab of (placement, type) with room for `requirements` at the returned offset: the one being
+// filled, or a new one (the old one then lives on in the blocks bound to it).
+std::shared_ptr<MemorySlab> MemoryPool::slab_with_room(uint32_t type_index, Placement placement,
+                                                       const VkMemoryRequirements& requirements, uint64_t& offset) {
+  const uint64_t alignment = std::max<uint64_t>(requirements.alignment, 1);
+  const std::pair key{placement, type_index};
+  uint64_t size = kSlabBytes;
+  {
+    std::lock_guard lock(slab_mutex_);
+    SlabCursor& cursor = slab_cursors_[key];
+    offset = (cursor.used + alignment - 1) / alignment * alignment;
+    if (cursor.slab && offset + requirements.size <= cursor.slab->size) {
+      cursor.used = offset + requirements.size;
+      return cursor.slab;
+    }
+    size = std::min(kSlabMostBytes, kSlabBytes << std::min<uint32_t>(cursor.slabs, 3));
+  }
+  // A new slab, allocated without the lock (allocate_memory may trim(), which takes it).
+  auto slab = std::make_shared<MemorySlab>();
+  slab->memory = allocate_memory(size, type_index, requirements.size);
+  slab->size = size;
+  bool host_cached = false;
+  slab->mapped = map(slab->memory.get(), placement, host_cached);
+  slab->live_bytes = slab_bytes_;
+  *slab_bytes_ += size;
+  std::lock_guard lock(slab_mutex_);
+  SlabCursor& cursor = slab_cursors_[key];
+  cursor = SlabCursor{slab, requirements.size, cursor.slabs + 1};
+  offset = 0;
+  return slab;
+}
+
 MemoryBlock MemoryPool::create_block(uint64_t capacity, Placement placement) {
   const uint32_t type_index = placement == Placement::host ? *host_type_ : *device_type_;
   const auto& memory = device_.memory_properties();
@@ -109,30 +178,27 @@ MemoryBlock MemoryPool::create_block(uint64_t capacity, Placement placement) {
   VkMemoryRequirements requirements;
   vkGetBufferMemoryRequirements(device_.handle(), buffer, &requirements);
 
-  VkMemoryAllocateInfo allocate{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
-  allocate.allocationSize = requirements.size;
-  allocate.memoryTypeIndex = type_index;
-  VkDeviceMemory handle;
-  VkResult result = device_.allocate_memory(allocate, &handle);
-  if (result == VK_ERROR_OUT_OF_DEVICE_MEMORY || result == VK_ERROR_OUT_OF_HOST_MEMORY ||
-      result == VK_ERROR_TOO_MANY_OBJECTS) {
-    trim();
-    result = device_.allocate_memory(allocate, &handle);
-    if (result == VK_ERROR_OUT_OF_DEVICE_MEMORY || result == VK_ERROR_OUT_OF_HOST_MEMORY ||
-        result == VK_ERROR_TOO_MANY_OBJECTS)
-      throw_out_of_memory(capacity, type_index, result_name(result));
-  }
-  device_.check(result, "vkAllocateMemory");
-  block.memory = MemoryHandle(device_.handle(), handle);
-  device_.check(vkBindBufferMemory(device_.handle(), buffer, handle, 0), "vkBindBufferMemory");
   const VkMemoryPropertyFlags flags = memory.memoryTypes[type_index].propertyFlags;
-  if ((flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
-      !(unmapped_device_memory_ && placement == Placement::device)) {
-    void* mapped;
-    device_.check(vkMapMemory(device_.handle(), handle, 0, VK_WHOLE_SIZE, 0, &mapped), "vkMapMemory");
-    block.mapped = static_cast<std::byte*>(mapped);
-    block.host_cached = (flags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) != 0;
+  uint64_t offset = 0;
+  if (slabs_ && requirements.size <= kSlabBlockMost && (requirements.memoryTypeBits & (1u << type_index))) {
+    try {
+      block.slab = slab_with_room(type_index, placement, requirements, offset);
+    } catch (const OutOfMemory&) {
+      // No room for a new slab: the block may still fit in memory of its own (below).
+    }
   }
+  if (block.slab) {
+    device_.check(vkBindBufferMemory(device_.handle(), buffer, block.slab->memory.get(), offset),
+                  "vkBindBufferMemory");
+    if (block.slab->mapped) {
+      block.mapped = block.slab->mapped + offset;
+      block.host_cached = (flags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) != 0;
+    }
+    return block;
+  }
+  block.memory = allocate_memory(requirements.size, type_index, capacity);
+  device_.check(vkBindBufferMemory(device_.handle(), buffer, block.memory.get(), 0), "vkBindBufferMemory");
+  block.mapped = map(block.memory.get(), placement, block.host_cached);
   return block;
 }
 
@@ -232,6 +298,11 @@ void MemoryPool::release(MemoryBlock block, uint64_t size) {
 
 void MemoryPool::trim() {
   std::map<std::tuple<Placement, uint32_t, uint64_t>, std::vector<MemoryBlock>> dropped;
+  std::map<std::pair<Placement, uint32_t>, SlabCursor> cursors;  // slabs are freed with their last block
+  {
+    std::lock_guard lock(slab_mutex_);
+    cursors.swap(slab_cursors_);
+  }
   {
     std::lock_guard lock(mutex_);
     for (auto& [key, blocks] : free_blocks_) {
@@ -245,7 +316,9 @@ void MemoryPool::trim() {
 
 MemoryStats MemoryPool::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  MemoryStats stats = stats_;
+  stats.slab_bytes = *slab_bytes_;
+  return stats;
 }
 
 Allocation::Allocation(std::shared_ptr<Device> device, MemoryBlock block, uint64_t size,

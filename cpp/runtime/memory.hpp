@@ -1,6 +1,7 @@
 #pragma once
 #include <vulkan/vulkan.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -24,10 +25,26 @@ enum class Placement : uint8_t { device, host, imported };
 
 const char* placement_name(Placement placement);
 
-// One VkBuffer with its own VkDeviceMemory, mapped where the memory type is host-visible.
-struct MemoryBlock {
-  BufferHandle buffer;
+// One VkDeviceMemory that small blocks are carved from (MemoryPool), mapped where host-visible;
+// freed when the last block bound to it is.
+struct MemorySlab {
   MemoryHandle memory;
+  std::byte* mapped = nullptr;
+  uint64_t size = 0;
+  std::shared_ptr<std::atomic<uint64_t>> live_bytes;  // the pool's count of slab bytes alive
+  MemorySlab() = default;
+  MemorySlab(const MemorySlab&) = delete;
+  MemorySlab& operator=(const MemorySlab&) = delete;
+  ~MemorySlab();
+};
+
+// One VkBuffer with its own VkDeviceMemory, or (small blocks) bound to a range of a shared slab;
+// mapped where the memory type is host-visible.
+struct MemoryBlock {
+  // Declared before the buffer, so the buffer is destroyed before the memory it is bound to.
+  MemoryHandle memory;                 // empty for a block in a slab
+  std::shared_ptr<MemorySlab> slab;
+  BufferHandle buffer;
   std::byte* mapped = nullptr;
   uint64_t capacity = 0;
   uint32_t type_index = 0;
@@ -42,14 +59,21 @@ struct MemoryStats {
   uint64_t pooled_bytes = 0;       // capacity of free blocks kept for reuse
   uint64_t pool_hits = 0;
   uint64_t pool_misses = 0;
-  uint64_t live_blocks = 0;        // VkDeviceMemory objects alive
+  uint64_t live_blocks = 0;        // blocks alive (a VkBuffer each), in use or pooled
+  uint64_t slab_bytes = 0;         // VkDeviceMemory of the slabs that small blocks share
 };
 
 // Hands out MemoryBlocks and recycles them by size class. Each tensor gets a whole VkBuffer of its
 // own (so a kernel binds it with offset 0 and the storage-buffer range limit applies per tensor);
 // freed blocks wait on a free list keyed by (placement, memory type, capacity), and capacities are rounded up
 // to four classes per power of two, so a loop of kernel calls reuses blocks instead of calling
-// vkAllocateMemory, while at most 25% of a block is slack. trim() gives the free blocks back.
+// vkAllocateMemory, while at most 25% of a block is slack. Blocks of up to kSlabBlockMost bytes are
+// bound to consecutive ranges of shared slabs (one vkAllocateMemory and one map for many: a
+// recorded graph holds hundreds of intermediates, and drivers limit the number of allocations;
+// BITNET_GPU_MEMORY_SLABS=0 gives every block its own). A memory type's first slab since the last
+// trim() takes kSlabBytes, each next one twice the one before, up to kSlabMostBytes, so a few small
+// tensors hold little. trim() gives the free blocks back, and with them every slab no live block is
+// bound to.
 class MemoryPool {
  public:
   explicit MemoryPool(Device& device);
@@ -62,6 +86,12 @@ class MemoryPool {
 
  private:
   MemoryBlock create_block(uint64_t capacity, Placement placement);
+  // vkAllocateMemory, retried once after trim() where the driver is out of memory or objects.
+  MemoryHandle allocate_memory(uint64_t size, uint32_t type_index, uint64_t capacity);
+  // Maps `memory` where its type is host-visible (and not kept unmapped for debugging).
+  std::byte* map(VkDeviceMemory memory, Placement placement, bool& host_cached) const;
+  std::shared_ptr<MemorySlab> slab_with_room(uint32_t type_index, Placement placement,
+                                             const VkMemoryRequirements& requirements, uint64_t& offset);
   std::optional<uint32_t> choose_type(Placement placement) const;
   [[noreturn]] void throw_out_of_memory(uint64_t size, uint32_t type_index, const char* why) const;
 
@@ -74,7 +104,20 @@ class MemoryPool {
   mutable std::mutex mutex_;
   std::map<std::tuple<Placement, uint32_t, uint64_t>, std::vector<MemoryBlock>> free_blocks_;
   MemoryStats stats_;
+  bool slabs_ = true;
+  struct SlabCursor {
+    std::shared_ptr<MemorySlab> slab;
+    uint64_t used = 0;
+    uint32_t slabs = 0;  // made since the last trim(): the next one's size
+  };
+  std::mutex slab_mutex_;
+  std::map<std::pair<Placement, uint32_t>, SlabCursor> slab_cursors_;  // the slab being filled
+  std::shared_ptr<std::atomic<uint64_t>> slab_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
 };
+
+constexpr uint64_t kSlabBytes = uint64_t{8} << 20;
+constexpr uint64_t kSlabMostBytes = uint64_t{64} << 20;
+constexpr uint64_t kSlabBlockMost = uint64_t{2} << 20;
 
 // The memory behind one tensor. Returned to the pool (or, when imported, freed before the
 // memory's owner is released) when the last reference goes.

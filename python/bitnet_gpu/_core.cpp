@@ -242,6 +242,7 @@ py::dict stats_dict(const MemoryStats& stats) {
   result["pool_hits"] = stats.pool_hits;
   result["pool_misses"] = stats.pool_misses;
   result["live_blocks"] = stats.live_blocks;
+  result["slab_bytes"] = stats.slab_bytes;
   return result;
 }
 

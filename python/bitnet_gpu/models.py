@@ -16,6 +16,8 @@ grouped-query heads and a KV cache on the device.
 
 Each distinct step shape (batch, new tokens) is recorded once as a Graph; a decode step is one
 queue submission that reads the token ids and the cache length from two small input tensors.
+Greedy decoding records up to decode_chunk steps in one graph, each step's ids feeding the next
+step on the GPU: one submission and one wait for that many tokens.
 """
 
 from __future__ import annotations
@@ -242,11 +244,14 @@ class BitNetModel:
     BitNetForCausalLM) or ``random``."""
 
     def __init__(self, config: BitNetConfig, *, device=None, max_tokens=None,
-                 embedding_dtype=np.float16, screened_head=None):
+                 embedding_dtype=np.float16, screened_head=None, decode_chunk=8):
         """screened_head: greedy steps of one sequence pick the next token through an int8 copy
         of the head (``_core.screened_argmax``: the same ids as the argmax of the float head's
         logits, reading half the bytes; the copy takes vocab x hidden bytes more on the device).
-        None: wherever the device takes the hidden size."""
+        None: wherever the device takes the hidden size.
+        decode_chunk: greedy decode steps a graph replay runs at most (each step's next ids feed
+        the next step's embedding on the GPU, so the host submits and waits once a chunk, and
+        stream() yields a chunk's ids as it arrives); 1 replays the graph once a token."""
         from . import default_device
         self.config = config
         self.device = device or default_device()
@@ -267,6 +272,7 @@ class BitNetModel:
             raise _core.ArgumentError(f"screened_head: hidden size {config.hidden_size} does not fit screened_argmax "
                                       "on this device")
         self.screened_head = fits if screened_head is None else bool(screened_head)
+        self.decode_chunk = _count(decode_chunk, "decode_chunk")
         self._screening = None  # (the head it copies, head_q, head_meta), built at the first screened step
 
     # ----------------------------------------------------------------------------- weights
@@ -426,57 +432,69 @@ class BitNetModel:
     def cache_nbytes(self) -> int:
         return sum(k.nbytes + v.nbytes for caches in self._caches.values() for k, v in caches)
 
-    def _record(self, batch, tokens, logits, split_keys=0):
+    def _record(self, batch, tokens, logits, split_keys=0, steps=1):
         """Records one step of `tokens` new tokens for `batch` sequences after `start` cached ones.
         logits: 'last' (each sequence's last token, and its argmax), 'all', or 'next' (the argmax
         alone: through the screened head for one sequence where screened_head, else as 'last').
-        split_keys: the keys a decode attention workgroup takes (0: its default)."""
+        split_keys: the keys a decode attention workgroup takes (0: its default).
+        steps > 1 (decode, 'next'): that many steps in a row, step i after start_i cached tokens
+        (inputs 'start', 'start1', ...), each taking the ids the step before picked as its input,
+        its own picked in output 'next' (step 0) or 'next<i>'."""
+        graph = Graph(self.device, timings=self.timings)
+        with graph:
+            ids = graph.input("ids", (batch * tokens,), np.int32)
+            for step in range(steps):
+                start = graph.input("start" if step == 0 else f"start{step}", (1,), np.int32)
+                ids = self._record_step(graph, ids, start, batch, tokens, logits, split_keys, steps == 1)
+                if ids is not None:
+                    graph.output("next" if step == 0 else f"next{step}", ids)
+        return graph
+
+    def _record_step(self, graph, ids, start, batch, tokens, logits, split_keys, logits_output):
+        """The ops of one step (see _record) into `graph`: returns its next ids (int32 [batch], in
+        host memory: reading them back is a memcpy, not a second submission), or None for 'all';
+        the logits as output 'logits' where logits_output."""
         c = self.config
         rows = batch * tokens
-        graph = Graph(self.device, timings=self.timings)
         caches = self._cache(batch)
         eps = c.rms_norm_eps
-        with graph:
-            ids = graph.input("ids", (rows,), np.int32)
-            start = graph.input("start", (1,), np.int32)
-            x = _core.embedding(self.embed, ids)
-            for layer, (k_cache, v_cache) in zip(self.layers, caches):
-                w, norms = layer.proj, layer.norms
-                # norm + int8 pre-pass once, then q, k and v (bitlinear_group fuses them).
-                q, k, v = _core.bitlinear_group(x, None, norms["input_layernorm"], eps,
-                                                [w["q"]._core, w["k"]._core, w["v"]._core], [None] * 3)
-                kv_shape = (rows, c.num_key_value_heads, c.head_dim)
-                q, k, v = q.reshape(rows, c.num_attention_heads, c.head_dim), k.reshape(*kv_shape), v.reshape(*kv_shape)
-                if tokens == 1:  # decode: RoPE, the cache append and attention in one dispatch
-                    a = _core.decode_attention(q, k, v, self._cos, self._sin, start, k_cache, v_cache, split_keys)
-                else:
-                    q = _core.rope_append(q, k, v, self._cos, self._sin, start, k_cache, v_cache)
-                    a = _core.attention_cached(q, k_cache, v_cache, start, True)
-                (x,) = _core.bitlinear_group(a.reshape(rows, c.hidden_size), None,
-                                             norms["self_attn.attn_sub_norm"], eps, [w["o"]._core], [x])
-                if tokens == 1:  # decode: the gate/up dispatch writes relu(gate)^2 * up itself
-                    (f,) = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
-                                                 [w["gate"]._core, w["up"]._core], [None, None], True)
-                    (x,) = _core.bitlinear_group(f, None, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
-                else:
-                    g, u = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
-                                                 [w["gate"]._core, w["up"]._core], [None, None])
-                    (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
-            x = ops.rms_norm(x, self.norm, eps)
-            if logits in ("last", "next"):
-                last = Tensor.from_numpy(np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device)
-                x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
-            if self._screens(batch, logits):
-                head_q, head_meta = self._screening_tensors()
-                graph.output("next", _core.screened_argmax(x, self.lm_head, head_q, head_meta,
-                                                           self.device.empty((1,), np.int32, memory="host")))
-                return graph
-            out = _core.linear_rows(x, self.lm_head)
+        x = _core.embedding(self.embed, ids)
+        for layer, (k_cache, v_cache) in zip(self.layers, caches):
+            w, norms = layer.proj, layer.norms
+            # norm + int8 pre-pass once, then q, k and v (bitlinear_group fuses them).
+            q, k, v = _core.bitlinear_group(x, None, norms["input_layernorm"], eps,
+                                            [w["q"]._core, w["k"]._core, w["v"]._core], [None] * 3)
+            kv_shape = (rows, c.num_key_value_heads, c.head_dim)
+            q, k, v = q.reshape(rows, c.num_attention_heads, c.head_dim), k.reshape(*kv_shape), v.reshape(*kv_shape)
+            if tokens == 1:  # decode: RoPE, the cache append and attention in one dispatch
+                a = _core.decode_attention(q, k, v, self._cos, self._sin, start, k_cache, v_cache, split_keys)
+            else:
+                q = _core.rope_append(q, k, v, self._cos, self._sin, start, k_cache, v_cache)
+                a = _core.attention_cached(q, k_cache, v_cache, start, True)
+            (x,) = _core.bitlinear_group(a.reshape(rows, c.hidden_size), None,
+                                         norms["self_attn.attn_sub_norm"], eps, [w["o"]._core], [x])
+            if tokens == 1:  # decode: the gate/up dispatch writes relu(gate)^2 * up itself
+                (f,) = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
+                                             [w["gate"]._core, w["up"]._core], [None, None], True)
+                (x,) = _core.bitlinear_group(f, None, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
+            else:
+                g, u = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
+                                             [w["gate"]._core, w["up"]._core], [None, None])
+                (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
+        x = ops.rms_norm(x, self.norm, eps)
+        if logits in ("last", "next"):
+            last = Tensor.from_numpy(np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device)
+            x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
+        if self._screens(batch, logits):
+            head_q, head_meta = self._screening_tensors()
+            return _core.screened_argmax(x, self.lm_head, head_q, head_meta,
+                                         self.device.empty((1,), np.int32, memory="host"))
+        out = _core.linear_rows(x, self.lm_head)
+        if logits_output:
             graph.output("logits", out)
-            if logits in ("last", "next"):
-                # In host memory: reading the next ids back is a memcpy, not a second submission.
-                graph.output("next", _core.argmax_rows(out, self.device.empty((batch,), np.int32, memory="host")))
-        return graph
+        if logits == "all":
+            return None
+        return _core.argmax_rows(out, self.device.empty((batch,), np.int32, memory="host"))
 
     # Prefill graphs hold their intermediates (hundreds of MB for long prompts): only the most
     # recent few are kept; decode graphs (one token a sequence) are kept for every batch size.
@@ -492,19 +510,34 @@ class BitNetModel:
     SHORT_DECODE_CONTEXT = 768
     LONG_DECODE_CONTEXT = 1664
 
-    def _graph(self, batch, tokens, logits, start=0):
+    def _split_keys(self, tokens, start):
+        """The keys a decode attention workgroup takes for a step after `start` cached tokens."""
         context = start + 1
-        split = (0 if tokens > 1 else 16 if context <= self.SHORT_DECODE_CONTEXT
-                 else 32 if context <= self.LONG_DECODE_CONTEXT else 64)
-        key = (batch, tokens, logits, split, self._screens(batch, logits))
+        return (0 if tokens > 1 else 16 if context <= self.SHORT_DECODE_CONTEXT
+                else 32 if context <= self.LONG_DECODE_CONTEXT else 64)
+
+    def _graph(self, batch, tokens, logits, start=0, steps=1):
+        split = self._split_keys(tokens, start)
+        key = (batch, tokens, logits, split, self._screens(batch, logits), steps)
         if key in self._graphs:
             self._graphs[key] = self._graphs.pop(key)  # most recently used last
             return self._graphs[key]
         prefill = [k for k in self._graphs if k[1] > 1]
         if tokens > 1 and len(prefill) >= self.KEPT_PREFILL_GRAPHS:
             del self._graphs[prefill[0]]
-        self._graphs[key] = self._record(batch, tokens, logits, split)
+        self._graphs[key] = self._record(batch, tokens, logits, split, steps)
         return self._graphs[key]
+
+    def _chunk(self, start, remaining):
+        """Greedy decode steps the next replay runs from `start` cached tokens, `remaining` wanted:
+        decode_chunk, else (fewer wanted, or the attention's split changing within the chunk, which
+        must not change a step's graph) the largest power of two that fits."""
+        most = min(self.decode_chunk, remaining)
+        split = self._split_keys(1, start)
+        steps = 1
+        while steps < most and self._split_keys(1, start + steps) == split:
+            steps += 1
+        return steps if steps == self.decode_chunk else 1 << (steps.bit_length() - 1)
 
     def _ids(self, token_ids):
         ids = np.asarray(token_ids)
@@ -518,12 +551,13 @@ class BitNetModel:
             raise _core.ArgumentError(f"token_ids: ids must lie in [0, {self.config.vocab_size})")
         return ids.astype(np.int32), squeeze
 
-    def _step(self, ids, start, logits):
+    def _step(self, ids, start, logits, steps=1):
         batch, tokens = ids.shape
-        if start + tokens > self.max_tokens:
-            raise _core.ShapeError(f"{start} cached + {tokens} new tokens exceed max_tokens={self.max_tokens}")
-        graph = self._graph(batch, tokens, logits, start)
-        return graph.run(ids=ids.reshape(-1), start=np.array([start], np.int32))
+        if start + tokens + steps - 1 > self.max_tokens:
+            raise _core.ShapeError(f"{start} cached + {tokens + steps - 1} new tokens exceed max_tokens={self.max_tokens}")
+        graph = self._graph(batch, tokens, logits, start, steps)
+        starts = {"start" if i == 0 else f"start{i}": np.array([start + i], np.int32) for i in range(steps)}
+        return graph.run(ids=ids.reshape(-1), **starts)
 
     def forward(self, token_ids) -> np.ndarray:
         """logits float32 [B, T, vocab] (or [T, vocab] for 1-D token_ids) of a prefill from an
@@ -534,7 +568,8 @@ class BitNetModel:
 
     def stream(self, token_ids, max_new_tokens, temperature=0.0, top_k=None, seed=0, eos_token_id=None):
         """Yields the next token ids (int32 [B]) one step at a time: a prefill of the prompt, then
-        one graph replay per token. temperature 0 is greedy (argmax on the GPU); otherwise
+        one graph replay per token, or at temperature 0 per decode_chunk tokens (yielded together
+        as the replay ends). temperature 0 is greedy (argmax on the GPU); otherwise
         softmax(logits / temperature) over the top_k largest (all if None), drawn with seed."""
         ids, _ = self._ids(token_ids)
         batch, tokens = ids.shape
@@ -548,20 +583,24 @@ class BitNetModel:
             raise _core.ArgumentError(f"top_k must lie in [1, {self.config.vocab_size}], got {top_k}")
         rng = np.random.default_rng(seed)
         done = np.zeros(batch, bool)
-        position, current = 0, ids
-        for _ in range(max_new_tokens):
-            result = self._step(current, position, "next" if temperature == 0 else "last")
-            position += current.shape[1]
-            if temperature == 0:
-                chosen = result["next"].numpy()
-            else:
-                chosen = _sample(result["logits"].numpy(), temperature, top_k, rng)
-            if eos_token_id is not None:
-                chosen = np.where(done, eos_token_id, chosen).astype(np.int32)
-                done |= chosen == eos_token_id
-            yield chosen
-            if eos_token_id is not None and done.all():
-                return
+        position, current, made = 0, ids, 0
+        while made < max_new_tokens:
+            # Greedy decode steps run decode_chunk at a time (_chunk); the prompt's step alone.
+            steps = self._chunk(position, max_new_tokens - made) if temperature == 0 and current.shape[1] == 1 else 1
+            result = self._step(current, position, "next" if temperature == 0 else "last", steps)
+            position += current.shape[1] + steps - 1
+            for step in range(steps):
+                if temperature == 0:
+                    chosen = result["next" if step == 0 else f"next{step}"].numpy()
+                else:
+                    chosen = _sample(result["logits"].numpy(), temperature, top_k, rng)
+                if eos_token_id is not None:
+                    chosen = np.where(done, eos_token_id, chosen).astype(np.int32)
+                    done |= chosen == eos_token_id
+                yield chosen
+                made += 1
+                if eos_token_id is not None and done.all():
+                    return
             current = chosen.reshape(batch, 1)
 
     def generate(self, token_ids, max_new_tokens, temperature=0.0, top_k=None, seed=0,
