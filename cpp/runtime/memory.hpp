@@ -117,7 +117,7 @@ class MemoryPool {
 
 constexpr uint64_t kSlabBytes = uint64_t{8} << 20;
 constexpr uint64_t kSlabMostBytes = uint64_t{64} << 20;
-constexpr uint64_t kSlabBlockMost = uint64_t{2} << 20;
+constexpr uint64_t kSlabBlockMost = uint64_t{4} << 20;
 
 // The memory behind one tensor. Returned to the pool (or, when imported, freed before the
 // memory's owner is released) when the last reference goes.
