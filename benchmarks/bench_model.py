@@ -13,7 +13,9 @@ device copy bandwidth. Greedy decode steps pick the next id through the head's i
 copy (BitNetModel.screened_head); each context is also timed with the float16 head and
 argmax_rows (screened_head off), in the same run. Greedy generation (model.generate, --generate
 new tokens after a prompt of 128) is timed as a user sees it, tokens/s from the first generated
-token to the last, with BitNetModel.decode_chunk's steps a replay and with one step a replay.
+token to the last, with BitNetModel.decode_chunk's steps a replay and with one step a replay, and
+sampled (temperature 0.8, top-k 50: one step a replay, the logits read back and drawn from on the
+host).
 """
 
 from __future__ import annotations
@@ -72,17 +74,19 @@ def decode_step(model, context):
 
 
 GENERATE_PROMPT = 128
+SAMPLING = {"temperature": 0.8, "top_k": 50, "seed": 1}  # the generate row's sampled run
 
 
-def generate_rate(model, prompt, tokens, chunk, repeats):
-    """Median tokens/s of greedy model.generate(prompt, tokens) with `chunk` decode steps a replay,
-    from the first new token (the prompt's step) to the last, its graphs recorded beforehand."""
+def generate_rate(model, prompt, tokens, chunk, repeats, **sampling):
+    """Median tokens/s of model.generate(prompt, tokens, **sampling) (greedy unless a temperature
+    is given) with `chunk` greedy decode steps a replay, from the first new token (the prompt's
+    step) to the last, its graphs recorded beforehand."""
     model.decode_chunk = chunk
-    model.generate(prompt, tokens)
+    model.generate(prompt, tokens, **sampling)
     rates = []
     for _ in range(repeats):
         times = []
-        model.generate(prompt, tokens, callback=lambda step, ids: times.append(time.perf_counter()))
+        model.generate(prompt, tokens, callback=lambda step, ids: times.append(time.perf_counter()), **sampling)
         rates.append((len(times) - 1) / (times[-1] - times[0]))
     return statistics.median(rates)
 
@@ -281,13 +285,17 @@ def main():
     if args.generate:
         prompt = fill[0, :GENERATE_PROMPT]
         chunk = model.decode_chunk
-        rates = {c: generate_rate(model, prompt, args.generate, c, max(3, args.repeats // 4)) for c in (chunk, 1)}
+        repeats = max(3, args.repeats // 4)
+        rates = {c: generate_rate(model, prompt, args.generate, c, repeats) for c in (chunk, 1)}
+        sampled = generate_rate(model, prompt, args.generate, chunk, repeats, **SAMPLING)
         model.decode_chunk = chunk
         row = {"phase": "generate", "prompt": GENERATE_PROMPT, "tokens": args.generate, "decode_chunk": chunk,
-               "tokens_per_s": rates[chunk], "one_step_a_replay_tokens_per_s": rates[1]}
+               "tokens_per_s": rates[chunk], "one_step_a_replay_tokens_per_s": rates[1],
+               "sampling": SAMPLING, "sampled_tokens_per_s": sampled}
         results["rows"].append(row)
         print(f"generate {args.generate} tokens after {GENERATE_PROMPT} (greedy): {rates[chunk]:.0f} tokens/s with "
-              f"{chunk} steps a replay, {rates[1]:.0f} with one ({rates[chunk] / rates[1]:.3f}x)")
+              f"{chunk} steps a replay, {rates[1]:.0f} with one ({rates[chunk] / rates[1]:.3f}x); sampled "
+              f"({SAMPLING}, one step a replay, the draw on the host): {sampled:.0f} tokens/s")
 
     if args.prefill:
         prompt = np.random.default_rng(1).integers(0, config.vocab_size, (1, args.prefill)).astype(np.int32)
