@@ -28,14 +28,15 @@ def main():
     device = model.device
     slabs = os.environ.get("BITNET_GPU_MEMORY_SLABS", "1") != "0"
     results = {"device": device.name, "config": args.config, "slabs": slabs, "rows": []}
-    cases = [("decode step", (1, 1, "next", 16, 1)), (f"decode chunk of {model.decode_chunk}",
-                                                       (1, 1, "next", 16, model.decode_chunk)),
+    split = model._split_keys(1, 0)
+    cases = [("decode step", (1, 1, "next", split, 1)),
+             (f"decode chunk of {model.decode_chunk}", (1, 1, "next", split, model.decode_chunk)),
              ("prefill of 128 tokens", (1, 128, "last", 0, 1))]
     model.generate(np.arange(8), 4)  # caches and kernels
     for label, key in cases:
-        graphs = [model._record(*key)]  # kernels built
-        graphs.clear()
+        model._record(*key)  # its kernels built
         device.trim()
+        graphs = []
         before = device.memory_stats()
         times = []
         for _ in range(max(3, args.repeats // 10)):

@@ -143,8 +143,7 @@ std::shared_ptr<MemorySlab> MemoryPool::slab_with_room(uint32_t type_index, Plac
   auto slab = std::make_shared<MemorySlab>();
   slab->memory = allocate_memory(size, type_index, requirements.size);
   slab->size = size;
-  bool host_cached = false;
-  slab->mapped = map(slab->memory.get(), placement, host_cached);
+  slab->mapped = map(slab->memory.get(), placement, slab->host_cached);
   slab->live_bytes = slab_bytes_;
   *slab_bytes_ += size;
   std::lock_guard lock(slab_mutex_);
@@ -178,7 +177,6 @@ MemoryBlock MemoryPool::create_block(uint64_t capacity, Placement placement) {
   VkMemoryRequirements requirements;
   vkGetBufferMemoryRequirements(device_.handle(), buffer, &requirements);
 
-  const VkMemoryPropertyFlags flags = memory.memoryTypes[type_index].propertyFlags;
   uint64_t offset = 0;
   if (slabs_ && requirements.size <= kSlabBlockMost && (requirements.memoryTypeBits & (1u << type_index))) {
     try {
@@ -190,10 +188,8 @@ MemoryBlock MemoryPool::create_block(uint64_t capacity, Placement placement) {
   if (block.slab) {
     device_.check(vkBindBufferMemory(device_.handle(), buffer, block.slab->memory.get(), offset),
                   "vkBindBufferMemory");
-    if (block.slab->mapped) {
-      block.mapped = block.slab->mapped + offset;
-      block.host_cached = (flags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) != 0;
-    }
+    if (block.slab->mapped) block.mapped = block.slab->mapped + offset;
+    block.host_cached = block.slab->host_cached;
     return block;
   }
   block.memory = allocate_memory(requirements.size, type_index, capacity);

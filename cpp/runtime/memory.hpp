@@ -30,6 +30,7 @@ const char* placement_name(Placement placement);
 struct MemorySlab {
   MemoryHandle memory;
   std::byte* mapped = nullptr;
+  bool host_cached = false;
   uint64_t size = 0;
   std::shared_ptr<std::atomic<uint64_t>> live_bytes;  // the pool's count of slab bytes alive
   MemorySlab() = default;
