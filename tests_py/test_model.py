@@ -631,6 +631,40 @@ def test_prefill_graphs_do_not_accumulate(tiny_model):
     assert device.memory_stats()["in_use_bytes"] <= before  # replaced, not piled up
 
 
+@pytest.mark.parametrize("seed,top_k", [(14, 40), (15, None)])
+def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k):
+    """temperature 0.9: decode replays of decode_chunk steps draw on the GPU, bit for bit, the
+    tokens one step a replay draws, and each token is reference.sample_rows's draw from the
+    reference's logits with its position as the step (a sequence may part from the reference at a
+    near tie of two kept scores, which the GPU's logits, within 1e-4 of the reference's, can
+    order either way; the check allows that and stops following that sequence)."""
+    config = tiny_model.config
+    prompt = np.random.default_rng(seed).integers(0, config.vocab_size, (2, 5))
+    out = tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed)
+    assert any(key[2] == "sample" and key[5] == tiny_model.decode_chunk for key in tiny_model._graphs)
+    tiny_model.decode_chunk = 1
+    try:
+        np.testing.assert_array_equal(tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed), out)
+    finally:
+        tiny_model.decode_chunk = 8
+    params, following, matched = tiny_model.reference_params(), [True, True], 0
+    for position in range(5, 29):
+        logits = reference.bitnet_forward(params, config, out[:, :position])[:, -1]
+        want = reference.sample_rows(logits, 0.9, top_k, seed, position)
+        for b in range(2):
+            if not following[b]:
+                continue
+            got = out[b, position]
+            if got == want[b]:
+                matched += 1
+                continue
+            scores = reference.sampling_scores(logits[b], 0.9, seed, position, b)
+            assert scores[want[b]] - scores[got] <= 1e-3 * (1 + np.abs(logits[b]).max()), (b, position)
+            following[b] = False
+    assert matched >= 40
+    assert len(np.unique(out[:, 5:])) > 8
+
+
 def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny_model):
     prompt = rng.integers(0, tiny_model.config.vocab_size, 4)
     a = tiny_model.generate(prompt, 10, temperature=0.8, top_k=20, seed=7)

@@ -59,6 +59,8 @@ def public_calls(rng):
         ("mixed_precision_matmul", bg.mixed_precision_matmul, [a8, b8]),
         ("mixed_precision_matmul ternary", lambda a: bg.mixed_precision_matmul(a, q), [a8[:, :80]]),
         ("nn.BitLinear", layer, [x]),
+        ("sample_logits", lambda a: bg.sample_logits(a, 0.7, 5, seed=2), [x]),
+        ("sample_logits NaN", lambda a: bg.sample_logits(np.where(np.isinf(a), np.nan, a)), [bad]),
         ("Tensor.from_numpy", bg.Tensor.from_numpy, [x]),
     ]
 
@@ -97,7 +99,7 @@ ODD_INPUTS = {
 }
 ONE_INPUT = ["relu", "gelu", "silu", "sigmoid", "tanh", "relu2", "softmax", "sum", "max", "mean", "transpose",
              "quantize_activations", "quantize_weights", "binarize_weights", "pack_ternary", "unpack_ternary",
-             "dequantize_activations", "dequantize_weights", "quantize", "quantize_gradients"]
+             "dequantize_activations", "dequantize_weights", "quantize", "quantize_gradients", "sample_logits"]
 TWO_INPUTS = ["add", "sub", "mul", "div", "matmul", "mixed_precision_matmul", "silu_mul", "relu2_mul",
               "relu_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "silu_backward",
               "relu2_backward", "softmax_backward"]
@@ -192,6 +194,27 @@ def test_property_quantize_activations(device, shape, data, how, dtype):
                                rtol=3e-7)
     expected, _ = ref.quantize_activations(x32.reshape(-1, shape[-1]), scale=s.reshape(-1))
     assert np.array_equal(q.reshape(-1, shape[-1]), expected)
+
+
+@PROPERTY
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=40), data=st.data(), how=HOW,
+       temperature=st.sampled_from([0.0, 1e-30, 0.3, 1.0, 7.0, 1e37]), top_k=st.integers(0, 45),
+       infinite=st.booleans())
+def test_property_sample_logits(device, shape, data, how, temperature, top_k, infinite):
+    """Draws on special values (signed zeros, subnormals, +-3e38, and +-inf where `infinite`) at
+    temperatures from 0 to 1e37: reference.sample_rows's index, or one whose reference score lies
+    within float32 rounding of the best, and always a kept one."""
+    elements = st.one_of(FLOATS, st.sampled_from([np.inf, -np.inf])) if infinite else FLOATS
+    x = data.draw(arrays(np.float32, shape, elements))
+    top_k = top_k or None
+    drawn = as_numpy(bg.sample_logits(placed(x, how), temperature, top_k, seed=9, step=4)).reshape(-1)
+    rows = x.reshape(-1, shape[-1])
+    expected = ref.sample_rows(rows, temperature, top_k, 9, 4)
+    for m in np.flatnonzero(drawn != expected):
+        assert ref.sampling_kept(rows[m], top_k)[drawn[m]]
+        scores = ref.sampling_scores(rows[m], temperature, 9, 4, m)
+        gap = scores[expected[m]] - scores[drawn[m]]
+        assert gap <= 1e-6 * (1 + abs(scores[expected[m]])) + 4e-5 * min(temperature, 1.0), (m, gap)
 
 
 @PROPERTY

@@ -225,6 +225,72 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
   return out;
 }
 
+Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& start, int64_t offset,
+                   const std::optional<Tensor>& given) {
+  if (logits.dtype() != DType::float32)
+    throw DTypeError("logits: expected float32, got " + std::string(dtype_name(logits.dtype())));
+  if (logits.shape().size() != 2) throw ShapeError("logits: expected [M, N], got " + shape_text(logits.shape()));
+  if (params.dtype() != DType::uint32 || params.shape() != std::vector<int64_t>{5})
+    throw DTypeError("params: expected uint32 [5], got " + std::string(dtype_name(params.dtype())) + " " +
+                     shape_text(params.shape()));
+  if (start.dtype() != DType::int32 || start.size() != 1)
+    throw DTypeError("start: expected one int32 value, got " + std::string(dtype_name(start.dtype())) + " " +
+                     shape_text(start.shape()));
+  if (&params.device() != &logits.device() || &start.device() != &logits.device())
+    throw ArgumentError("logits, params and start must live on one device");
+  const int64_t m = logits.shape()[0], n = logits.shape()[1];
+  if (n == 0) throw ShapeError("sampling from empty rows: logits have shape " + shape_text(logits.shape()));
+  if (n > std::numeric_limits<int32_t>::max())
+    throw ShapeError("sample_rows: rows of " + std::to_string(n) + " values are over 2^31 - 1");
+  if (offset < 0 || offset > std::numeric_limits<uint32_t>::max())
+    throw ArgumentError("offset: expected an integer in [0, 2^32), got " + std::to_string(offset));
+  const auto& device = logits.device_ptr();
+  Tensor out = output(device, given, {m}, DType::int32, "out", {&logits, &params, &start});
+  if (m == 0) return out;
+  constexpr int64_t kChunk = 1024, kBins = 2048;  // CHUNK and BINS in shaders/model/sample_rows.comp
+  constexpr uint64_t kBlockRows = 64;             // rows a block of dispatches takes
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<RowRange> blocks;
+  for (const RowRange& range : row_ranges(*device, static_cast<uint64_t>(m), {static_cast<uint64_t>(n) * 4, 4}))
+    for (uint64_t first = 0; first < range.count; first += kBlockRows)
+      blocks.push_back({range.first + first, std::min(kBlockRows, range.count - first)});
+  const int64_t block_rows = static_cast<int64_t>(std::min<uint64_t>(kBlockRows, static_cast<uint64_t>(m)));
+  const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), static_cast<uint64_t>(block_rows), 1},
+                                 "sample_rows over " + shape_text(logits.shape()));
+  // Scratch for a block, reused by the next: the bins and tickets reset themselves.
+  Tensor bins = self_resetting_counters(device, block_rows * kBins);
+  Tensor tickets = self_resetting_counters(device, block_rows * 4);
+  Tensor select = Tensor::empty(device, std::vector<int64_t>{block_rows, 4}, DType::uint32);
+  Tensor partial = Tensor::empty(device, std::vector<int64_t>{block_rows, chunks, 2}, DType::uint32);
+  Tensor nans = zeroed_counter(device);
+  OpSequence op(device);
+  for (const RowRange& block : blocks) {
+    struct {
+      uint32_t n, chunks, offset, row0;
+    } push{static_cast<uint32_t>(n), static_cast<uint32_t>(chunks), static_cast<uint32_t>(offset),
+           static_cast<uint32_t>(block.first)};
+    BufferBinding bindings[] = {rows_of(logits, block, static_cast<uint64_t>(n) * 4),
+                                params.binding(),
+                                start.binding(),
+                                bins.binding(),
+                                select.binding(),
+                                tickets.binding(),
+                                partial.binding(),
+                                nans.binding(),
+                                rows_of(out, block, 4)};
+    for (int64_t phase : {0, 1, 2, 3}) {
+      Kernel kernel = Kernel::builtin(device, "sample_rows", {{0, phase}});
+      op.sequence().dispatch(kernel, {grid[0], static_cast<uint32_t>(block.count), 1}, bindings, push_bytes(push));
+    }
+  }
+  op.run([nans] {
+    if (uint32_t found = read_counter(nans))
+      throw ArgumentError("logits contain " + std::to_string(found) + " NaN value" + (found == 1 ? "" : "s") +
+                          ": nothing to draw from (the rows holding them got index -1)");
+  });
+  return out;
+}
+
 namespace {
 
 struct AppendShape {

@@ -17,6 +17,19 @@ Tensor linear_rows(const Tensor& x, const Tensor& w, const std::optional<Tensor>
 // np.argmax along the last axis of float32 x [M, N] (N > 0): int32 [M].
 Tensor argmax_rows(const Tensor& x, const std::optional<Tensor>& out = {});
 
+// Draws one index a row of float32 logits [M, N] (N > 0) from softmax(logits / temperature) over
+// the row's values at least its top_k-th largest (all of them where top_k is 0 or the row holds
+// fewer numbers), by the Gumbel-max trick with counter-based noise: row m's draw depends on
+// (seed, start[0] + offset, m) and that row alone (shaders/model/sample_rows.comp, whose formulas
+// reference.sample_rows repeats). params: uint32 [5], the float32 bits of the temperature t and of
+// 1 / t (used where t >= 1), top_k and the seed's low and high words, read when the op runs (a
+// graph replays with new ones); t = 0 draws the first largest kept value, +inf values the first
+// of them. start: int32 [1]. int32 [M];
+// -1 for a row that holds a NaN, and ArgumentError after the run (or each replay of a graph)
+// naming how many NaNs the logits held.
+Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& start, int64_t offset,
+                   const std::optional<Tensor>& out = {});
+
 // np.argmax(x @ head.T) for one row of x (float32 [1, K], K % 4 == 0) and a float head [V, K]
 // (float32 or float16), through a screening copy of the head: head_q int8 [V, Kp] (Kp = K
 // rounded up to 16, zero-padded) with per-row scales and error norms in head_meta float32 [V, 4]

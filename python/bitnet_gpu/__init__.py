@@ -37,9 +37,9 @@ from .tensor_ops import layer_norm_backward, matmul, mean, rms_norm_backward, tr
 from .tensor_ops import max as max  # noqa: A004 - NumPy's names, as np.max and np.sum
 from .tensor_ops import sum as sum  # noqa: A004
 from .attention import KVCache, attention, rope, rope_tables
-from .ops import (  # noqa: F401 - activations, norms and softmax at the top level, like NumPy
+from .ops import (  # noqa: F401 - activations, norms, softmax and sampling at the top level
     add, div, mul, sub, gelu, gelu_backward, layer_norm, leaky_relu, leaky_relu_backward, relu, relu2, relu2_backward,
-    relu2_mul, relu_backward, relu_dropout, rms_norm, sigmoid, sigmoid_backward, silu,
+    relu2_mul, relu_backward, relu_dropout, rms_norm, sample_logits, sigmoid, sigmoid_backward, silu,
     silu_backward, silu_mul, softmax, softmax_backward, swish, swish_backward, tanh, tanh_backward,
 )
 from . import quantize

@@ -140,9 +140,9 @@ def generate(args) -> int:
     first = times[0] - begin if times else float("nan")
     decode = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
     # The first decode replay records the decode graph (its kernels built on first use): the rate
-    # after it is what later steps run at. Greedy decoding runs up to model.decode_chunk steps a
-    # replay (model._chunk), whose tokens arrive together.
-    chunk = model._chunk(len(prompt), len(times) - 1) if args.temperature == 0 and len(times) > 1 else 1
+    # after it is what later steps run at. Decoding runs up to model.decode_chunk steps a replay
+    # (model._chunk), whose tokens arrive together.
+    chunk = model._chunk(len(prompt), len(times) - 1) if len(times) > 1 else 1
     later = (len(times) - 1 - chunk) / (times[-1] - times[chunk]) if len(times) > chunk + 1 else float("nan")
     what = "step" if chunk == 1 else f"{chunk} steps"
     print(f"prompt {len(prompt)} tokens: first token after {first * 1e3:.1f} ms; "

@@ -16,8 +16,9 @@ grouped-query heads and a KV cache on the device.
 
 Each distinct step shape (batch, new tokens) is recorded once as a Graph; a decode step is one
 queue submission that reads the token ids and the cache length from two small input tensors.
-Greedy decoding records up to decode_chunk steps in one graph, each step's ids feeding the next
-step on the GPU: one submission and one wait for that many tokens.
+Decoding records up to decode_chunk steps in one graph, each step's ids (its argmax, or a draw
+on the GPU at temperature > 0) feeding the next step there: one submission and one wait for
+that many tokens.
 """
 
 from __future__ import annotations
@@ -249,7 +250,7 @@ class BitNetModel:
         of the head (``_core.screened_argmax``: the same ids as the argmax of the float head's
         logits, reading half the bytes; the copy takes vocab x hidden bytes more on the device).
         None: wherever the device takes the hidden size.
-        decode_chunk: greedy decode steps a graph replay runs at most (each step's next ids feed
+        decode_chunk: decode steps a graph replay runs at most (each step's next ids feed
         the next step's embedding on the GPU, so the host submits and waits once a chunk, and
         stream() yields a chunk's ids as it arrives); 1 replays the graph once a token."""
         from . import default_device
@@ -434,8 +435,10 @@ class BitNetModel:
 
     def _record(self, batch, tokens, logits, split_keys=0, steps=1):
         """Records one step of `tokens` new tokens for `batch` sequences after `start` cached ones.
-        logits: 'last' (each sequence's last token, and its argmax), 'all', or 'next' (the argmax
-        alone: through the screened head for one sequence where screened_head, else as 'last').
+        logits: 'last' (each sequence's last token, and its argmax), 'all', 'next' (the argmax
+        alone: through the screened head for one sequence where screened_head, else as 'last'),
+        or 'sample' (as 'last', the next ids drawn by sample_rows with input 'sampling', uint32 [5]:
+        ops._sampling_params'; the draw of the token at position p is keyed by step p).
         split_keys: the keys a decode attention workgroup takes (0: its default).
         steps > 1 (decode, 'next'): that many steps in a row, step i after start_i cached tokens
         (inputs 'start', 'start1', ...), each taking the ids the step before picked as its input,
@@ -443,14 +446,16 @@ class BitNetModel:
         graph = Graph(self.device, timings=self.timings)
         with graph:
             ids = graph.input("ids", (batch * tokens,), np.int32)
+            sampling = graph.input("sampling", (5,), np.uint32) if logits == "sample" else None
             for step in range(steps):
                 start = graph.input("start" if step == 0 else f"start{step}", (1,), np.int32)
-                ids = self._record_step(graph, ids, start, batch, tokens, logits, split_keys, steps == 1)
+                ids = self._record_step(graph, ids, start, batch, tokens, logits, split_keys, steps == 1,
+                                        sampling)
                 if ids is not None:
                     graph.output("next" if step == 0 else f"next{step}", ids)
         return graph
 
-    def _record_step(self, graph, ids, start, batch, tokens, logits, split_keys, logits_output):
+    def _record_step(self, graph, ids, start, batch, tokens, logits, split_keys, logits_output, sampling=None):
         """The ops of one step (see _record) into `graph`: returns its next ids (int32 [batch], in
         host memory: reading them back is a memcpy, not a second submission), or None for 'all';
         the logits as output 'logits' where logits_output."""
@@ -482,7 +487,7 @@ class BitNetModel:
                                              [w["gate"]._core, w["up"]._core], [None, None])
                 (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
         x = ops.rms_norm(x, self.norm, eps)
-        if logits in ("last", "next"):
+        if logits in ("last", "next", "sample"):
             last = Tensor.from_numpy(np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device)
             x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
         if self._screens(batch, logits):
@@ -494,6 +499,8 @@ class BitNetModel:
             graph.output("logits", out)
         if logits == "all":
             return None
+        if logits == "sample":  # the drawn token sits at position start + tokens: its step
+            return _core.sample_rows(out, sampling, start, tokens, self.device.empty((batch,), np.int32, memory="host"))
         return _core.argmax_rows(out, self.device.empty((batch,), np.int32, memory="host"))
 
     # Prefill graphs hold their intermediates (hundreds of MB for long prompts): only the most
@@ -529,7 +536,7 @@ class BitNetModel:
         return self._graphs[key]
 
     def _chunk(self, start, remaining):
-        """Greedy decode steps the next replay runs from `start` cached tokens, `remaining` wanted:
+        """Decode steps the next replay runs from `start` cached tokens, `remaining` wanted:
         decode_chunk, else (fewer wanted, or the attention's split changing within the chunk, which
         must not change a step's graph) the largest power of two that fits."""
         most = min(self.decode_chunk, remaining)
@@ -551,12 +558,14 @@ class BitNetModel:
             raise _core.ArgumentError(f"token_ids: ids must lie in [0, {self.config.vocab_size})")
         return ids.astype(np.int32), squeeze
 
-    def _step(self, ids, start, logits, steps=1):
+    def _step(self, ids, start, logits, steps=1, sampling=None):
         batch, tokens = ids.shape
         if start + tokens + steps - 1 > self.max_tokens:
             raise _core.ShapeError(f"{start} cached + {tokens + steps - 1} new tokens exceed max_tokens={self.max_tokens}")
         graph = self._graph(batch, tokens, logits, start, steps)
         starts = {"start" if i == 0 else f"start{i}": np.array([start + i], np.int32) for i in range(steps)}
+        if sampling is not None:
+            starts["sampling"] = sampling
         return graph.run(ids=ids.reshape(-1), **starts)
 
     def forward(self, token_ids) -> np.ndarray:
@@ -568,32 +577,30 @@ class BitNetModel:
 
     def stream(self, token_ids, max_new_tokens, temperature=0.0, top_k=None, seed=0, eos_token_id=None):
         """Yields the next token ids (int32 [B]) one step at a time: a prefill of the prompt, then
-        one graph replay per token, or at temperature 0 per decode_chunk tokens (yielded together
-        as the replay ends). temperature 0 is greedy (argmax on the GPU); otherwise
-        softmax(logits / temperature) over the top_k largest (all if None), drawn with seed."""
+        one graph replay per decode_chunk tokens (yielded together as the replay ends).
+        temperature 0 is greedy (argmax on the GPU); otherwise each token is drawn on the GPU from
+        softmax(logits / temperature) over the top_k largest logits (every one at least the
+        top_k-th largest; all if None), as bitnet_gpu.sample_logits draws with `seed` and the
+        token's position as its step: the same call draws the same tokens however it is chunked."""
         ids, _ = self._ids(token_ids)
         batch, tokens = ids.shape
         if _integer(max_new_tokens, "max_new_tokens") < 0:
             raise _core.ArgumentError("max_new_tokens must be >= 0")
         if tokens + max_new_tokens > self.max_tokens:
             raise _core.ShapeError(f"{tokens} prompt + {max_new_tokens} new tokens exceed max_tokens={self.max_tokens}")
-        if temperature < 0 or not np.isfinite(temperature):
-            raise _core.ArgumentError(f"temperature must be >= 0, got {temperature}")
         if top_k is not None and not 0 < _integer(top_k, "top_k") <= self.config.vocab_size:
             raise _core.ArgumentError(f"top_k must lie in [1, {self.config.vocab_size}], got {top_k}")
-        rng = np.random.default_rng(seed)
+        sampling = ops._sampling_params(temperature, top_k, seed, self.config.vocab_size)
+        mode = "next" if temperature == 0 else "sample"
         done = np.zeros(batch, bool)
         position, current, made = 0, ids, 0
         while made < max_new_tokens:
-            # Greedy decode steps run decode_chunk at a time (_chunk); the prompt's step alone.
-            steps = self._chunk(position, max_new_tokens - made) if temperature == 0 and current.shape[1] == 1 else 1
-            result = self._step(current, position, "next" if temperature == 0 else "last", steps)
+            # Decode steps run decode_chunk at a time (_chunk); the prompt's step alone.
+            steps = self._chunk(position, max_new_tokens - made) if current.shape[1] == 1 else 1
+            result = self._step(current, position, mode, steps, sampling if mode == "sample" else None)
             position += current.shape[1] + steps - 1
             for step in range(steps):
-                if temperature == 0:
-                    chosen = result["next" if step == 0 else f"next{step}"].numpy()
-                else:
-                    chosen = _sample(result["logits"].numpy(), temperature, top_k, rng)
+                chosen = result["next" if step == 0 else f"next{step}"].numpy()
                 if eos_token_id is not None:
                     chosen = np.where(done, eos_token_id, chosen).astype(np.int32)
                     done |= chosen == eos_token_id
@@ -624,18 +631,4 @@ class BitNetModel:
         c = self.config
         return (f"<bitnet_gpu.models.BitNetModel layers={c.num_hidden_layers} hidden={c.hidden_size} "
                 f"vocab={c.vocab_size} max_tokens={self.max_tokens} nbytes={self.nbytes}>")
-
-
-def _sample(logits, temperature, top_k, rng):
-    out = np.empty(logits.shape[0], np.int32)
-    for b, row in enumerate(np.asarray(logits, np.float64)):
-        if top_k is not None and top_k < row.size:
-            keep = np.argpartition(row, -top_k)[-top_k:]
-        else:
-            keep = np.arange(row.size)
-        z = row[keep] / temperature
-        p = np.exp(z - z.max())
-        p /= p.sum()
-        out[b] = keep[rng.choice(keep.size, p=p)]
-    return out
 

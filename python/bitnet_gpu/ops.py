@@ -1,4 +1,4 @@
-"""Activations (forward and backward), fused gates, dropout, softmax and norms on the GPU.
+"""Activations (forward and backward), fused gates, dropout, softmax, norms and sampling on the GPU.
 
 NumPy in, NumPy out; Tensor in, Tensor out; float32 or float16 (the output keeps the input's
 dtype; arithmetic is float32). `out=` takes a NumPy array or a Tensor. Formulas: docs/NUMERICS.md.
@@ -14,7 +14,7 @@ from .quantize import _FLOATS, _float32, _integer, _like, _Outputs, _seed, _tens
 
 __all__ = [
     "add", "div", "mul", "sub", "gelu", "gelu_backward", "layer_norm", "leaky_relu", "leaky_relu_backward", "relu",
-    "relu2", "relu2_backward", "relu2_mul", "relu_backward", "relu_dropout", "rms_norm",
+    "relu2", "relu2_backward", "relu2_mul", "relu_backward", "relu_dropout", "rms_norm", "sample_logits",
     "sigmoid", "sigmoid_backward", "silu", "silu_backward", "silu_mul", "softmax",
     "softmax_backward", "swish",
     "swish_backward", "tanh", "tanh_backward",
@@ -220,3 +220,57 @@ def mul(a, b, *, out=None):
 def div(a, b, *, out=None):
     """a / b with NumPy broadcasting."""
     return _binary(_core.BinaryOp.div, a, b, out)
+
+
+# The draw of softmax(x / t) takes the largest x + t g (t < 1) or x / t + g (t >= 1), with 1 / t
+# rounded to float32, which stays a normal number up to here.
+_MOST_TEMPERATURE = 1e37
+
+
+def _sampling_params(temperature, top_k, seed, n):
+    """uint32 [5] for _core.sample_rows: the float32 bits of the temperature and of its inverse,
+    top_k (0: every value) and the seed's two words, after checking them (rows of n values)."""
+    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, (int, float, np.integer, np.floating)):
+        raise TypeError(f"temperature: expected a number, got {temperature!r}")
+    if not (0 <= temperature <= _MOST_TEMPERATURE):
+        raise _core.ArgumentError(f"temperature: expected a number in [0, {_MOST_TEMPERATURE:g}], got {temperature}")
+    k = 0
+    if top_k is not None:
+        k = _integer(top_k, "top_k")
+        if k < 1:
+            raise _core.ArgumentError(f"top_k: expected None or an integer of at least 1, got {k}")
+        k = 0 if k >= n else k
+    seed = _seed(seed)
+    t = np.float32(temperature)
+    inverse = np.float32(1.0 / float(t)) if t >= 1 else np.float32(0)
+    return np.array([t.view(np.uint32), inverse.view(np.uint32), k, seed & 0xFFFFFFFF, seed >> 32], np.uint32)
+
+
+def sample_logits(logits, temperature=1.0, top_k=None, *, seed=0, step=0, out=None):
+    """One index a row of float32 logits [..., N], drawn from softmax(logits / temperature) over
+    the row's top_k largest values (every value at least the top_k-th largest, so ties are kept;
+    all of them where top_k is None): int32 [...] (NumPy in, NumPy out; Tensor in, Tensor out).
+
+    The Gumbel-max trick on the GPU: the index with the largest logits + temperature * g, g
+    Gumbel noise from a counter-based hash of (seed, step, row, index), so a row's draw depends on
+    those and its own values alone: the same call draws the same indices; pass a new step (or
+    seed) for each new draw. temperature 0 gives np.argmax's index among the kept values; -inf
+    logits are never drawn unless every kept value is -inf, +inf ones win (the first of them).
+    NaN logits raise ArgumentError. reference.sample_rows computes the same draws with NumPy."""
+    t, as_tensor = _tensor(logits, "logits", None, (np.float32,))
+    shape = tuple(t.shape)
+    if len(shape) == 0:
+        raise _core.ShapeError("logits: expected [..., N], got a scalar")
+    n = shape[-1]
+    params = _sampling_params(temperature, top_k, seed, n)
+    step = _integer(step, "step")
+    if not 0 <= step < 2**32:
+        raise _core.ArgumentError(f"step: expected an integer in [0, 2**32), got {step}")
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    outputs = _Outputs(out, [("indices", shape[:-1], np.dtype(np.int32))])
+    target = outputs.tensor(0)
+    flat_target = None if target is None else target.reshape(rows)
+    device = t.device
+    drawn = _core.sample_rows(t.reshape(rows, n), Tensor.from_numpy(params, device),
+                              Tensor.from_numpy(np.zeros(1, np.int32), device), step, flat_target)
+    return outputs.results([target if target is not None else drawn.reshape(*shape[:-1])], as_tensor)[0]

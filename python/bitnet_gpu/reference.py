@@ -153,6 +153,50 @@ def uniform01(seed: int, count: int) -> np.ndarray:
     return ((h >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)).astype(np.float32)
 
 
+def sampling_scores(logits_row, temperature, seed, step, row):
+    """float64 [N]: the scores shaders/model/sample_rows.comp draws the largest of for row `row`
+    of a sample_rows call: x + t g where t < 1, else x (1 / t) + g, with t and 1 / t rounded to
+    float32, g = -log(-log1p(-u)), u = (h + 0.5) / 2^32, h = pcg(pcg(j) ^ key),
+    key = pcg(row ^ pcg(step ^ pcg(seed_lo ^ pcg(seed_hi)))) (uint32, wrapping). The GPU rounds
+    to float32, so ids may differ where two kept scores lie within its rounding of each other."""
+    x = np.asarray(logits_row, np.float32)
+    lo, hi = np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32)
+    base = _pcg_hash(np.uint32(step & 0xFFFFFFFF) ^ _pcg_hash(lo ^ _pcg_hash(hi)))
+    key = _pcg_hash(np.uint32(row & 0xFFFFFFFF) ^ base)
+    h = _pcg_hash(_pcg_hash(np.arange(x.size, dtype=np.uint32)) ^ key).astype(np.float64)
+    g = -np.log(-np.log1p(-(h + 0.5) / 2.0**32))
+    t = np.float32(temperature)
+    with np.errstate(invalid="ignore"):  # inf + t g stays inf
+        if t >= 1:
+            return x.astype(np.float64) * float(np.float32(1.0 / float(t))) + g
+        return x.astype(np.float64) + float(t) * g
+
+
+def sampling_kept(logits_row, top_k):
+    """bool [N]: the values a draw takes from, those at least the row's top_k-th largest (every
+    one where top_k is None or at least the row's count of numbers); NaN never."""
+    x = np.asarray(logits_row, np.float32)
+    numbers = ~np.isnan(x)
+    if top_k is None or top_k >= numbers.sum():
+        return numbers
+    return numbers & (x >= np.partition(x[numbers], -top_k)[-top_k])
+
+
+def sample_rows(logits, temperature, top_k=None, seed=0, step=0):
+    """int32 [...]: bitnet_gpu.sample_logits's draw from each row of logits [..., N]: the first
+    kept index with the largest sampling_scores; -1 for a row holding a NaN."""
+    x = np.asarray(logits, np.float32)
+    rows = x.reshape(-1, x.shape[-1])
+    out = np.empty(rows.shape[0], np.int32)
+    for m, row in enumerate(rows):
+        if np.isnan(row).any():
+            out[m] = -1
+            continue
+        kept = np.flatnonzero(sampling_kept(row, top_k))
+        out[m] = kept[np.argmax(sampling_scores(row, temperature, seed, step, m)[kept])]
+    return out.reshape(x.shape[:-1])
+
+
 def quantize_gradients(g: np.ndarray, bits=8, stochastic=False, seed=0, scale=None):
     """(q int8, s) per tensor: s = qmax / max(max|g|, eps); q = clip(round(g * s)) or, stochastic,
     clip(floor(g * s + u)) with u = uniform01(seed)."""
@@ -414,13 +458,17 @@ def bitnet_forward(params: dict, config, token_ids: np.ndarray, return_ties=Fals
     return (logits, ties) if return_ties else logits
 
 
-def bitnet_generate(params: dict, config, token_ids: np.ndarray, max_new_tokens: int) -> np.ndarray:
-    """Greedy generation with bitnet_forward over the whole sequence at every step."""
+def bitnet_generate(params: dict, config, token_ids: np.ndarray, max_new_tokens: int, temperature=0.0,
+                    top_k=None, seed=0) -> np.ndarray:
+    """Generation with bitnet_forward over the whole sequence at every step: greedy, or at
+    temperature > 0 sample_rows' draw with the drawn token's position as its step."""
     ids = np.asarray(token_ids)
     squeeze = ids.ndim == 1
     ids = ids[None, :] if squeeze else ids
     for _ in range(max_new_tokens):
-        nxt = bitnet_forward(params, config, ids)[:, -1, :].argmax(axis=-1)
+        logits = bitnet_forward(params, config, ids)[:, -1, :]
+        nxt = (logits.argmax(axis=-1) if temperature == 0
+               else sample_rows(logits, temperature, top_k, seed, ids.shape[1]))
         ids = np.concatenate([ids, nxt[:, None].astype(ids.dtype)], axis=1)
     return ids[0] if squeeze else ids
 

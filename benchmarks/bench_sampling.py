@@ -1,0 +1,84 @@
+"""Drawing the next token on the GPU: bitnet_gpu.sample_logits (shaders/model/sample_rows.comp,
+Gumbel-max over the top-k kept logits) beside PyTorch's usual top-k sampling in the same run.
+
+    python3 benchmarks/bench_sampling.py [--repeats 10] [--json FILE]
+
+Logits N(0, 3) float32 of (rows, vocab) with the 2B4T vocabulary and a smaller one; temperature
+0.8 and top_k None, 50 and 1000. Ours: _core.sample_rows recorded as a graph and timed as a whole
+(one timestamp pair), the step an input; also profiled per kernel (the radix-select passes and
+the draw). Each draw is checked against reference.sample_rows (the same formulas in float64: equal,
+or a near tie of two kept scores, which the row counts as 'near ties'). PyTorch (CUDA events):
+topk's k-th value as a threshold, logits below it set to -inf, softmax of logits / t and
+torch.multinomial (what transformers' TopKLogitsWarper and sampling do), all on the GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import bitnet_gpu as bg
+from bitnet_gpu import _core, reference
+from bitnet_gpu.ops import _sampling_params
+from common import arguments, by_kernel, profiled, timed_graph, torch_cuda, torch_time, write_results
+
+CASES = [(1, 128256), (8, 128256), (1, 32000)]
+TOP_K = [None, 50, 1000]
+TEMPERATURE = 0.8
+
+
+def agreement(logits, drawn, top_k, seed, step):
+    """(equal, near ties): rows drawing the reference's index, and rows whose index differs where
+    the reference's two scores lie within 1e-6 relative (anything else raises)."""
+    expected = reference.sample_rows(logits, TEMPERATURE, top_k, seed, step)
+    equal = int((drawn == expected).sum())
+    for m in np.flatnonzero(drawn != expected):
+        scores = reference.sampling_scores(logits[m], TEMPERATURE, seed, step, m)
+        gap = scores[expected[m]] - scores[drawn[m]]
+        if not (reference.sampling_kept(logits[m], top_k)[drawn[m]] and gap <= 1e-6 * (1 + abs(scores[expected[m]]))):
+            raise AssertionError(f"row {m}: drew {drawn[m]} instead of {expected[m]} (score gap {gap})")
+    return equal, drawn.size - equal
+
+
+def main():
+    args = arguments(__doc__)
+    device = bg.default_device()
+    torch = torch_cuda()
+    rng = np.random.default_rng(0)
+    results = {"device": device.name, "temperature": TEMPERATURE, "rows": []}
+    print(f"device {device.name}; temperature {TEMPERATURE}")
+    for rows, vocab in CASES:
+        logits_np = (rng.standard_normal((rows, vocab)) * 3).astype(np.float32)
+        logits = bg.Tensor.from_numpy(logits_np, device)
+        start = bg.Tensor.from_numpy(np.array([17], np.int32), device)
+        if torch:
+            logits_t = torch.from_numpy(logits_np).cuda()
+        for top_k in TOP_K:
+            params = bg.Tensor.from_numpy(_sampling_params(TEMPERATURE, top_k, 5, vocab), device)
+
+            def draw():
+                return _core.sample_rows(logits, params, start, 0)
+
+            equal, near = agreement(logits_np, draw().numpy(), top_k, 5, 17)
+            seconds, _ = timed_graph(bg, device, draw, args.repeats)
+            _, timings = profiled(bg, device, draw, 3)
+            row = {"rows": rows, "vocab": vocab, "top_k": top_k, "gpu_s": seconds, "kernels_s": by_kernel(timings),
+                   "equal_to_reference": equal, "near_ties": near}
+            if torch:
+                def torch_draw():
+                    x = logits_t / TEMPERATURE
+                    if top_k is not None:
+                        kth = torch.topk(x, top_k, dim=-1).values[:, -1:]
+                        x = x.masked_fill(x < kth, float("-inf"))
+                    return torch.multinomial(torch.softmax(x, dim=-1), 1)
+
+                row["torch_s"] = torch_time(torch, torch_draw, args.repeats)
+                row["speedup_vs_torch"] = row["torch_s"] / seconds
+            results["rows"].append(row)
+            print(f"({rows}, {vocab}) top_k {top_k}: {seconds * 1e6:.1f} us"
+                  + (f", PyTorch {row['torch_s'] * 1e6:.1f} us ({row['speedup_vs_torch']:.2f}x)" if torch else "")
+                  + f"; ids: {equal} the reference's, {near} near ties")
+    write_results(args.json, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+#version 450
+// Draws one index a row of float32 logits x [M, N] (Gumbel-max): the kept values are those at
+// least the row's k-th largest (every one where k is 0, or where the row holds fewer than k
+// numbers), and the draw is the kept index j with the largest
+//     s_j = x_j + T g_j (T < 1), or x_j (1 / T) + g_j (T >= 1: no overflow either way),
+//     g_j = -log(-log(1 - u_j)),   u_j = (h_j + 0.5) / 2^32,
+// with 1 / T rounded to float32 by the host, the first of equal ones (the first NaN where the row holds one: index -1 then), which is a draw
+// from softmax(x / T) over the kept values. h_j = pcg(pcg(j) ^ key), key = pcg(m ^ pcg(step ^
+// pcg(seed_lo ^ pcg(seed_hi)))), step = start[0] + offset: the noise depends on (seed, step, m, j)
+// alone, so a row's draw does not depend on the other rows or on how the work is split.
+// reference.sample_rows computes the same in float64.
+//
+// Four dispatches over chunks of CHUNK values (workgroup (c, m) takes chunk c of row m):
+//   PHASE 0, 1, 2: a radix select of the k-th largest value's order key (key(), 11 + 11 + 10
+//     bits): each workgroup counts its chunk's keys that share the digits picked so far, by their
+//     next digit, into the row's bins; the last workgroup to finish (an atomic ticket, which it
+//     resets) finds the digit where the count from the top reaches the k still wanted, and
+//     resets the bins. k = 0 skips them.
+//   PHASE 3: each workgroup's best kept (s_j, j), then the last one's pick of the chunks' best.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "../quantize/quantize_common.glsl"
+#include "argmax_common.glsl"
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint PHASE = 0;
+// The op binds blocks of rows: x, index_out and the scratch buffers start at row p.row0, whose
+// index in the whole array keys the noise.
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+// T and 1 / T (float32 bits), k, seed_lo, seed_hi
+layout(std430, binding = 1) readonly buffer Params { uint params[5]; };
+layout(std430, binding = 2) readonly buffer Start { int start; };
+layout(std430, binding = 3) coherent buffer Bins { uint bins[]; };          // [M, BINS], zero between phases
+layout(std430, binding = 4) coherent buffer Select { uvec4 select_state[]; };  // [M]: prefix, wanted, all
+layout(std430, binding = 5) coherent buffer Tickets { uint tickets[]; };    // [M, 4], zero between runs
+layout(std430, binding = 6) coherent buffer Partial { uvec2 partial[]; };   // [M, chunks]: (s bits, index)
+layout(std430, binding = 7) buffer NaNs { uint nan_count; };
+layout(std430, binding = 8) writeonly buffer Out { int index_out[]; };
+layout(push_constant) uniform Push { uint n; uint chunks; uint offset; uint row0; } p;
+
+const uint CHUNK = 1024, BINS = 2048, PER_INVOCATION = CHUNK / 256;
+shared uint s_bins[BINS];
+shared uint s_subgroup_sums[64];
+shared bool s_last;
+
+// An order key: a < b as floats exactly where key(a) < key(b), -0 and +0 one key (NaN excluded).
+uint key(float v) {
+  uint bits = floatBitsToUint(v);
+  if (bits == 0x80000000u) bits = 0u;
+  return (bits & 0x80000000u) != 0u ? ~bits : bits | 0x80000000u;
+}
+
+// -log(1 - w), w = (h + 0.5) / 2^32: an exponential variate, its relative precision kept where
+// it is small (the large Gumbel values, which decide the draws).
+float exponential(uint h) {
+  const float two_to_minus_32 = 2.3283064e-10;
+  if (h >= 0x80000000u) return -log((float(~h) + 0.5) * two_to_minus_32);  // 1 - w
+  const float w = (float(h) + 0.5) * two_to_minus_32;
+  if (w >= 0.0625) return -log(1.0 - w);
+  // -log1p(-w) = w + w^2 / 2 + w^3 / 3 + ..., to float32 precision for w < 1/16
+  return w * (1.0 + w * (1.0 / 2.0 + w * (1.0 / 3.0 + w * (1.0 / 4.0 + w * (1.0 / 5.0 + w * (1.0 / 6.0 + w / 7.0))))));
+}
+
+// Which ticket-counted last workgroup of (phase, row) this is (called by every invocation).
+bool last_workgroup(uint row) {
+  memoryBarrierBuffer();
+  barrier();
+  if (gl_LocalInvocationID.x == 0) {
+    const uint slot = row * 4 + PHASE;
+    s_last = atomicAdd(tickets[slot], 1u) == gl_NumWorkGroups.x - 1;
+    if (s_last) tickets[slot] = 0u;  // every workgroup has counted: ready for the next run
+  }
+  barrier();
+  if (s_last) memoryBarrierBuffer();
+  return s_last;
+}
+
+void select_digit(uint row, uint k) {
+  const uint id = gl_LocalInvocationID.x;
+  const uint shift = PHASE == 0 ? 21u : PHASE == 1 ? 10u : 0u;
+  const uint high = shift + (PHASE == 2 ? 10u : 11u), digit_mask = (1u << (high - shift)) - 1u;
+  const uvec4 state = PHASE == 0 ? uvec4(0u, k, 0u, 0u) : select_state[row];
+  if (state.z != 0u) return;  // fewer numbers than k: every value is kept
+  [[unroll]] for (uint i = 0; i < BINS / 256; ++i) s_bins[id + 256 * i] = 0u;
+  barrier();
+  const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.n);
+  float v[PER_INVOCATION];
+  [[unroll]] for (uint t = 0; t < PER_INVOCATION; ++t) {
+    const uint j = first + id + 256 * t;
+    v[t] = j < end ? x[row * p.n + j] : 0.0;
+  }
+  [[unroll]] for (uint t = 0; t < PER_INVOCATION; ++t) {
+    const uint j = first + id + 256 * t;
+    if (j >= end || isnan(v[t])) continue;
+    const uint kv = key(v[t]);
+    if (high == 32u || (kv >> high) == (state.x >> high)) atomicAdd(s_bins[(kv >> shift) & digit_mask], 1u);
+  }
+  barrier();
+  [[unroll]] for (uint i = 0; i < BINS / 256; ++i) {
+    const uint count = s_bins[id + 256 * i];
+    if (count != 0u) atomicAdd(bins[row * BINS + id + 256 * i], count);
+  }
+  if (!last_workgroup(row)) return;
+  // Invocation i takes digits BINS - 1 - 8 i down to BINS - 8 - 8 i, read and reset.
+  uint counts[BINS / 256];
+  uint sum = 0u;
+  [[unroll]] for (uint u = 0; u < BINS / 256; ++u) {
+    counts[u] = atomicExchange(bins[row * BINS + BINS - 1 - (BINS / 256) * id - u], 0u);
+    sum += counts[u];
+  }
+  // above: the values counted by the invocations before this one (the larger digits)
+  uint above = subgroupExclusiveAdd(sum);
+  const uint subgroup_sum = subgroupAdd(sum);
+  if (subgroupElect()) s_subgroup_sums[gl_SubgroupID] = subgroup_sum;
+  barrier();
+  uint total = 0u;
+  for (uint s = 0; s < gl_NumSubgroups; ++s) {
+    if (s < gl_SubgroupID) above += s_subgroup_sums[s];
+    total += s_subgroup_sums[s];
+  }
+  const uint wanted = state.y;
+  if (total < wanted) {
+    if (id == 0) select_state[row] = uvec4(0u, 0u, 1u, 0u);
+    return;
+  }
+  if (above < wanted && wanted <= above + sum) {
+    [[unroll]] for (uint u = 0; u < BINS / 256; ++u) {
+      if (above + counts[u] >= wanted) {
+        const uint digit = BINS - 1 - (BINS / 256) * id - u;
+        select_state[row] = uvec4(state.x | (digit << shift), wanted - above, 0u, 0u);
+        break;
+      }
+      above += counts[u];
+    }
+  }
+}
+
+void draw(uint row, uint k) {
+  const uint id = gl_LocalInvocationID.x;
+  const uvec4 state = k == 0u ? uvec4(0u, 0u, 1u, 0u) : select_state[row];
+  const uint threshold = state.z != 0u ? 0u : state.x;  // every number's key is above 0
+  const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
+  const uint step = uint(start) + p.offset;
+  const uint row_key = pcg_hash((p.row0 + row) ^ pcg_hash(step ^ pcg_hash(params[3] ^ pcg_hash(params[4]))));
+  const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.n);
+  float v[PER_INVOCATION];
+  [[unroll]] for (uint t = 0; t < PER_INVOCATION; ++t) {
+    const uint j = first + id + 256 * t;
+    v[t] = j < end ? x[row * p.n + j] : 0.0;
+  }
+  float best = -1.0 / 0.0;
+  uint best_index = 0xFFFFFFFFu, nans = 0u;
+  [[unroll]] for (uint t = 0; t < PER_INVOCATION; ++t) {
+    const uint j = first + id + 256 * t;
+    if (j >= end) continue;
+    if (isnan(v[t])) ++nans;
+    else if (key(v[t]) < threshold) continue;
+    const float g = -log(exponential(pcg_hash(pcg_hash(j) ^ row_key)));
+    precise float s = temperature >= 1.0 ? v[t] * inverse + g : v[t] + temperature * g;
+    if (before(s, j, best, best_index)) {
+      best = s;
+      best_index = j;
+    }
+  }
+  nans = subgroupAdd(nans);
+  if (subgroupElect() && nans != 0u) atomicAdd(nan_count, nans);
+  workgroup_best(best, best_index);
+  if (id == 0) partial[row * p.chunks + gl_WorkGroupID.x] = uvec2(floatBitsToUint(s_value[0]), s_index[0]);
+  if (!last_workgroup(row)) return;
+  best = -1.0 / 0.0;
+  best_index = 0xFFFFFFFFu;
+  for (uint c = id; c < p.chunks; c += 256) {
+    const uvec2 e = partial[row * p.chunks + c];
+    if (before(uintBitsToFloat(e.x), e.y, best, best_index)) {
+      best = uintBitsToFloat(e.x);
+      best_index = e.y;
+    }
+  }
+  workgroup_best(best, best_index);
+  if (id == 0) index_out[row] = isnan(s_value[0]) ? -1 : int(s_index[0]);
+}
+
+void main() {
+  const uint row = gl_WorkGroupID.y, k = params[2];
+  if (PHASE < 3) {
+    if (k != 0u) select_digit(row, k);
+  } else {
+    draw(row, k);
+  }
+}
