@@ -1,7 +1,8 @@
 """Drawing the next token on the GPU: bitnet_gpu.sample_logits (shaders/model/sample_rows.comp,
-Gumbel-max over the top-k kept logits) beside PyTorch's usual top-k sampling in the same run.
+Gumbel-max over the top-k kept logits) beside PyTorch's usual top-k sampling in the same run, and
+a sampled decode step's head: the float16 head and the draw against the screened draw.
 
-    python3 benchmarks/bench_sampling.py [--repeats 10] [--json FILE]
+    python3 benchmarks/bench_sampling.py [--repeats 10] [--json FILE] [--vocab 128256] [--hidden 2560]
 
 Logits N(0, 3) float32 of (rows, vocab) with the 2B4T vocabulary and a smaller one; temperature
 0.8 and top_k None, 50 and 1000. Ours: _core.sample_rows recorded as a graph and timed as a whole
@@ -10,6 +11,11 @@ the draw). Each draw is checked against reference.sample_rows (the same formulas
 or a near tie of two kept scores, which the row counts as 'near ties'). PyTorch (CUDA events):
 topk's k-th value as a threshold, logits below it set to -inf, softmax of logits / t and
 torch.multinomial (what transformers' TopKLogitsWarper and sampling do), all on the GPU.
+
+The head: a float16 head of N(0, 1) values of (vocab, hidden) and hidden states as bench_head.py
+draws them; linear_rows + sample_rows against screened_sample (the int8 screening copy, the
+candidates' rows exactly, the draw over them), whose ids must be equal; the candidates counted
+from screened_sample's exact output.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import numpy as np
 
 import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
+from bitnet_gpu.models import screening_tables
 from bitnet_gpu.ops import _sampling_params
 from common import arguments, by_kernel, profiled, timed_graph, torch_cuda, torch_time, write_results
 
@@ -39,8 +46,47 @@ def agreement(logits, drawn, top_k, seed, step):
     return equal, drawn.size - equal
 
 
+def head_rows(args, device, torch, rng):
+    """Rows of the head section: the float16 head and its draw against the screened draw."""
+    v, k = args.vocab, args.hidden
+    head_np = rng.standard_normal((v, k), np.float32).astype(np.float16)
+    q_np, meta_np = screening_tables(head_np)
+    head, head_q, head_meta = (bg.Tensor.from_numpy(a, device) for a in (head_np, q_np, meta_np))
+    start = bg.Tensor.from_numpy(np.array([17], np.int32), device)
+    rows = []
+    for state in range(2):
+        h_np = (rng.standard_normal((1, k), np.float32) * (1 + 0.1 * rng.standard_normal(k, np.float32))).astype(np.float32)
+        h = bg.Tensor.from_numpy(h_np, device)
+        for top_k in (None, 50):
+            params = bg.Tensor.from_numpy(_sampling_params(TEMPERATURE, top_k, 5 + state, v), device)
+
+            def float_head():
+                return _core.sample_rows(_core.linear_rows(h, head), params, start, 0)
+
+            def screened():
+                return _core.screened_sample(h, head, head_q, head_meta, params, start, 0)
+
+            exact = bg.Tensor.from_numpy(np.zeros(v, np.float32), device)
+            screened_id = int(_core.screened_sample(h, head, head_q, head_meta, params, start, 0, None, exact).numpy()[0])
+            float_id = int(float_head().numpy()[0])
+            row = {"state": state, "top_k": top_k, "screened_id": screened_id, "float_head_id": float_id,
+                   "candidates": int(np.isfinite(exact.numpy()).sum())}
+            for name, fn in (("float_head", float_head), ("screened", screened)):
+                row[name + "_gpu_s"] = timed_graph(bg, device, fn, args.repeats)[0]
+                row[name + "_kernels_s"] = by_kernel(profiled(bg, device, fn, 3)[1])
+            row["speedup"] = row["float_head_gpu_s"] / row["screened_gpu_s"]
+            rows.append(row)
+            print(f"head {v} x {k}, state {state}, top_k {top_k}: screened draw {row['screened_gpu_s'] * 1e6:.1f} us "
+                  f"({row['candidates']} candidates) against the float16 head and the draw "
+                  f"{row['float_head_gpu_s'] * 1e6:.1f} us: {row['speedup']:.2f}x; ids {screened_id} / {float_id}"
+                  + ("" if screened_id == float_id else "  MISMATCH"))
+    return rows
+
+
 def main():
-    args = arguments(__doc__)
+    args = arguments(__doc__, lambda p: (
+        p.add_argument("--vocab", type=int, default=128256),
+        p.add_argument("--hidden", type=int, default=2560)))
     device = bg.default_device()
     torch = torch_cuda()
     rng = np.random.default_rng(0)
@@ -77,6 +123,7 @@ def main():
             print(f"({rows}, {vocab}) top_k {top_k}: {seconds * 1e6:.1f} us"
                   + (f", PyTorch {row['torch_s'] * 1e6:.1f} us ({row['speedup_vs_torch']:.2f}x)" if torch else "")
                   + f"; ids: {equal} the reference's, {near} near ties")
+    results["head"] = head_rows(args, device, torch, rng)
     write_results(args.json, results)
 
 

@@ -13,6 +13,7 @@ import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.checkpoint import load_safetensors, save_safetensors
 from bitnet_gpu.models import BitNetConfig, BitNetModel, PROJECTIONS, screening_tables, unpack_hf_ternary, weight_names
+from bitnet_gpu.ops import _sampling_params
 from conftest import rel
 
 rng = np.random.default_rng()
@@ -129,19 +130,31 @@ def test_screened_argmax_is_the_float_heads_argmax(dtype, v, k):
             assert out.numpy()[0] == np.argmax(exact)
 
 
+def _coarse_head(v, k):
+    """A head whose int8 copy orders rows wrongly: pairs of rows a hair apart, in random order,
+    and 40 rows with one huge value (coarse int8 steps, wide brackets)."""
+    base = rng.standard_normal((v // 2, k)).astype(np.float32)
+    head = np.concatenate([base, base + 1e-4 * rng.standard_normal(base.shape).astype(np.float32)])
+    head = head[rng.permutation(v)]
+    head[rng.integers(0, v, 40), rng.integers(0, k, 40)] = 300.0
+    return head
+
+
+def _hidden_with_outliers(k, outliers):
+    h = rng.standard_normal((1, k)).astype(np.float32)
+    if outliers:
+        h[0, rng.integers(0, k, 3)] *= 200.0
+    return h
+
+
 def test_screened_argmax_near_ties_and_coarse_rows():
     """Rows whose int8 copies order them wrongly: pairs of rows a hair apart (the int8 copy of
     the larger may be the smaller), exact duplicates (the first wins), rows with one huge
     value (coarse int8 steps, wide brackets) and h with outliers."""
     k, v = 256, 3000
-    base = rng.standard_normal((v // 2, k)).astype(np.float32)
-    head = np.concatenate([base, base + 1e-4 * rng.standard_normal(base.shape).astype(np.float32)])
-    head = head[rng.permutation(v)]
-    head[rng.integers(0, v, 40), rng.integers(0, k, 40)] = 300.0
+    head = _coarse_head(v, k)
     for trial in range(6):
-        h = rng.standard_normal((1, k)).astype(np.float32)
-        if trial % 2:
-            h[0, rng.integers(0, k, 3)] *= 200.0
+        h = _hidden_with_outliers(k, trial % 2)
         logits = h.astype(np.float64) @ head.astype(np.float64).T
         best = int(np.argmax(logits))
         head[(best + 17) % v] = head[best]  # an exact duplicate, before or after it
@@ -173,6 +186,71 @@ def test_screened_argmax_special_values(case):
     assert _screened(h, head).numpy()[0] == expected
     if case == "nan_row":
         assert expected == 1234
+
+
+SAMPLINGS = [(0.0, None), (0.3, 1), (0.8, None), (0.8, 5), (1.0, 50), (3.0, None), (6.0, 40)]
+
+
+def _screened_draw(h, head, temperature, top_k, seed, step, exact=None):
+    q, meta = screening_tables(head)
+    params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0]))
+    return _core.screened_sample(_tensor(h), _tensor(head), _tensor(q), _tensor(meta), params,
+                                 _tensor(np.array([step], np.int32)), 1, None, exact).numpy()[0]
+
+
+def _float_head_draw(h, head, temperature, top_k, seed, step):
+    params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0]))
+    return _core.sample_rows(_core.linear_rows(_tensor(h), _tensor(head)), params,
+                             _tensor(np.array([step], np.int32)), 1).numpy()[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("v,k", [(1, 4), (7, 60), (1000, 16), (4097, 2560), (2100, 1028)])
+def test_screened_sample_is_the_float_heads_draw(dtype, v, k):
+    """The screened draw gives the index sample_rows draws from linear_rows' logits, bit for bit,
+    at temperatures 0 to 6 with and without top_k: its candidates' logits are linear_rows' (the
+    same bits), every other row is -inf, and the candidates are few (the screening prunes)."""
+    head = rng.standard_normal((v, k)).astype(dtype)
+    for temperature, top_k in SAMPLINGS:
+        h = rng.standard_normal((1, k)).astype(np.float32)
+        seed, step = int(rng.integers(0, 2**63)), int(rng.integers(0, 2**31))
+        exact = _poisoned((v,), np.float32)
+        drawn = _screened_draw(h, head, temperature, top_k, seed, step, exact)
+        assert drawn == _float_head_draw(h, head, temperature, top_k, seed, step)
+        logits = _core.linear_rows(_tensor(h), _tensor(head)).numpy()[0]
+        got = exact.numpy()
+        candidates = got != -np.inf
+        np.testing.assert_array_equal(got[candidates], logits[candidates])
+        assert candidates[drawn]
+        if top_k is not None and top_k < v:  # every kept logit is a candidate
+            assert candidates[reference.sampling_kept(logits, top_k)].all()
+        if v >= 1000:
+            assert candidates.sum() <= v // 4, candidates.sum()
+
+
+def test_screened_sample_near_ties_and_special_values():
+    """Duplicated and near-duplicated rows, rows with a huge value, h with outliers: the same draws
+    as the float head's; NaN in h makes every row a candidate and raises as sample_rows does."""
+    k, v = 256, 3000
+    head = _coarse_head(v, k)
+    for trial in range(8):
+        h = _hidden_with_outliers(k, trial % 2)
+        temperature, top_k = SAMPLINGS[trial % len(SAMPLINGS)]
+        assert (_screened_draw(h, head, temperature, top_k, trial, 9) ==
+                _float_head_draw(h, head, temperature, top_k, trial, 9))
+    for value in (0.0, 1e-25):
+        h = np.full((1, k), value, np.float32)
+        assert _screened_draw(h, head, 0.8, 5, 1, 2) == _float_head_draw(h, head, 0.8, 5, 1, 2)
+    h = rng.standard_normal((1, k)).astype(np.float32)
+    h[0, 3] = np.nan
+    with pytest.raises(bg.ArgumentError, match=f"{v} NaN values"):
+        _screened_draw(h, head, 0.8, None, 1, 2)
+    with pytest.raises(bg.DTypeError, match="params"):
+        q, meta = screening_tables(head)
+        _core.screened_sample(_tensor(h), _tensor(head), _tensor(q), _tensor(meta),
+                              _tensor(np.zeros(4, np.uint32)), _tensor(np.zeros(1, np.int32)), 0)
+    h[0, 3] = 1.0
+    assert _screened_draw(h, head, 0.8, 5, 1, 2) == _float_head_draw(h, head, 0.8, 5, 1, 2)  # still usable
 
 
 def test_screened_argmax_rejects_bad_input():
@@ -663,6 +741,26 @@ def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k):
             following[b] = False
     assert matched >= 40
     assert len(np.unique(out[:, 5:])) > 8
+
+
+@pytest.mark.parametrize("seed,top_k", [(16, 30), (17, None)])
+def test_screened_sampled_generation_is_the_float_heads(tiny_model, seed, top_k):
+    """One sequence, temperature 0.9: the decode graphs draw through the screened head
+    (screened_sample), in chunks and one step a replay, and give the float head's draws bit for bit."""
+    prompt = np.random.default_rng(seed).integers(0, tiny_model.config.vocab_size, 5)
+    tiny_model.reset_graphs()
+    out = tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed)
+    assert any(key[2] == "sample" and key[4] for key in tiny_model._graphs)  # screened
+    tiny_model.decode_chunk = 1
+    tiny_model.screened_head = False
+    try:
+        tiny_model.reset_graphs()
+        np.testing.assert_array_equal(tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed), out)
+    finally:
+        tiny_model.decode_chunk = 8
+        tiny_model.screened_head = True
+        tiny_model.reset_graphs()
+    assert len(np.unique(out[5:])) > 6
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny_model):

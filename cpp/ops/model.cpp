@@ -156,8 +156,15 @@ bool screened_argmax_fits(const Device& device, int64_t k) {
   return k > 0 && k % 4 == 0 && screen_vectors(device, k) <= kScreenMaxVectors;
 }
 
-Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
-                       const std::optional<Tensor>& given, const std::optional<Tensor>& given_high) {
+namespace {
+
+struct ScreenShape {
+  int64_t v, k, padded_k;
+};
+
+// The checks screened_argmax and screened_sample share.
+ScreenShape check_screening(const char* op, const Tensor& x, const Tensor& head, const Tensor& head_q,
+                            const Tensor& head_meta) {
   if (x.dtype() != DType::float32) throw DTypeError("x: expected float32, got " + std::string(dtype_name(x.dtype())));
   require_float(head, "head");
   if (head_q.dtype() != DType::int8)
@@ -168,7 +175,7 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
     throw ShapeError("expected x [1, K] and head [V, K], got x " + shape_text(x.shape()) + " and head " +
                      shape_text(head.shape()));
   const int64_t v = head.shape()[0], k = x.shape()[1], padded_k = (k + 15) / 16 * 16;
-  if (v == 0) throw ShapeError("argmax of empty rows: head has shape " + shape_text(head.shape()));
+  if (v == 0) throw ShapeError(std::string(op) + ": the head has no rows (shape " + shape_text(head.shape()) + ")");
   if (head_q.shape() != std::vector<int64_t>{v, padded_k} || head_meta.shape() != std::vector<int64_t>{v, 4})
     throw ShapeError("expected head_q [" + std::to_string(v) + ", " + std::to_string(padded_k) + "] and head_meta [" +
                      std::to_string(v) + ", 4] for head " + shape_text(head.shape()) + ", got " +
@@ -177,19 +184,33 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
     if (&t->device() != &x.device()) throw ArgumentError("x, head, head_q and head_meta must live on one device");
   const auto& device = x.device_ptr();
   if (!screened_argmax_fits(*device, k))
-    throw ArgumentError("screened_argmax takes K % 4 == 0 and at most " +
+    throw ArgumentError(std::string(op) + " takes K % 4 == 0 and at most " +
                         std::to_string(kScreenMaxVectors * std::max<uint32_t>(1, device->info().subgroup_size) * 16) +
                         " values a row on this device, got K = " + std::to_string(k));
   if (v > std::numeric_limits<int32_t>::max() / 2)
-    throw ShapeError("screened_argmax: too many rows (" + std::to_string(v) + ")");
-  Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
-  // The screening pass: subgroups of about 32 rows each, at most screen_groups() workgroups a
-  // multiprocessor where the count is known.
-  const uint32_t subgroups = subgroups_in(*device, 256), rows = screen_rows();
+    throw ShapeError(std::string(op) + ": too many rows (" + std::to_string(v) + ")");
+  return {v, k, padded_k};
+}
+
+// head_screen's workgroups: subgroups of about 32 rows each, at most screen_groups() a
+// multiprocessor where the count is known.
+uint64_t screen_workgroups(const Device& device, int64_t v) {
+  const uint32_t subgroups = subgroups_in(device, 256);
   uint64_t groups = (static_cast<uint64_t>(v) + 32 * subgroups - 1) / (32 * subgroups);
-  if (const uint32_t multiprocessors = device->info().multiprocessors)
+  if (const uint32_t multiprocessors = device.info().multiprocessors)
     groups = std::min<uint64_t>(groups, uint64_t{multiprocessors} * screen_groups());
-  groups = std::clamp<uint64_t>(groups, 1, 65535);
+  return std::clamp<uint64_t>(groups, 1, 65535);
+}
+
+}  // namespace
+
+Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
+                       const std::optional<Tensor>& given, const std::optional<Tensor>& given_high) {
+  const auto [v, k, padded_k] = check_screening("screened_argmax", x, head, head_q, head_meta);
+  const auto& device = x.device_ptr();
+  Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
+  const uint32_t rows = screen_rows();
+  const uint64_t groups = screen_workgroups(*device, v);
   const int64_t chunks = (v + kScreenChunk - 1) / kScreenChunk;
   Tensor high = output(device, given_high, {v}, DType::float32, "high", {&x, &head, &head_q, &head_meta, &out});
   Tensor lows = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(groups)}, DType::float32);
@@ -225,69 +246,148 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
   return out;
 }
 
-Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& start, int64_t offset,
-                   const std::optional<Tensor>& given) {
-  if (logits.dtype() != DType::float32)
-    throw DTypeError("logits: expected float32, got " + std::string(dtype_name(logits.dtype())));
-  if (logits.shape().size() != 2) throw ShapeError("logits: expected [M, N], got " + shape_text(logits.shape()));
+namespace {
+
+constexpr int64_t kSampleChunk = 1024, kSampleBins = 2048;  // CHUNK and BINS in shaders/model/sample_rows.comp
+
+// A draw's scratch for up to `rows` rows of n values at once (sample_rows.comp's bindings 3 to 7):
+// the bins and tickets reset themselves, so blocks of rows, and draws one after another, reuse it.
+struct SampleScratch {
+  Tensor bins, tickets, select, partial, nans;
+  uint32_t chunks;
+};
+
+SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n) {
+  const int64_t chunks = (n + kSampleChunk - 1) / kSampleChunk;
+  return {self_resetting_counters(device, rows * kSampleBins), self_resetting_counters(device, rows * 4),
+          Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::uint32),
+          Tensor::empty(device, std::vector<int64_t>{rows, chunks, 2}, DType::uint32), zeroed_counter(device),
+          static_cast<uint32_t>(chunks)};
+}
+
+// Records sample_rows.comp's phases first_phase .. last_phase (0-2: the top_k select, 3: the draw)
+// over `rows` rows of n values (logits and out bound at their first row, row0 their index in the
+// whole array).
+void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device, const SampleScratch& scratch,
+                   const BufferBinding& logits, const BufferBinding& out, const Tensor& params, const Tensor& start,
+                   int64_t n, int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase, int64_t last_phase) {
+  struct {
+    uint32_t n, chunks, offset, row0;
+  } push{static_cast<uint32_t>(n), scratch.chunks, static_cast<uint32_t>(offset), static_cast<uint32_t>(row0)};
+  BufferBinding bindings[] = {logits,
+                              params.binding(),
+                              start.binding(),
+                              scratch.bins.binding(),
+                              scratch.select.binding(),
+                              scratch.tickets.binding(),
+                              scratch.partial.binding(),
+                              scratch.nans.binding(),
+                              out};
+  for (int64_t phase = first_phase; phase <= last_phase; ++phase) {
+    Kernel kernel = Kernel::builtin(device, "sample_rows", {{0, phase}});
+    sequence.dispatch(kernel, {scratch.chunks, static_cast<uint32_t>(rows), 1}, bindings, push_bytes(push));
+  }
+}
+
+// The checks sample_rows and screened_sample share.
+void check_sampling(const Tensor& params, const Tensor& start, int64_t offset, const Tensor& on) {
   if (params.dtype() != DType::uint32 || params.shape() != std::vector<int64_t>{5})
     throw DTypeError("params: expected uint32 [5], got " + std::string(dtype_name(params.dtype())) + " " +
                      shape_text(params.shape()));
   if (start.dtype() != DType::int32 || start.size() != 1)
     throw DTypeError("start: expected one int32 value, got " + std::string(dtype_name(start.dtype())) + " " +
                      shape_text(start.shape()));
-  if (&params.device() != &logits.device() || &start.device() != &logits.device())
-    throw ArgumentError("logits, params and start must live on one device");
+  if (&params.device() != &on.device() || &start.device() != &on.device())
+    throw ArgumentError("params and start must live on the logits' device");
+  if (offset < 0 || offset > std::numeric_limits<uint32_t>::max())
+    throw ArgumentError("offset: expected an integer in [0, 2^32), got " + std::to_string(offset));
+}
+
+void raise_if_nan_logits(const Tensor& nans) {
+  if (uint32_t found = read_counter(nans))
+    throw ArgumentError("logits contain " + std::to_string(found) + " NaN value" + (found == 1 ? "" : "s") +
+                        ": nothing to draw from (the rows holding them got index -1)");
+}
+
+}  // namespace
+
+Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& start, int64_t offset,
+                   const std::optional<Tensor>& given) {
+  if (logits.dtype() != DType::float32)
+    throw DTypeError("logits: expected float32, got " + std::string(dtype_name(logits.dtype())));
+  if (logits.shape().size() != 2) throw ShapeError("logits: expected [M, N], got " + shape_text(logits.shape()));
+  check_sampling(params, start, offset, logits);
   const int64_t m = logits.shape()[0], n = logits.shape()[1];
   if (n == 0) throw ShapeError("sampling from empty rows: logits have shape " + shape_text(logits.shape()));
   if (n > std::numeric_limits<int32_t>::max())
     throw ShapeError("sample_rows: rows of " + std::to_string(n) + " values are over 2^31 - 1");
-  if (offset < 0 || offset > std::numeric_limits<uint32_t>::max())
-    throw ArgumentError("offset: expected an integer in [0, 2^32), got " + std::to_string(offset));
   const auto& device = logits.device_ptr();
   Tensor out = output(device, given, {m}, DType::int32, "out", {&logits, &params, &start});
   if (m == 0) return out;
-  constexpr int64_t kChunk = 1024, kBins = 2048;  // CHUNK and BINS in shaders/model/sample_rows.comp
-  constexpr uint64_t kBlockRows = 64;             // rows a block of dispatches takes
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  constexpr uint64_t kBlockRows = 64;  // rows a block of dispatches takes
   std::vector<RowRange> blocks;
   for (const RowRange& range : row_ranges(*device, static_cast<uint64_t>(m), {static_cast<uint64_t>(n) * 4, 4}))
     for (uint64_t first = 0; first < range.count; first += kBlockRows)
       blocks.push_back({range.first + first, std::min(kBlockRows, range.count - first)});
   const int64_t block_rows = static_cast<int64_t>(std::min<uint64_t>(kBlockRows, static_cast<uint64_t>(m)));
-  const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), static_cast<uint64_t>(block_rows), 1},
-                                 "sample_rows over " + shape_text(logits.shape()));
-  // Scratch for a block, reused by the next: the bins and tickets reset themselves.
-  Tensor bins = self_resetting_counters(device, block_rows * kBins);
-  Tensor tickets = self_resetting_counters(device, block_rows * 4);
-  Tensor select = Tensor::empty(device, std::vector<int64_t>{block_rows, 4}, DType::uint32);
-  Tensor partial = Tensor::empty(device, std::vector<int64_t>{block_rows, chunks, 2}, DType::uint32);
-  Tensor nans = zeroed_counter(device);
+  checked_grid(*device, {static_cast<uint64_t>((n + kSampleChunk - 1) / kSampleChunk), static_cast<uint64_t>(block_rows), 1},
+               "sample_rows over " + shape_text(logits.shape()));
+  const SampleScratch scratch = sample_scratch(device, block_rows, n);
   OpSequence op(device);
-  for (const RowRange& block : blocks) {
+  for (const RowRange& block : blocks)
+    record_sample(op.sequence(), device, scratch, rows_of(logits, block, static_cast<uint64_t>(n) * 4),
+                  rows_of(out, block, 4), params, start, n, offset, block.first, block.count, 0, 3);
+  op.run([nans = scratch.nans] { raise_if_nan_logits(nans); });
+  return out;
+}
+
+Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
+                       const Tensor& params, const Tensor& start, int64_t offset, const std::optional<Tensor>& given,
+                       const std::optional<Tensor>& given_exact) {
+  const auto [v, k, padded_k] = check_screening("screened_sample", x, head, head_q, head_meta);
+  check_sampling(params, start, offset, x);
+  const auto& device = x.device_ptr();
+  Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta, &params, &start});
+  const uint64_t groups = screen_workgroups(*device, v);
+  const int64_t chunks = (v + kScreenChunk - 1) / kScreenChunk;
+  checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1}, "screened_sample over " + shape_text(head.shape()));
+  // Each row's bracket ends; the largest lower draw_score of each screening workgroup; the
+  // candidates' exact logits with -inf for every other row; the draw's scratch.
+  Tensor high = Tensor::empty(device, std::vector<int64_t>{v}, DType::float32);
+  Tensor low = Tensor::empty(device, std::vector<int64_t>{1, v}, DType::float32);
+  Tensor lows = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(groups)}, DType::float32);
+  Tensor exact = output(device, given_exact, {v}, DType::float32, "exact", {&x, &head, &head_q, &head_meta, &params, &start, &out})
+                     .reshaped({1, v});
+  const SampleScratch scratch = sample_scratch(device, 1, v);
+  OpSequence op(device);
+  const bool hardware = device->feature("integer_dot_product") && device->feature("integer_dot_product_accelerated");
+  {
+    Kernel kernel = Kernel::builtin(device, hardware ? "head_screen_dot_sample" : "head_screen_int_sample",
+                                    {{0, screen_vectors(*device, k)}, {1, int64_t{screen_rows()}}});
     struct {
-      uint32_t n, chunks, offset, row0;
-    } push{static_cast<uint32_t>(n), static_cast<uint32_t>(chunks), static_cast<uint32_t>(offset),
-           static_cast<uint32_t>(block.first)};
-    BufferBinding bindings[] = {rows_of(logits, block, static_cast<uint64_t>(n) * 4),
-                                params.binding(),
-                                start.binding(),
-                                bins.binding(),
-                                select.binding(),
-                                tickets.binding(),
-                                partial.binding(),
-                                nans.binding(),
-                                rows_of(out, block, 4)};
-    for (int64_t phase : {0, 1, 2, 3}) {
-      Kernel kernel = Kernel::builtin(device, "sample_rows", {{0, phase}});
-      op.sequence().dispatch(kernel, {grid[0], static_cast<uint32_t>(block.count), 1}, bindings, push_bytes(push));
-    }
+      uint32_t v, k, vectors, offset;
+    } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(padded_k / 16),
+           static_cast<uint32_t>(offset)};
+    BufferBinding bindings[] = {x.binding(),    head_q.binding(), head_meta.binding(), high.binding(),
+                                lows.binding(), low.binding(),    params.binding(),    start.binding()};
+    op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings, push_bytes(push));
   }
-  op.run([nans] {
-    if (uint32_t found = read_counter(nans))
-      throw ArgumentError("logits contain " + std::to_string(found) + " NaN value" + (found == 1 ? "" : "s") +
-                          ": nothing to draw from (the rows holding them got index -1)");
-  });
+  // The top_k-th largest lower end (its passes do nothing without top_k).
+  record_sample(op.sequence(), device, scratch, low.binding(), out.binding(), params, start, v, offset, 0, 1, 0, 2);
+  {
+    const int64_t in_flight = std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8);  // as screened_argmax
+    Kernel kernel = Kernel::builtin(device, head.dtype() == DType::float16 ? "head_verify_sample_f16" : "head_verify_sample_f32",
+                                    {{0, in_flight}});
+    struct {
+      uint32_t v, k, lows, offset;
+    } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups),
+           static_cast<uint32_t>(offset)};
+    BufferBinding bindings[] = {x.binding(),       head.binding(),   high.binding(),  lows.binding(),
+                                scratch.select.binding(), params.binding(), start.binding(), exact.binding()};
+    op.sequence().dispatch(kernel, {static_cast<uint32_t>(chunks), 1, 1}, bindings, push_bytes(push));
+  }
+  record_sample(op.sequence(), device, scratch, exact.binding(), out.binding(), params, start, v, offset, 0, 1, 0, 3);
+  op.run([nans = scratch.nans] { raise_if_nan_logits(nans); });
   return out;
 }
 

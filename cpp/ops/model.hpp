@@ -42,7 +42,19 @@ Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& sta
 // receives each row's upper bracket end, NaN where the row is not screened.
 Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
                        const std::optional<Tensor>& out = {}, const std::optional<Tensor>& high = {});
-// Whether screened_argmax takes rows of k values on this device.
+// sample_rows(linear_rows(x, head), params, start, offset) for one row of x (float32 [1, K],
+// K % 4 == 0, as screened_argmax takes it), through the head's screening copy: every row's bracket
+// [low, high] around its logit; with top_k, the rows whose high reaches the top_k-th largest low
+// (the top_k-th largest logit is at least that), else the rows whose draw score of high reaches
+// the largest draw score of any low, get their logits computed exactly as linear_rows computes
+// them, every other row -inf, and sample_rows draws from those: the same index, reading the int8
+// copy and a few float rows instead of the float head. int32 [1]; NaN in x makes every row a
+// candidate (and raises as sample_rows does). exact (float32 [V], for inspection): receives the
+// candidates' logits and -inf elsewhere.
+Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
+                       const Tensor& params, const Tensor& start, int64_t offset, const std::optional<Tensor>& out = {},
+                       const std::optional<Tensor>& exact = {});
+// Whether screened_argmax (and screened_sample) take rows of k values on this device.
 bool screened_argmax_fits(const Device& device, int64_t k);
 
 // A decode step's rotary embedding and KV-cache append in one dispatch (float32): returns

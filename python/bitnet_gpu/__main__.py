@@ -104,8 +104,7 @@ def generate(args) -> int:
             model = BitNetModel.random(config or BitNetConfig.preset("tiny"), seed=args.seed, max_tokens=max_tokens)
         else:
             model = BitNetModel.from_weights(args.weights, config, max_tokens=max_tokens)
-        if args.temperature == 0:
-            model.prepare_screened_head()  # before the first token's clock starts
+        model.prepare_screened_head()  # before the first token's clock starts
     except (bg.Error, OSError) as e:
         print(f"generate: {e}", file=sys.stderr)
         return 2

@@ -756,6 +756,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("argmax_rows", &ops::argmax_rows, py::arg("x"), py::arg("out") = py::none(), release);
   m.def("sample_rows", &ops::sample_rows, py::arg("logits"), py::arg("params"), py::arg("start"), py::arg("offset"),
         py::arg("out") = py::none(), release);
+  m.def("screened_sample", &ops::screened_sample, py::arg("x"), py::arg("head"), py::arg("head_q"),
+        py::arg("head_meta"), py::arg("params"), py::arg("start"), py::arg("offset"), py::arg("out") = py::none(),
+        py::arg("exact") = py::none(), release);
   m.def("screened_argmax", &ops::screened_argmax, py::arg("x"), py::arg("head"), py::arg("head_q"),
         py::arg("head_meta"), py::arg("out") = py::none(), py::arg("high") = py::none(), release);
   m.def("screened_argmax_fits", [](const Device& device, int64_t k) { return ops::screened_argmax_fits(device, k); },

@@ -246,9 +246,10 @@ class BitNetModel:
 
     def __init__(self, config: BitNetConfig, *, device=None, max_tokens=None,
                  embedding_dtype=np.float16, screened_head=None, decode_chunk=8):
-        """screened_head: greedy steps of one sequence pick the next token through an int8 copy
-        of the head (``_core.screened_argmax``: the same ids as the argmax of the float head's
-        logits, reading half the bytes; the copy takes vocab x hidden bytes more on the device).
+        """screened_head: decode steps of one sequence pick the next token through an int8 copy
+        of the head (``_core.screened_argmax``, ``_core.screened_sample``: the same ids as the
+        argmax of, or the draw from, the float head's logits, reading half the bytes; the copy
+        takes vocab x hidden bytes more on the device).
         None: wherever the device takes the hidden size.
         decode_chunk: decode steps a graph replay runs at most (each step's next ids feed
         the next step's embedding on the GPU, so the host submits and waits once a chunk, and
@@ -385,18 +386,18 @@ class BitNetModel:
 
     @property
     def screening_nbytes(self) -> int:
-        """Bytes of the head's int8 screening copy (0 until a greedy step has built it)."""
+        """Bytes of the head's int8 screening copy (0 until a decode step has built it)."""
         return sum(t.nbytes for t in self._screening[1:]) if self._screening else 0
 
     def prepare_screened_head(self):
-        """Builds the head's int8 screening copy now (a greedy step builds it when first needed:
+        """Builds the head's int8 screening copy now (a decode step builds it when first needed:
         NumPy over the whole head, seconds for the 2B4T vocabulary); nothing if screened_head is off."""
         if self.screened_head:
             self._screening_tensors()
 
     def _screens(self, batch, logits):
         """Whether a step's graph picks the next id through the screened head (its graph key too)."""
-        return logits == "next" and batch == 1 and self.screened_head
+        return logits in ("next", "sample") and batch == 1 and self.screened_head
 
     def _screening_tensors(self):
         if self._screening is None or self._screening[0] is not self.lm_head:
@@ -437,8 +438,9 @@ class BitNetModel:
         """Records one step of `tokens` new tokens for `batch` sequences after `start` cached ones.
         logits: 'last' (each sequence's last token, and its argmax), 'all', 'next' (the argmax
         alone: through the screened head for one sequence where screened_head, else as 'last'),
-        or 'sample' (as 'last', the next ids drawn by sample_rows with input 'sampling', uint32 [5]:
-        ops._sampling_params'; the draw of the token at position p is keyed by step p).
+        or 'sample' (as 'next', the ids drawn, by sample_rows or for one sequence screened_sample,
+        with input 'sampling', uint32 [5]: ops._sampling_params'; the draw of the token at position
+        p is keyed by step p).
         split_keys: the keys a decode attention workgroup takes (0: its default).
         steps > 1 (decode, 'next'): that many steps in a row, step i after start_i cached tokens
         (inputs 'start', 'start1', ...), each taking the ids the step before picked as its input,
@@ -492,8 +494,10 @@ class BitNetModel:
             x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
         if self._screens(batch, logits):
             head_q, head_meta = self._screening_tensors()
-            return _core.screened_argmax(x, self.lm_head, head_q, head_meta,
-                                         self.device.empty((1,), np.int32, memory="host"))
+            picked = self.device.empty((1,), np.int32, memory="host")
+            if logits == "sample":  # the drawn token sits at position start + tokens: its step
+                return _core.screened_sample(x, self.lm_head, head_q, head_meta, sampling, start, tokens, picked)
+            return _core.screened_argmax(x, self.lm_head, head_q, head_meta, picked)
         out = _core.linear_rows(x, self.lm_head)
         if logits_output:
             graph.output("logits", out)

@@ -1,6 +1,8 @@
 #version 450
 //! variant dot HW_DOT
 //! variant int
+//! variant dot_sample HW_DOT SAMPLE
+//! variant int_sample SAMPLE
 // The first pass of the greedy decode step's screened argmax (ops/model.cpp, screened_argmax):
 // for every row v of a float head [V, K], a bracket [approx - bound, approx + bound] that holds
 // every float32 evaluation of h . head[v], from an int8 copy of the head and a 16-bit copy of h.
@@ -14,10 +16,17 @@
 // Each subgroup takes rows team, team + teams, ... (ROWS at a time, their loads in flight
 // together); hi[v] = approx + bound, and the workgroup's largest approx - bound in lows[group]. Where h holds NaN or Inf, or the subgroup is too narrow for the
 // J vectors a lane holds, every bracket is NaN: every row is then a candidate, checked exactly.
+// SAMPLE (the screened draw, ops/model.cpp's screened_sample): each row's approx - bound also goes
+// to low[v], and lows[group] takes the largest draw_score(approx - bound, g_v) instead: a lower
+// bound of the largest score any row's logit can have (draw_score never decreases as x grows).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_vote : require
 #include "../bitlinear/bitlinear_common.glsl"
+#ifdef SAMPLE
+#include "../quantize/quantize_common.glsl"
+#include "sampling_common.glsl"
+#endif
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint J = 1;  // 16-value vectors of a row a lane holds: ceil(Kp / 16 / subgroup size)
 layout(constant_id = 1) const uint ROWS = 1;  // rows a subgroup requests at once
@@ -27,7 +36,14 @@ layout(std430, binding = 2) readonly buffer Meta { vec4 meta[]; };  // [V]: sigm
 layout(std430, binding = 3) writeonly buffer High { float high[]; };  // [V]
 layout(std430, binding = 4) writeonly buffer Lows { float lows[]; };  // [workgroups]
 shared float s_low[256];
+#ifdef SAMPLE
+layout(std430, binding = 5) writeonly buffer Low { float low_out[]; };  // [V]
+layout(std430, binding = 6) readonly buffer Params { uint params[5]; };  // as sample_rows.comp's
+layout(std430, binding = 7) readonly buffer Start { int start; };
+layout(push_constant) uniform Push { uint v; uint k; uint vectors; uint offset; } p;  // vectors: Kp / 16
+#else
 layout(push_constant) uniform Push { uint v; uint k; uint vectors; } p;  // vectors: Kp / 16
+#endif
 
 // Four 16-bit values as the bytes of two words: high bytes (signed), low bytes (unsigned).
 void split_bytes(ivec4 values, out uint high_word, out uint low_word) {
@@ -78,6 +94,10 @@ void main() {
   const float norm_h = amax * sqrt(squares), error_h = 0.52 * sqrt(float(p.k)) * sigma_h;
   const float not_a_number = uintBitsToFloat(0x7FC00000u);
   float best_low = -1.0 / 0.0;
+#ifdef SAMPLE
+  const float temperature = uintBitsToFloat(params[0]), inverse_temperature = uintBitsToFloat(params[1]);
+  const uint row_key = draw_key(0u, uint(start) + p.offset, params[3], params[4]);
+#endif
   for (uint first = team * ROWS; first < p.v; first += teams * ROWS) {
     uvec4 w[ROWS][J];
     [[unroll]] for (uint r = 0; r < ROWS; ++r)
@@ -102,7 +122,12 @@ void main() {
         // 1e-36: what flushing a product below the smallest normal float to zero can lose.
         const float bound = ((norm_h + error_h) * m.y + error_h * m.z) * (1.0 + 1.0 / 256.0) + 1e-36;
         high[row] = unbounded ? not_a_number : approx + bound;
+#ifdef SAMPLE
+        low_out[row] = unbounded ? not_a_number : approx - bound;
+        const float low = draw_score(approx - bound, gumbel(row, row_key), temperature, inverse_temperature);
+#else
         const float low = approx - bound;
+#endif
         if (!unbounded && low > best_low) best_low = low;  // NaN brackets never raise it
       }
     }

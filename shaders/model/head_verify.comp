@@ -1,6 +1,8 @@
 #version 450
 //! variant f32
 //! variant f16 INPUT_F16
+//! variant sample_f32 SAMPLE
+//! variant sample_f16 INPUT_F16 SAMPLE
 // The second pass of the screened argmax (head_screen.comp): workgroup g takes rows
 // [CHUNK g, CHUNK (g + 1)) of the float head, keeps the candidates, the rows whose bracket reaches
 // T = the largest lower end of any bracket (or is NaN), and computes their logits h . head[v]
@@ -8,21 +10,38 @@
 // writes its best (value, index); the last workgroup to finish (counted by an atomic, which it
 // resets for the next run) picks the best of those. The row with the largest logit (the first of
 // equal ones, or the first NaN) has a bracket that reaches T, so it is among the candidates.
+// SAMPLE (the screened draw, ops/model.cpp's screened_sample): the candidates are the rows whose
+// upper end reaches the top_k-th largest lower end (its order key in select_state, from
+// sample_rows.comp's select passes over head_screen's low[v]) where top_k is set, else the rows
+// whose draw_score(upper end, g_v) reaches the largest draw_score(lower end, g_w) (lows); each
+// candidate's logit, computed as above, goes to exact[v] and -inf to every other row, and
+// sample_rows.comp then draws from exact: the draw it makes from linear_rows' logits.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "../ops/ops_common.glsl"
 #include "argmax_common.glsl"
+#ifdef SAMPLE
+#include "sampling_common.glsl"
+#endif
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint IN_FLIGHT = 2;  // as linear_rows (the order does not depend on it)
 layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };      // h float32 [K], K % 4 == 0
 layout(std430, binding = 1) readonly buffer W4 { ELEMENT4 w4[]; };  // head [V, K]
 layout(std430, binding = 2) readonly buffer High { float high[]; };  // [V]
 layout(std430, binding = 3) readonly buffer Lows { float lows[]; };  // [screening workgroups]
+#ifdef SAMPLE
+layout(std430, binding = 4) readonly buffer Select { uvec4 select_state; };  // prefix, wanted, all
+layout(std430, binding = 5) readonly buffer Params { uint params[5]; };      // as sample_rows.comp's
+layout(std430, binding = 6) readonly buffer Start { int start; };
+layout(std430, binding = 7) writeonly buffer Exact { float exact[]; };       // [V]
+layout(push_constant) uniform Push { uint v; uint k; uint lows; uint offset; } p;
+#else
 layout(std430, binding = 4) coherent buffer Partial { uvec2 partial[]; };  // [chunks]: (value bits, index)
 layout(std430, binding = 5) coherent buffer Counter { uint counter; };     // zero between runs
 layout(std430, binding = 6) writeonly buffer Out { int index_out; };
 layout(push_constant) uniform Push { uint v; uint k; uint lows; } p;
+#endif
 
 const uint CHUNK = 1024, TEAM = 32, TEAMS = 8;
 shared float s_low[256];
@@ -45,10 +64,27 @@ void main() {
   barrier();
   float threshold = s_low[0];
   for (uint s = 1; s < gl_NumSubgroups; ++s) threshold = max(threshold, s_low[s]);
+#ifdef SAMPLE
+  const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
+  const uint row_key = draw_key(0u, uint(start) + p.offset, params[3], params[4]);
+  const bool by_key = params[2] != 0u;
+  const uint low_key = by_key && select_state.z == 0u ? select_state.x : 0u;
+  [[unroll]] for (uint r = 0; r < CHUNK / 256; ++r) {
+    const uint row = first + id + 256 * r;
+    if (row >= end) continue;
+    const float h = high[row];
+    if (isnan(h) || (by_key ? key(h) >= low_key
+                            : !(draw_score(h, gumbel(row, row_key), temperature, inverse) < threshold)))
+      s_rows[atomicAdd(s_count, 1u)] = row;
+    else
+      exact[row] = -1.0 / 0.0;
+  }
+#else
   [[unroll]] for (uint r = 0; r < CHUNK / 256; ++r) {
     const uint row = first + id + 256 * r;
     if (row < end && !(high[row] < threshold)) s_rows[atomicAdd(s_count, 1u)] = row;
   }
+#endif
   barrier();
   const uint count = s_count, k4 = p.k / 4;
   float best = -1.0 / 0.0;
@@ -77,12 +113,17 @@ void main() {
       if (lane < s) partial_sum[id] += partial_sum[id + s];
       barrier();
     }
+#ifdef SAMPLE
+    if (lane == 0 && row != 0xFFFFFFFFu) exact[row] = partial_sum[id];
+#else
     if (lane == 0 && row != 0xFFFFFFFFu && before(partial_sum[id], row, best, best_index)) {
       best = partial_sum[id];
       best_index = row;
     }
+#endif
     barrier();  // partial_sum is written again next round
   }
+#ifndef SAMPLE
   // Each team's best sits in its lane 0; every other invocation offers nothing.
   workgroup_best(lane == 0 ? best : -1.0 / 0.0, lane == 0 ? best_index : 0xFFFFFFFFu);
   if (id == 0) partial[gl_WorkGroupID.x] = uvec2(floatBitsToUint(s_value[0]), s_index[0]);
@@ -107,4 +148,5 @@ void main() {
   }
   workgroup_best(best, best_index);
   if (id == 0) index_out = int(s_index[0]);
+#endif
 }

@@ -23,6 +23,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "../quantize/quantize_common.glsl"
 #include "argmax_common.glsl"
+#include "sampling_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint PHASE = 0;
 // The op binds blocks of rows: x, index_out and the scratch buffers start at row p.row0, whose
@@ -43,24 +44,6 @@ const uint CHUNK = 1024, BINS = 2048, PER_INVOCATION = CHUNK / 256;
 shared uint s_bins[BINS];
 shared uint s_subgroup_sums[64];
 shared bool s_last;
-
-// An order key: a < b as floats exactly where key(a) < key(b), -0 and +0 one key (NaN excluded).
-uint key(float v) {
-  uint bits = floatBitsToUint(v);
-  if (bits == 0x80000000u) bits = 0u;
-  return (bits & 0x80000000u) != 0u ? ~bits : bits | 0x80000000u;
-}
-
-// -log(1 - w), w = (h + 0.5) / 2^32: an exponential variate, its relative precision kept where
-// it is small (the large Gumbel values, which decide the draws).
-float exponential(uint h) {
-  const float two_to_minus_32 = 2.3283064e-10;
-  if (h >= 0x80000000u) return -log((float(~h) + 0.5) * two_to_minus_32);  // 1 - w
-  const float w = (float(h) + 0.5) * two_to_minus_32;
-  if (w >= 0.0625) return -log(1.0 - w);
-  // -log1p(-w) = w + w^2 / 2 + w^3 / 3 + ..., to float32 precision for w < 1/16
-  return w * (1.0 + w * (1.0 / 2.0 + w * (1.0 / 3.0 + w * (1.0 / 4.0 + w * (1.0 / 5.0 + w * (1.0 / 6.0 + w / 7.0))))));
-}
 
 // Which ticket-counted last workgroup of (phase, row) this is (called by every invocation).
 bool last_workgroup(uint row) {
@@ -142,7 +125,7 @@ void draw(uint row, uint k) {
   const uint threshold = state.z != 0u ? 0u : state.x;  // every number's key is above 0
   const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
   const uint step = uint(start) + p.offset;
-  const uint row_key = pcg_hash((p.row0 + row) ^ pcg_hash(step ^ pcg_hash(params[3] ^ pcg_hash(params[4]))));
+  const uint row_key = draw_key(p.row0 + row, step, params[3], params[4]);
   const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.n);
   float v[PER_INVOCATION];
   [[unroll]] for (uint t = 0; t < PER_INVOCATION; ++t) {
@@ -156,8 +139,7 @@ void draw(uint row, uint k) {
     if (j >= end) continue;
     if (isnan(v[t])) ++nans;
     else if (key(v[t]) < threshold) continue;
-    const float g = -log(exponential(pcg_hash(pcg_hash(j) ^ row_key)));
-    precise float s = temperature >= 1.0 ? v[t] * inverse + g : v[t] + temperature * g;
+    const float s = draw_score(v[t], gumbel(j, row_key), temperature, inverse);
     if (before(s, j, best, best_index)) {
       best = s;
       best_index = j;
