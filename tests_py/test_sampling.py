@@ -117,6 +117,11 @@ def test_shapes_tensors_out_and_graphs(device, rng):
     np.testing.assert_array_equal(target, drawn)
     with pytest.raises(bg.ShapeError):
         bg.sample_logits(x, 1.0, out=np.zeros(6, np.int32))
+    with pytest.raises(bg.ShapeError, match=r"expected shape \(2, 3\)"):
+        bg.sample_logits(x, 1.0, out=bg.Tensor.from_numpy(np.zeros(6, np.int32)))
+    tensor_target = bg.Tensor.from_numpy(np.zeros((2, 3), np.int32))
+    assert bg.sample_logits(x, 1.0, 5, seed=3, step=8, out=tensor_target) is tensor_target
+    np.testing.assert_array_equal(tensor_target.numpy(), drawn)
     with pytest.raises(bg.DTypeError):
         bg.sample_logits(x, 1.0, out=np.zeros((2, 3), np.int64))
     # In a graph: the parameters and the step are inputs, a replay draws with new ones.

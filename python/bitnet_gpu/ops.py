@@ -269,6 +269,8 @@ def sample_logits(logits, temperature=1.0, top_k=None, *, seed=0, step=0, out=No
     rows = int(np.prod(shape[:-1], dtype=np.int64))
     outputs = _Outputs(out, [("indices", shape[:-1], np.dtype(np.int32))])
     target = outputs.tensor(0)
+    if target is not None and tuple(target.shape) != shape[:-1]:
+        raise _core.ShapeError(f"out (indices): expected shape {shape[:-1]}, got {tuple(target.shape)}")
     flat_target = None if target is None else target.reshape(rows)
     device = t.device
     drawn = _core.sample_rows(t.reshape(rows, n), Tensor.from_numpy(params, device),
