@@ -14,7 +14,8 @@ copy (BitNetModel.screened_head); each context is also timed with the float16 he
 argmax_rows (screened_head off), in the same run. Greedy generation (model.generate, --generate
 new tokens after a prompt of 128) is timed as a user sees it, tokens/s from the first generated
 token to the last, with BitNetModel.decode_chunk's steps a replay and with one step a replay, and
-sampled (temperature 0.8, top-k 50, drawn on the GPU: the same two ways).
+sampled (temperature 0.8, top-k 50, drawn on the GPU: the same two ways), and for --batches
+sequences at once (tokens/s over all of them).
 """
 
 from __future__ import annotations
@@ -195,7 +196,8 @@ def main():
         p.add_argument("--contexts", default="128,2048"),
         p.add_argument("--prefill", type=int, default=512),
         p.add_argument("--steps", type=int, default=30),
-        p.add_argument("--generate", type=int, default=256, help="new tokens of the generate rows (0: none)")))
+        p.add_argument("--generate", type=int, default=256, help="new tokens of the generate rows (0: none)"),
+        p.add_argument("--batches", default="2,4,8", help="batch sizes of the batched generate rows ('': none)")))
     contexts = [int(c) for c in args.contexts.split(",")]
     config = BitNetConfig.preset(args.config)
     device = bg.default_device()
@@ -297,6 +299,29 @@ def main():
               f"{chunk} steps a replay, {rates[1]:.0f} with one ({rates[chunk] / rates[1]:.3f}x); sampled "
               f"({SAMPLING}, drawn on the GPU): {sampled[chunk]:.0f} tokens/s with {chunk} steps a replay, "
               f"{sampled[1]:.0f} with one")
+        # Batches of sequences (the float16 head: screening is for one sequence), greedy and
+        # sampled, tokens/s over all sequences.
+        for batch in [int(b) for b in args.batches.split(",") if b]:
+            prompts = np.random.default_rng(3).integers(0, config.vocab_size, (batch, GENERATE_PROMPT))
+            greedy = batch * generate_rate(model, prompts, args.generate, chunk, repeats)
+            drawn = batch * generate_rate(model, prompts, args.generate, chunk, repeats, **SAMPLING)
+            # One greedy decode step of the batch after GENERATE_PROMPT tokens: GPU time, per op.
+            ids = np.full((batch, 1), DECODE_TOKEN[0, 0], np.int32)
+            step = lambda: model._step(ids, GENERATE_PROMPT, "next")["next"].numpy()  # noqa: E731
+            step()
+            gpu = gpu_seconds(model, step, args.steps)
+            ops = split(per_op(model, step))
+            results["rows"].append({"phase": "generate_batch", "batch": batch, "prompt": GENERATE_PROMPT,
+                                    "tokens": args.generate, "decode_chunk": chunk, "tokens_per_s": greedy,
+                                    "sampled_tokens_per_s": drawn, "sampling": SAMPLING,
+                                    "decode_step_gpu_s": gpu, "decode_step_split_s": ops})
+            print(f"generate {args.generate} tokens after {GENERATE_PROMPT} for {batch} sequences: {greedy:.0f} "
+                  f"tokens/s greedy, {drawn:.0f} sampled, over all sequences ({greedy / rates[chunk]:.2f}x and "
+                  f"{drawn / sampled[chunk]:.2f}x one sequence's); a greedy decode step {gpu * 1e6:.0f} us GPU")
+            for kind, seconds in ops.items():
+                print(f"    {kind:40s} {seconds * 1e6:9.1f} us")
+            model._caches.pop(batch, None)  # the batch's KV cache and graphs, before the next
+            model.reset_graphs()
 
     if args.prefill:
         prompt = np.random.default_rng(1).integers(0, config.vocab_size, (1, args.prefill)).astype(np.int32)

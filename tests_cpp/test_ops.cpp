@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "ops/dispatch.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/model.hpp"
 #include "ops/quantize.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
@@ -108,4 +110,67 @@ TEST(Graph, AnOpThatFailsHalfwaySpoilsTheGraph) {
   EXPECT_THROW(graph.replay(), ArgumentError);
   // Ops outside the graph run at once again.
   EXPECT_EQ(values_of(ops::binary(a, a, ops::BinaryOp::add)), (std::vector<float>{2, 4, 6}));
+}
+
+namespace {
+
+// Writes sample_rows' params: temperature t, 1 / t where t >= 1, top_k, seed.
+void set_sampling(Tensor& params, float t, uint32_t top_k, uint32_t seed) {
+  const float inverse = t >= 1.0f ? 1.0f / t : 0.0f;
+  uint32_t words[5] = {0, 0, top_k, seed, 0};
+  std::memcpy(&words[0], &t, 4);
+  std::memcpy(&words[1], &inverse, 4);
+  params.upload(words, sizeof words);
+}
+
+}  // namespace
+
+TEST(Sampling, ReplaysReuseTheirSelfResettingScratch) {
+  auto device = Device::default_device();
+  // Two rows of 3000 values (three chunks each): row 0's largest at 2500, row 1's at 7.
+  std::vector<float> values(6000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * static_cast<float>(i));
+  values[2500] = 5.0f;
+  values[3007] = 6.0f;
+  Tensor logits = from_values(device, values).reshaped({2, 3000});
+  Tensor start = Tensor::empty(device, std::vector<int64_t>{1}, DType::int32);
+  const int32_t zero = 0;
+  start.upload(&zero, sizeof zero);
+  Tensor params = Tensor::empty(device, std::vector<int64_t>{5}, DType::uint32);
+  set_sampling(params, 1.0f, 1, 7);
+  Graph graph(device, Timing::off);
+  graph.begin();
+  Tensor drawn = ops::sample_rows(logits, params, start, 0);
+  graph.end();
+  auto ids = [&] {
+    std::vector<int32_t> out(2);
+    drawn.download(out.data(), sizeof(int32_t) * 2);
+    return out;
+  };
+  // top_k 1 keeps the largest alone, whatever the noise: every replay's counting passes start
+  // from bins and tickets the replay before left at zero.
+  for (int32_t step = 0; step < 5; ++step) {
+    start.upload(&step, sizeof step);
+    graph.replay();
+    EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
+  }
+  // Temperature 0 is the argmax too; a high temperature without top_k draws other indices.
+  set_sampling(params, 0.0f, 0, 7);
+  graph.replay();
+  EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
+  set_sampling(params, 100.0f, 0, 7);
+  graph.replay();
+  EXPECT_NE(ids()[0], 2500);
+  EXPECT_NE(ids()[1], 7);
+  // NaN raises after the replay; the next replay works again.
+  set_sampling(params, 1.0f, 1, 7);
+  std::vector<float> bad = values;
+  bad[10] = NAN;
+  logits.upload(bad.data(), bad.size() * sizeof(float));
+  EXPECT_THROW(graph.replay(), ArgumentError);
+  EXPECT_EQ(ids()[0], -1);
+  logits.upload(values.data(), values.size() * sizeof(float));
+  graph.replay();
+  EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
+  EXPECT_THROW(ops::sample_rows(logits, start, start, 0), DTypeError);
 }

@@ -164,7 +164,7 @@ def test_matvec_default_grid(device, rng, m, k, expected):
     x, q, _ = case(rng, m, k, 64)
     with bg.profile(device) as p:
         bg.bitlinear(x, q)
-    kernels = [name for name, _ in p.timings]
+    kernels = [name for name, _ in p.timings if name.startswith("bitlinear")]  # not the copies back
     if expected == "strided" and not device.info.multiprocessors:
         expected = "fused" if m * k <= 8192 else "pre-pass"
     if expected == "pre-pass":
@@ -172,6 +172,24 @@ def test_matvec_default_grid(device, rng, m, k, expected):
         assert all(name.startswith("bitlinear_prepare") for name in kernels[:-1]) and len(kernels) >= 2
     else:
         assert len(kernels) == 1 and kernels[0].startswith("bitlinear_matvec") and kernels[0].endswith("_fused")
+
+
+def test_fused_matvec_limit_setting(device, rng, monkeypatch):
+    """BITNET_GPU_FUSED_MATVEC_MOST moves the 8192 values of x up to which every matvec
+    workgroup quantizes x itself: (4, 2560) takes the pre-pass by default, one fused dispatch
+    under 16384, exact either way; a value out of range raises naming it."""
+    x, q, bias = case(rng, 4, 2560, 40)
+    for most, fused in [(None, False), ("16384", True)]:
+        if most:
+            monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC_MOST", most)
+        with bg.profile(device) as p:
+            result = bg.bitlinear(x, q, bias, return_accumulator=True)
+        check(x, q, bias, *result)
+        kernels = [name for name, _ in p.timings if name.startswith("bitlinear")]  # not the copies back
+        assert kernels[-1].endswith("_fused") == fused and len(kernels) == (1 if fused else 2)
+    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC_MOST", "0")
+    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_FUSED_MATVEC_MOST=0"):
+        bg.bitlinear(x, q)
 
 
 def test_strided_matvec_setting_is_checked(device, rng, monkeypatch):

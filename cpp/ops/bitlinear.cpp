@@ -119,10 +119,15 @@ void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, in
 // Output rows a matvec subgroup computes together (its accumulators are M x rows registers) and
 // the vectors of each row a lane loads at once (`fallback` unless set), or BITNET_GPU_MATVEC_ROWS
 // (1 to 16) and BITNET_GPU_MATVEC_UNROLL (1 to 4) for tuning.
-// Four rows for long rows and few activation rows (measured best on the H100 from K = 8192), two
-// otherwise.
-uint32_t matvec_rows(int64_t m, int64_t k) {
-  return tuning_value("BITNET_GPU_MATVEC_ROWS", k >= 8192 && m <= 4 ? 4 : 2, 16);
+// Four rows for long rows and few activation rows (measured best on the H100 from K = 8192), and
+// for 4 to 8 activation rows of weights of at least 2^24 values (N K); two otherwise. H100, whole
+// calls, µs, two rows -> four (bench_knobs.py, benchmarks/results/knobs-batch-h100.json,
+// 2026-11-24): (4, 2560, 6912) 17.82 -> 16.35, (8, 2560, 6912) 29.50 -> 22.59, (4, 6912, 2560)
+// 20.03 -> 18.74, (8, 6912, 2560) 28.42 -> 26.61, (8, 4096, 4096) 20.86 -> 20.45; but
+// (4, 2560, 3840) 14.02 -> 14.66, (8, 2560, 3840) 17.73 -> 19.78 and (2, 2560, 3840) 9.57 -> 11.07.
+uint32_t matvec_rows(int64_t m, int64_t k, int64_t n) {
+  const bool four = (k >= 8192 && m <= 4) || (m >= 4 && n * padded(k) >= (int64_t{1} << 24));
+  return tuning_value("BITNET_GPU_MATVEC_ROWS", four ? 4 : 2, 16);
 }
 uint32_t matvec_unroll(uint32_t fallback = 1) { return tuning_value("BITNET_GPU_MATVEC_UNROLL", fallback, 4); }
 // Whether a fused matvec requests its first weights before its pre-pass, or
@@ -358,7 +363,7 @@ void record_matvec(Sequence& sequence, const QuantizedWeights& w, const Prepared
   const int64_t k = w.cols, n = w.rows;
   const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
   const bool vectors = words % 4 == 0;
-  const uint32_t rows = matvec_rows(m, k), unroll = matvec_unroll();
+  const uint32_t rows = matvec_rows(m, k, n), unroll = matvec_unroll();
   Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware),
                                   {{0, int64_t{m}}, {1, int64_t{rows}}, {2, bias.has_value()},
                                    {3, accumulators.has_value()}, {4, vectors}, {5, int64_t{unroll}},
@@ -407,8 +412,13 @@ bool fused_matvec_fits(const Tensor& x, int64_t m, int64_t k, uint32_t local_siz
 // (measured on the H100: (1, 16384, 16384) 45 us fused, 40 us not; (8, 4096, 4096) 36.6 us
 // fused, 24.1 us not; (1, 4096, 4096) 7.6 us fused, 14.6 us not); the strided grid (below) takes
 // some of those rows.
+// BITNET_GPU_FUSED_MATVEC_MOST (1 to 65536) sets the 8192, for tuning: 32768 made single calls of
+// (4, 2560, 3840) and (4, 2560, 6912) 0.5 and 0.8 us faster, but (8, 2560, 6912) 22.1 -> 39.2 us,
+// and the 2B4T decode step of 4 sequences 2787 -> 3303 us, of 8 4080 -> 6116 us (H100,
+// knobs-fused-most-h100.json, model-batches-fused-32768-h100.json, 2026-11-24).
 bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
-  return m * padded(k) <= 8192 && fused_matvec_fits(x, m, k, 256);
+  return m * padded(k) <= int64_t{tuning_value("BITNET_GPU_FUSED_MATVEC_MOST", 8192, 65536)} &&
+         fused_matvec_fits(x, m, k, 256);
 }
 
 // The strided grid, for one weight and long rows: one round of large workgroups filling the GPU,
@@ -434,7 +444,7 @@ std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, 
   const uint32_t per_multiprocessor = tuning_value("BITNET_GPU_MATVEC_STRIDED_GROUPS", 1024 / local_size, 8);
   // Where the multiprocessor count is unknown (lavapipe), a few workgroups.
   const uint64_t fill = uint64_t{device.info().multiprocessors ? device.info().multiprocessors : 4} * per_multiprocessor;
-  const uint64_t rows_per_round = uint64_t{matvec_rows(m, k)} * subgroups_in(device, local_size);
+  const uint64_t rows_per_round = uint64_t{matvec_rows(m, k, n)} * subgroups_in(device, local_size);
   const uint64_t needed = (static_cast<uint64_t>(n) + rows_per_round - 1) / rows_per_round;
   return MatvecGrid{local_size, static_cast<uint32_t>(std::max<uint64_t>(1, std::min(fill, needed)))};
 }
@@ -451,7 +461,7 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
   const QuantizedWeights& w = *weights[0];
   const int64_t k = w.cols;
   const uint32_t words = static_cast<uint32_t>(padded(k) / 16);
-  const uint32_t rows = gated_out ? 2 : matvec_rows(m, k);
+  const uint32_t rows = gated_out ? 2 : matvec_rows(m, k, w.rows);
   const uint32_t subgroup_size = std::max<uint32_t>(1, device->info().subgroup_size);
   // With the first weights requested before the pre-pass, a lane requests all of its vectors of
   // a row at once (up to 4), unless BITNET_GPU_MATVEC_UNROLL says otherwise.
