@@ -138,7 +138,8 @@ def fused_matches_separate(rng, monkeypatch, x, q, bias, settings):
 
 @pytest.mark.parametrize("masked", ["0", "1"])
 @pytest.mark.parametrize("m,k,n,strided", [(1, 4096, 70, "0"), (2, 2048, 33, "0"), (1, 16384, 9, "1024"),
-                                           (3, 1000, 7, "0"), (1, 64, 1, "0"), (1, 8192, 40, "512")])
+                                           (3, 1000, 7, "0"), (1, 64, 1, "0"), (1, 8192, 40, "512"),
+                                           (2, 6912, 33, "0")])
 def test_matvec_masked_codes(device, rng, monkeypatch, masked, m, k, n, strided):
     """The fused matvec with the weights' codes masked in place and multiplied as unsigned bytes
     into four accumulators (BITNET_GPU_MATVEC_MASKED=1, the default for one row) or shifted down
@@ -156,17 +157,19 @@ def test_matvec_masked_codes(device, rng, monkeypatch, masked, m, k, n, strided)
 
 
 @pytest.mark.parametrize("m,k,expected", [(1, 16384, "strided"), (2, 8192, "strided"), (1, 6912, "strided"),
-                                          (1, 4096, "fused"), (4, 8192, "pre-pass"), (1, 16400, "pre-pass")])
+                                          (1, 4096, "fused"), (2, 4096, "fused"), (3, 4096, "pre-pass"),
+                                          (4, 8192, "pre-pass"), (1, 16400, "pre-pass")])
 def test_matvec_default_grid(device, rng, m, k, expected):
     """Which matvec runs by default: strided (one fused dispatch) for one or two float32 rows of
     6912 to 16384 values where the multiprocessor count is known (the H100), else the ordinary
-    fused matvec up to 8192 values of x, else a separate pre-pass (the split one from K = 12288)."""
+    fused matvec up to 8192 values of x (16384 for two rows), else a separate pre-pass (the split
+    one from K = 12288)."""
     x, q, _ = case(rng, m, k, 64)
     with bg.profile(device) as p:
         bg.bitlinear(x, q)
     kernels = [name for name, _ in p.timings if name.startswith("bitlinear")]  # not the copies back
     if expected == "strided" and not device.info.multiprocessors:
-        expected = "fused" if m * k <= 8192 else "pre-pass"
+        expected = "fused" if m * k <= (16384 if m <= 2 else 8192) else "pre-pass"
     if expected == "pre-pass":
         assert kernels[-1].startswith("bitlinear_matvec") and not kernels[-1].endswith("_fused")
         assert all(name.startswith("bitlinear_prepare") for name in kernels[:-1]) and len(kernels) >= 2

@@ -412,13 +412,17 @@ bool fused_matvec_fits(const Tensor& x, int64_t m, int64_t k, uint32_t local_siz
 // (measured on the H100: (1, 16384, 16384) 45 us fused, 40 us not; (8, 4096, 4096) 36.6 us
 // fused, 24.1 us not; (1, 4096, 4096) 7.6 us fused, 14.6 us not); the strided grid (below) takes
 // some of those rows.
-// BITNET_GPU_FUSED_MATVEC_MOST (1 to 65536) sets the 8192, for tuning: 32768 made single calls of
+// Two rows fuse up to 16384 values (8192 each): the 2B4T decode step of two sequences, whose down
+// projection (K = 6912) then fuses, took 2109-2110 against 2138 us; with four sequences 16384 made
+// q/k/v, o and gate/up fuse and the step took 3251-3256 against 2786 us (H100, two runs each,
+// model-batches-fused-{8192,16384}-run{1,2}-h100.json, 2026-11-24). BITNET_GPU_FUSED_MATVEC_MOST
+// (1 to 65536) sets the limit for any number of rows, for tuning: 32768 made single calls of
 // (4, 2560, 3840) and (4, 2560, 6912) 0.5 and 0.8 us faster, but (8, 2560, 6912) 22.1 -> 39.2 us,
-// and the 2B4T decode step of 4 sequences 2787 -> 3303 us, of 8 4080 -> 6116 us (H100,
-// knobs-fused-most-h100.json, model-batches-fused-32768-h100.json, 2026-11-24).
+// and the decode step of 4 sequences 2787 -> 3303 us, of 8 4080 -> 6116 us
+// (knobs-fused-most-h100.json, model-batches-fused-32768-h100.json).
 bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
-  return m * padded(k) <= int64_t{tuning_value("BITNET_GPU_FUSED_MATVEC_MOST", 8192, 65536)} &&
-         fused_matvec_fits(x, m, k, 256);
+  const int64_t most = tuning_value("BITNET_GPU_FUSED_MATVEC_MOST", m <= 2 ? 16384 : 8192, 65536);
+  return m * padded(k) <= most && fused_matvec_fits(x, m, k, 256);
 }
 
 // The strided grid, for one weight and long rows: one round of large workgroups filling the GPU,
