@@ -4,10 +4,11 @@
 // numbers), and the draw is the kept index j with the largest
 //     s_j = x_j + T g_j (T < 1), or x_j (1 / T) + g_j (T >= 1: no overflow either way),
 //     g_j = -log(-log(1 - u_j)),   u_j = (h_j + 0.5) / 2^32,
-// with 1 / T rounded to float32 by the host, the first of equal ones (the first NaN where the row holds one: index -1 then), which is a draw
-// from softmax(x / T) over the kept values. h_j = pcg(pcg(j) ^ key), key = pcg(m ^ pcg(step ^
-// pcg(seed_lo ^ pcg(seed_hi)))), step = start[0] + offset: the noise depends on (seed, step, m, j)
-// alone, so a row's draw does not depend on the other rows or on how the work is split.
+// with 1 / T rounded to float32 by the host, the first of equal ones (the first NaN where the row
+// holds one: index -1 then), which is a draw from softmax(x / T) over the kept values.
+// h_j = pcg(pcg(j) ^ key), key = pcg(m ^ pcg(step ^ pcg(seed_lo ^ pcg(seed_hi)))),
+// step = start[0] + offset: the noise depends on (seed, step, m, j) alone, so a row's draw does
+// not depend on the other rows or on how the work is split (sampling_common.glsl).
 // reference.sample_rows computes the same in float64.
 //
 // Four dispatches over chunks of CHUNK values (workgroup (c, m) takes chunk c of row m):
@@ -26,8 +27,8 @@
 #include "sampling_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint PHASE = 0;
-// The op binds blocks of rows: x, index_out and the scratch buffers start at row p.row0, whose
-// index in the whole array keys the noise.
+// The op binds blocks of rows: x and index_out start at the block's first row, p.row0 in the whole
+// array (which keys the noise); the scratch, reused by every block, is indexed by the row within it.
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 // T and 1 / T (float32 bits), k, seed_lo, seed_hi
 layout(std430, binding = 1) readonly buffer Params { uint params[5]; };
