@@ -67,10 +67,12 @@ def fill_cache(model, tokens):
     return fill
 
 
-def decode_step(model, context):
-    """One decode step of DECODE_TOKEN after `context` cached tokens, as greedy generate() runs it
-    (the next id read back; through the screened head where model.screened_head)."""
-    return lambda: model._step(DECODE_TOKEN, context, "next")["next"].numpy()
+def decode_step(model, context, batch=1):
+    """One decode step of DECODE_TOKEN for `batch` sequences after `context` cached tokens, as greedy
+    generate() runs it (the next ids read back; through the screened head where
+    model.screened_head and one sequence)."""
+    ids = np.repeat(DECODE_TOKEN, batch, axis=0)
+    return lambda: model._step(ids, context, "next")["next"].numpy()
 
 
 GENERATE_PROMPT = 128
@@ -306,8 +308,7 @@ def main():
             greedy = batch * generate_rate(model, prompts, args.generate, chunk, repeats)
             drawn = batch * generate_rate(model, prompts, args.generate, chunk, repeats, **SAMPLING)
             # One greedy decode step of the batch after GENERATE_PROMPT tokens: GPU time, per op.
-            ids = np.full((batch, 1), DECODE_TOKEN[0, 0], np.int32)
-            step = lambda: model._step(ids, GENERATE_PROMPT, "next")["next"].numpy()  # noqa: E731
+            step = decode_step(model, GENERATE_PROMPT, batch)
             step()
             gpu = gpu_seconds(model, step, args.steps)
             ops = split(per_op(model, step))

@@ -8,30 +8,11 @@ import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.graph import Graph
 from bitnet_gpu.ops import _sampling_params
+from conftest import check_draws
 
 
 def _poisoned(shape):
     return bg.Tensor.from_numpy(np.full(shape, -7, np.int32))
-
-
-def _check_draws(logits, drawn, temperature, top_k, seed, step):
-    """drawn is reference.sample_rows's draw, row for row, except where the reference's best two
-    kept scores lie within float32 rounding of each other (the kernel's x + t g is float32, its
-    logs within a few ulps); a drawn index is always a kept one. Returns the rows that differed."""
-    rows = logits.reshape(-1, logits.shape[-1])
-    expected = reference.sample_rows(logits, temperature, top_k, seed, step).reshape(-1)
-    differed = 0
-    for m, (row, got, want) in enumerate(zip(rows, drawn.reshape(-1), expected)):
-        if got == want:
-            continue
-        kept = reference.sampling_kept(row, top_k)
-        assert 0 <= got < row.size and kept[got], f"row {m}: drew {got}, not a kept index"
-        scores = reference.sampling_scores(row, temperature, seed, step, m)
-        slack = 1e-6 * (1 + abs(scores[want])) + 4e-5 * min(float(np.float32(temperature)), 1.0)
-        assert scores[want] - scores[got] <= slack, (
-            f"row {m}: drew {got} (score {scores[got]!r}) instead of {want} ({scores[want]!r})")
-        differed += 1
-    return differed
 
 
 @pytest.mark.parametrize("n", [1, 7, 33, 1000, 4097])
@@ -42,7 +23,7 @@ def test_draws_are_the_references(rng, n, top_k, temperature):
     seed, step = int(rng.integers(0, 2**64, dtype=np.uint64)), int(rng.integers(0, 2**32))
     out = _poisoned((5,))
     bg.sample_logits(bg.Tensor.from_numpy(logits), temperature, top_k, seed=seed, step=step, out=out)
-    assert _check_draws(logits, out.numpy(), temperature, top_k, seed, step) <= 1
+    assert check_draws(logits, out.numpy(), temperature, top_k, seed, step) <= 1
     if temperature == 0 or top_k == 1:
         np.testing.assert_array_equal(out.numpy(), logits.argmax(axis=1))
 
@@ -53,11 +34,11 @@ def test_draws_over_a_large_vocabulary_and_many_rows(rng, top_k):
     blocks of 64 (each row keyed by its index in the whole array)."""
     wide = (rng.standard_normal((3, 128256)) * 3).astype(np.float32)
     drawn = bg.sample_logits(wide, 0.8, top_k, seed=11, step=3)
-    assert _check_draws(wide, drawn, 0.8, top_k, 11, 3) <= 1
+    assert check_draws(wide, drawn, 0.8, top_k, 11, 3) <= 1
     many = rng.standard_normal((130, 33)).astype(np.float32)
     drawn = bg.sample_logits(many, 1.5, top_k and 5, seed=12, step=4)
     assert drawn.shape == (130,) and drawn.dtype == np.int32
-    assert _check_draws(many, drawn, 1.5, top_k and 5, 12, 4) <= 1
+    assert check_draws(many, drawn, 1.5, top_k and 5, 12, 4) <= 1
 
 
 def test_draws_follow_the_softmax_of_the_kept_values(rng):
@@ -106,7 +87,7 @@ def test_shapes_tensors_out_and_graphs(device, rng):
     x = rng.standard_normal((2, 3, 17)).astype(np.float32)
     drawn = bg.sample_logits(x, 1.0, 5, seed=3, step=8)
     assert drawn.shape == (2, 3) and drawn.dtype == np.int32
-    assert _check_draws(x, drawn, 1.0, 5, 3, 8) <= 1
+    assert check_draws(x, drawn, 1.0, 5, 3, 8) <= 1
     one = bg.sample_logits(x[0, 0], 1.0, 5, seed=3, step=8)
     assert one.shape == () and int(one) == drawn[0, 0]
     t = bg.sample_logits(bg.Tensor.from_numpy(x), 1.0, 5, seed=3, step=8)
@@ -135,7 +116,7 @@ def test_shapes_tensors_out_and_graphs(device, rng):
     for temperature, top_k, seed, step in [(1.0, 10, 1, 0), (0.5, None, 2**40 + 3, 77), (3.0, 1, 9, 5)]:
         got = graph.run(x=logits, params=_sampling_params(temperature, top_k, seed, 300),
                         start=np.array([step], np.int32), numpy=True)["ids"]
-        assert _check_draws(logits, got, temperature, top_k, seed, step + 2) <= 1
+        assert check_draws(logits, got, temperature, top_k, seed, step + 2) <= 1
 
 
 def test_errors_leave_the_device_usable(rng):
@@ -146,7 +127,7 @@ def test_errors_leave_the_device_usable(rng):
     with pytest.raises(bg.ArgumentError, match="2 NaN values"):
         bg.sample_logits(bg.Tensor.from_numpy(x), 1.0, 5, out=out)
     assert out.numpy()[1] == -1  # the row holding them; the others drawn
-    assert _check_draws(x, out.numpy(), 1.0, 5, 0, 0) <= 1
+    assert check_draws(x, out.numpy(), 1.0, 5, 0, 0) <= 1
     target = np.full(3, -9, np.int32)
     with pytest.raises(bg.ArgumentError, match="NaN"):
         bg.sample_logits(x, 1.0, out=target)
@@ -164,4 +145,4 @@ def test_errors_leave_the_device_usable(rng):
                           ({"step": 2**32}, bg.ArgumentError), ({"step": -1}, bg.ArgumentError)]:
         with pytest.raises(error):
             bg.sample_logits(good, **{"temperature": 1.0, **kwargs})
-    assert _check_draws(good, bg.sample_logits(good, 1.0, 5, seed=4), 1.0, 5, 4, 0) <= 1
+    assert check_draws(good, bg.sample_logits(good, 1.0, 5, seed=4), 1.0, 5, 4, 0) <= 1

@@ -202,6 +202,21 @@ uint64_t screen_workgroups(const Device& device, int64_t v) {
   return std::clamp<uint64_t>(groups, 1, 65535);
 }
 
+// head_screen for rows of k values ("_sample": the screened draw's variant), with the packed dot
+// products where the device accelerates them (as BitLinear takes them).
+Kernel screen_kernel(const std::shared_ptr<Device>& device, int64_t k, bool sample) {
+  const bool hardware = device->feature("integer_dot_product") && device->feature("integer_dot_product_accelerated");
+  return Kernel::builtin(device, std::string(hardware ? "head_screen_dot" : "head_screen_int") + (sample ? "_sample" : ""),
+                         {{0, screen_vectors(*device, k)}, {1, int64_t{screen_rows()}}});
+}
+
+// head_verify for a head of `dtype` ("head_verify_sample": the screened draw's variant). A
+// candidate row's vectors a lane requests at once: all of them, up to 8 (the sums' order does not
+// depend on it).
+Kernel verify_kernel(const std::shared_ptr<Device>& device, const char* base, DType dtype, int64_t k) {
+  return Kernel::builtin(device, float_variant(base, dtype), {{0, std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8)}});
+}
+
 }  // namespace
 
 Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
@@ -209,7 +224,6 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
   const auto [v, k, padded_k] = check_screening("screened_argmax", x, head, head_q, head_meta);
   const auto& device = x.device_ptr();
   Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
-  const uint32_t rows = screen_rows();
   const uint64_t groups = screen_workgroups(*device, v);
   const int64_t chunks = (v + kScreenChunk - 1) / kScreenChunk;
   Tensor high = output(device, given_high, {v}, DType::float32, "high", {&x, &head, &head_q, &head_meta, &out});
@@ -218,11 +232,8 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
   // The last verifying workgroup resets the counter.
   Tensor counter = self_resetting_counters(device, 1);
   OpSequence op(device);
-  // The packed dot products where the device accelerates them (as BitLinear takes them).
-  const bool hardware = device->feature("integer_dot_product") && device->feature("integer_dot_product_accelerated");
   {
-    Kernel kernel = Kernel::builtin(device, hardware ? "head_screen_dot" : "head_screen_int",
-                                    {{0, screen_vectors(*device, k)}, {1, int64_t{rows}}});
+    Kernel kernel = screen_kernel(device, k, false);
     struct {
       uint32_t v, k, vectors;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(padded_k / 16)};
@@ -230,10 +241,7 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
     op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings, push_bytes(push));
   }
   {
-    // A candidate row's vectors a lane requests at once: all of them, up to 8 (the sums' order
-    // does not depend on it).
-    const int64_t in_flight = std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8);
-    Kernel kernel = Kernel::builtin(device, float_variant("head_verify", head.dtype()), {{0, in_flight}});
+    Kernel kernel = verify_kernel(device, "head_verify", head.dtype(), k);
     struct {
       uint32_t v, k, lows;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups)};
@@ -360,10 +368,8 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
                      .reshaped({1, v});
   const SampleScratch scratch = sample_scratch(device, 1, v);
   OpSequence op(device);
-  const bool hardware = device->feature("integer_dot_product") && device->feature("integer_dot_product_accelerated");
   {
-    Kernel kernel = Kernel::builtin(device, hardware ? "head_screen_dot_sample" : "head_screen_int_sample",
-                                    {{0, screen_vectors(*device, k)}, {1, int64_t{screen_rows()}}});
+    Kernel kernel = screen_kernel(device, k, true);
     struct {
       uint32_t v, k, vectors, offset;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(padded_k / 16),
@@ -375,9 +381,7 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
   // The top_k-th largest lower end (its passes do nothing without top_k).
   record_sample(op.sequence(), device, scratch, low.binding(), out.binding(), params, start, v, offset, 0, 1, 0, 2);
   {
-    const int64_t in_flight = std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8);  // as screened_argmax
-    Kernel kernel = Kernel::builtin(device, head.dtype() == DType::float16 ? "head_verify_sample_f16" : "head_verify_sample_f32",
-                                    {{0, in_flight}});
+    Kernel kernel = verify_kernel(device, "head_verify_sample", head.dtype(), k);
     struct {
       uint32_t v, k, lows, offset;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups),

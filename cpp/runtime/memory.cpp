@@ -109,10 +109,8 @@ MemoryHandle MemoryPool::allocate_memory(uint64_t size, uint32_t type_index, uin
   return MemoryHandle(device_.handle(), handle);
 }
 
-std::byte* MemoryPool::map(VkDeviceMemory memory, Placement placement, bool& host_cached) const {
-  const auto& properties = device_.memory_properties();
-  const uint32_t type_index = placement == Placement::host ? *host_type_ : *device_type_;
-  const VkMemoryPropertyFlags flags = properties.memoryTypes[type_index].propertyFlags;
+std::byte* MemoryPool::map(VkDeviceMemory memory, uint32_t type_index, Placement placement, bool& host_cached) const {
+  const VkMemoryPropertyFlags flags = device_.memory_properties().memoryTypes[type_index].propertyFlags;
   host_cached = false;
   if (!(flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) || (unmapped_device_memory_ && placement == Placement::device))
     return nullptr;
@@ -143,7 +141,7 @@ std::shared_ptr<MemorySlab> MemoryPool::slab_with_room(uint32_t type_index, Plac
   auto slab = std::make_shared<MemorySlab>();
   slab->memory = allocate_memory(size, type_index, requirements.size);
   slab->size = size;
-  slab->mapped = map(slab->memory.get(), placement, slab->host_cached);
+  slab->mapped = map(slab->memory.get(), type_index, placement, slab->host_cached);
   slab->live_bytes = slab_bytes_;
   *slab_bytes_ += size;
   std::lock_guard lock(slab_mutex_);
@@ -194,7 +192,7 @@ MemoryBlock MemoryPool::create_block(uint64_t capacity, Placement placement) {
   }
   block.memory = allocate_memory(requirements.size, type_index, capacity);
   device_.check(vkBindBufferMemory(device_.handle(), buffer, block.memory.get(), 0), "vkBindBufferMemory");
-  block.mapped = map(block.memory.get(), placement, block.host_cached);
+  block.mapped = map(block.memory.get(), type_index, placement, block.host_cached);
   return block;
 }
 

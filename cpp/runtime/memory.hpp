@@ -89,8 +89,9 @@ class MemoryPool {
   MemoryBlock create_block(uint64_t capacity, Placement placement);
   // vkAllocateMemory, retried once after trim() where the driver is out of memory or objects.
   MemoryHandle allocate_memory(uint64_t size, uint32_t type_index, uint64_t capacity);
-  // Maps `memory` where its type is host-visible (and not kept unmapped for debugging).
-  std::byte* map(VkDeviceMemory memory, Placement placement, bool& host_cached) const;
+  // Maps `memory` (of type type_index) where its type is host-visible (and not kept unmapped for
+  // debugging).
+  std::byte* map(VkDeviceMemory memory, uint32_t type_index, Placement placement, bool& host_cached) const;
   std::shared_ptr<MemorySlab> slab_with_room(uint32_t type_index, Placement placement,
                                              const VkMemoryRequirements& requirements, uint64_t& offset);
   std::optional<uint32_t> choose_type(Placement placement) const;

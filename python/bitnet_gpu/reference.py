@@ -197,6 +197,26 @@ def sample_rows(logits, temperature, top_k=None, seed=0, step=0):
     return out.reshape(x.shape[:-1])
 
 
+def sampling_differences(logits, drawn, temperature, top_k=None, seed=0, step=0):
+    """The rows where `drawn` (indices [...] a device drew from logits [..., N] with these
+    arguments) is not sample_rows's index: (row, drawn index, the reference's index, whether the
+    drawn index is a kept one, the reference's best score, how far below it the drawn index's score
+    lies; float64, inf where the drawn index is out of range). Docs/NUMERICS.md says which of those
+    a device may show: near ties, within float32 rounding."""
+    rows = np.asarray(logits, np.float32).reshape(-1, np.shape(logits)[-1])
+    drawn = np.asarray(drawn).reshape(-1)
+    expected = sample_rows(rows, temperature, top_k, seed, step)
+    differences = []
+    for m in np.flatnonzero(drawn != expected):
+        got, want = int(drawn[m]), int(expected[m])
+        scores = sampling_scores(rows[m], temperature, seed, step, m)
+        inside = 0 <= got < rows.shape[1]
+        kept = inside and bool(sampling_kept(rows[m], top_k)[got])
+        gap = float(scores[want] - scores[got]) if inside else np.inf
+        differences.append((int(m), got, want, kept, float(scores[want]), gap))
+    return differences
+
+
 def quantize_gradients(g: np.ndarray, bits=8, stochastic=False, seed=0, scale=None):
     """(q int8, s) per tensor: s = qmax / max(max|g|, eps); q = clip(round(g * s)) or, stochastic,
     clip(floor(g * s + u)) with u = uniform01(seed)."""
