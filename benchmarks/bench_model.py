@@ -14,8 +14,8 @@ copy (BitNetModel.screened_head); each context is also timed with the float16 he
 argmax_rows (screened_head off), in the same run. Greedy generation (model.generate, --generate
 new tokens after a prompt of 128) is timed as a user sees it, tokens/s from the first generated
 token to the last, with BitNetModel.decode_chunk's steps a replay and with one step a replay, and
-sampled (temperature 0.8, top-k 50, drawn on the GPU: the same two ways), and for --batches
-sequences at once (tokens/s over all of them).
+sampled (temperature 0.8, top-k 50, drawn on the GPU: the same two ways; and with top-p 0.9 too,
+which reads the float16 head), and for --batches sequences at once (tokens/s over all of them).
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ def decode_step(model, context, batch=1):
 
 GENERATE_PROMPT = 128
 SAMPLING = {"temperature": 0.8, "top_k": 50, "seed": 1}  # the generate row's sampled run
+NUCLEUS = {**SAMPLING, "top_p": 0.9}  # and its top-p run
 
 
 def generate_rate(model, prompt, tokens, chunk, repeats, **sampling):
@@ -291,16 +292,23 @@ def main():
         repeats = max(3, args.repeats // 4)
         rates = {c: generate_rate(model, prompt, args.generate, c, repeats) for c in (chunk, 1)}
         sampled = {c: generate_rate(model, prompt, args.generate, c, repeats, **SAMPLING) for c in (chunk, 1)}
+        nucleus = ({c: generate_rate(model, prompt, args.generate, c, repeats, **NUCLEUS) for c in (chunk, 1)}
+                   if model.device.info.features["int64_atomics"] else None)
         model.decode_chunk = chunk
         row = {"phase": "generate", "prompt": GENERATE_PROMPT, "tokens": args.generate, "decode_chunk": chunk,
                "tokens_per_s": rates[chunk], "one_step_a_replay_tokens_per_s": rates[1],
                "sampling": SAMPLING, "sampled_tokens_per_s": sampled[chunk],
                "sampled_one_step_a_replay_tokens_per_s": sampled[1]}
+        if nucleus:
+            row.update({"nucleus_sampling": NUCLEUS, "nucleus_tokens_per_s": nucleus[chunk],
+                        "nucleus_one_step_a_replay_tokens_per_s": nucleus[1]})
         results["rows"].append(row)
         print(f"generate {args.generate} tokens after {GENERATE_PROMPT} (greedy): {rates[chunk]:.0f} tokens/s with "
               f"{chunk} steps a replay, {rates[1]:.0f} with one ({rates[chunk] / rates[1]:.3f}x); sampled "
               f"({SAMPLING}, drawn on the GPU): {sampled[chunk]:.0f} tokens/s with {chunk} steps a replay, "
-              f"{sampled[1]:.0f} with one")
+              f"{sampled[1]:.0f} with one"
+              + (f"; with top-p {NUCLEUS['top_p']} (the float16 head): {nucleus[chunk]:.0f} / {nucleus[1]:.0f}"
+                 if nucleus else ""))
         # Batches of sequences (the float16 head: screening is for one sequence), greedy and
         # sampled, tokens/s over all sequences.
         for batch in [int(b) for b in args.batches.split(",") if b]:

@@ -1,16 +1,20 @@
 """Drawing the next token on the GPU: bitnet_gpu.sample_logits (shaders/model/sample_rows.comp,
-Gumbel-max over the top-k kept logits) beside PyTorch's usual top-k sampling in the same run, and
-a sampled decode step's head: the float16 head and the draw against the screened draw.
+Gumbel-max over the top-k kept logits; sample_nucleus.comp for top-p) beside PyTorch's usual
+top-k / top-p sampling in the same run, and a sampled decode step's head: the float16 head and the
+draw against the screened draw.
 
     python3 benchmarks/bench_sampling.py [--repeats 10] [--json FILE] [--vocab 128256] [--hidden 2560]
 
 Logits N(0, 3) float32 of (rows, vocab) with the 2B4T vocabulary and a smaller one; temperature
-0.8 and top_k None, 50 and 1000. Ours: _core.sample_rows recorded as a graph and timed as a whole
-(one timestamp pair), the step an input; also profiled per kernel (the radix-select passes and
-the draw). Each draw is checked against reference.sample_rows (the same formulas in float64: equal,
-or a near tie of two kept scores, which the row counts as 'near ties'). PyTorch (CUDA events):
-topk's k-th value as a threshold, logits below it set to -inf, softmax of logits / t and
-torch.multinomial (what transformers' TopKLogitsWarper and sampling do), all on the GPU.
+0.8 and top_k None, 50 and 1000, top_p 0.9 without and with top_k 50. Ours: _core.sample_rows
+recorded as a graph and timed as a whole (one timestamp pair), the step an input; also profiled
+per kernel (the radix-select passes, the nucleus passes and the draw). Each draw is checked
+against reference.sample_rows (the same formulas in float64: equal, or a near tie of two kept
+scores or of the nucleus rule, which the row counts as 'near ties'). PyTorch (CUDA events): topk's
+k-th value as a threshold, logits below it set to -inf; for top-p, sort, softmax, cumsum and the
+tokens whose cumulative share from below stays within 1 - p set to -inf; then softmax of logits /
+t and torch.multinomial (what transformers' TopKLogitsWarper, TopPLogitsWarper and sampling do),
+all on the GPU.
 
 The head: a float16 head of N(0, 1) values of (vocab, hidden) and hidden states as bench_head.py
 draws them; linear_rows + sample_rows against screened_sample (the int8 screening copy, the
@@ -29,14 +33,15 @@ from bitnet_gpu.ops import _sampling_params
 from common import arguments, by_kernel, profiled, timed_graph, torch_cuda, torch_time, write_results
 
 CASES = [(1, 128256), (8, 128256), (1, 32000)]
-TOP_K = [None, 50, 1000]
+SETTINGS = [(None, None), (50, None), (1000, None), (None, 0.9), (50, 0.9)]  # (top_k, top_p)
 TEMPERATURE = 0.8
 
 
-def agreement(logits, drawn, top_k, seed, step):
+def agreement(logits, drawn, top_k, seed, step, top_p=None):
     """(equal, near ties): rows drawing the reference's index, and rows whose index differs where
-    the reference's two scores lie within 1e-6 relative (anything else raises)."""
-    differences = reference.sampling_differences(logits, drawn, TEMPERATURE, top_k, seed, step)
+    the reference's two scores lie within 1e-6 relative or the nucleus rule within
+    reference.NUCLEUS_MARGIN (anything else raises)."""
+    differences = reference.sampling_differences(logits, drawn, TEMPERATURE, top_k, seed, step, top_p)
     for m, got, want, kept, best, gap in differences:
         if not (kept and gap <= 1e-6 * (1 + abs(best))):
             raise AssertionError(f"row {m}: drew {got} instead of {want} (score gap {gap})")
@@ -95,29 +100,36 @@ def main():
         start = bg.Tensor.from_numpy(np.array([17], np.int32), device)
         if torch:
             logits_t = torch.from_numpy(logits_np).cuda()
-        for top_k in TOP_K:
-            params = bg.Tensor.from_numpy(_sampling_params(TEMPERATURE, top_k, 5, vocab), device)
+        for top_k, top_p in SETTINGS:
+            if top_p is not None and not device.info.features["int64_atomics"]:
+                continue
+            params = bg.Tensor.from_numpy(_sampling_params(TEMPERATURE, top_k, 5, vocab, top_p), device)
 
             def draw():
-                return _core.sample_rows(logits, params, start, 0)
+                return _core.sample_rows(logits, params, start, 0, None, top_p is not None)
 
-            equal, near = agreement(logits_np, draw().numpy(), top_k, 5, 17)
+            equal, near = agreement(logits_np, draw().numpy(), top_k, 5, 17, top_p)
             seconds, _ = timed_graph(bg, device, draw, args.repeats)
             _, timings = profiled(bg, device, draw, 3)
-            row = {"rows": rows, "vocab": vocab, "top_k": top_k, "gpu_s": seconds, "kernels_s": by_kernel(timings),
-                   "equal_to_reference": equal, "near_ties": near}
+            row = {"rows": rows, "vocab": vocab, "top_k": top_k, "top_p": top_p, "gpu_s": seconds,
+                   "kernels_s": by_kernel(timings), "equal_to_reference": equal, "near_ties": near}
             if torch:
                 def torch_draw():
                     x = logits_t / TEMPERATURE
                     if top_k is not None:
                         kth = torch.topk(x, top_k, dim=-1).values[:, -1:]
                         x = x.masked_fill(x < kth, float("-inf"))
+                    if top_p is not None:
+                        ordered, order = torch.sort(x, descending=False, dim=-1)
+                        removed = torch.softmax(ordered, dim=-1).cumsum(dim=-1) <= 1 - top_p
+                        removed[:, -1:] = False
+                        x = x.masked_fill(removed.scatter(1, order, removed), float("-inf"))
                     return torch.multinomial(torch.softmax(x, dim=-1), 1)
 
                 row["torch_s"] = torch_time(torch, torch_draw, args.repeats)
                 row["speedup_vs_torch"] = row["torch_s"] / seconds
             results["rows"].append(row)
-            print(f"({rows}, {vocab}) top_k {top_k}: {seconds * 1e6:.1f} us"
+            print(f"({rows}, {vocab}) top_k {top_k}, top_p {top_p}: {seconds * 1e6:.1f} us"
                   + (f", PyTorch {row['torch_s'] * 1e6:.1f} us ({row['speedup_vs_torch']:.2f}x)" if torch else "")
                   + f"; ids: {equal} the reference's, {near} near ties")
     results["head"] = head_rows(args, device, torch, rng)

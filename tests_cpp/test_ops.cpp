@@ -114,10 +114,10 @@ TEST(Graph, AnOpThatFailsHalfwaySpoilsTheGraph) {
 
 namespace {
 
-// Writes sample_rows' params: temperature t, 1 / t where t >= 1, top_k, seed.
-void set_sampling(Tensor& params, float t, uint32_t top_k, uint32_t seed) {
+// Writes sample_rows' params: temperature t, 1 / t where t >= 1, top_k, seed, top-p's p 2^32.
+void set_sampling(Tensor& params, float t, uint32_t top_k, uint32_t seed, uint32_t top_p = 0) {
   const float inverse = t >= 1.0f ? 1.0f / t : 0.0f;
-  uint32_t words[5] = {0, 0, top_k, seed, 0};
+  uint32_t words[6] = {0, 0, top_k, seed, 0, top_p};
   std::memcpy(&words[0], &t, 4);
   std::memcpy(&words[1], &inverse, 4);
   params.upload(words, sizeof words);
@@ -136,7 +136,7 @@ TEST(Sampling, ReplaysReuseTheirSelfResettingScratch) {
   Tensor start = Tensor::empty(device, std::vector<int64_t>{1}, DType::int32);
   const int32_t zero = 0;
   start.upload(&zero, sizeof zero);
-  Tensor params = Tensor::empty(device, std::vector<int64_t>{5}, DType::uint32);
+  Tensor params = Tensor::empty(device, std::vector<int64_t>{6}, DType::uint32);
   set_sampling(params, 1.0f, 1, 7);
   Graph graph(device, Timing::off);
   graph.begin();
@@ -173,4 +173,42 @@ TEST(Sampling, ReplaysReuseTheirSelfResettingScratch) {
   graph.replay();
   EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
   EXPECT_THROW(ops::sample_rows(logits, start, start, 0), DTypeError);
+}
+
+TEST(Sampling, TopPReplaysResetTheLargestKey) {
+  auto device = Device::default_device();
+  if (!device->feature("int64_atomics")) GTEST_SKIP() << "no 64-bit integer atomics";
+  // Row 0: 3000 values in [-1, 1] and 5 at 2500; row 1 the same values shifted by 100, its 5 at 7.
+  std::vector<float> values(6000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * static_cast<float>(i)) + (i >= 3000 ? 100.0f : 0.0f);
+  values[2500] = 5.0f;
+  values[3007] = 105.0f;
+  Tensor logits = from_values(device, values).reshaped({2, 3000});
+  Tensor start = Tensor::empty(device, std::vector<int64_t>{1}, DType::int32);
+  Tensor params = Tensor::empty(device, std::vector<int64_t>{6}, DType::uint32);
+  // p = 1/128: the largest value holds about 1/20 of the mass at t = 1, so it alone is kept.
+  set_sampling(params, 1.0f, 0, 3, 1u << 25);
+  Graph graph(device, Timing::off);
+  graph.begin();
+  Tensor drawn = ops::sample_rows(logits, params, start, 0, std::nullopt, true);
+  graph.end();
+  auto ids = [&] {
+    std::vector<int32_t> out(2);
+    drawn.download(out.data(), sizeof(int32_t) * 2);
+    return out;
+  };
+  for (int32_t step = 0; step < 4; ++step) {
+    start.upload(&step, sizeof step);
+    graph.replay();
+    EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
+  }
+  // P = 0 is no top-p: at t = 100 other indices win.
+  set_sampling(params, 100.0f, 0, 3, 0);
+  graph.replay();
+  EXPECT_NE(ids()[0], 2500);
+  EXPECT_NE(ids()[1], 7);
+  // Back to p = 1/128 after a replay that left the largest key alone.
+  set_sampling(params, 1.0f, 0, 3, 1u << 25);
+  graph.replay();
+  EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
 }

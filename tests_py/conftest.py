@@ -53,13 +53,14 @@ def rel(a, b):
     return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
 
 
-def check_draws(logits, drawn, temperature, top_k, seed, step):
+def check_draws(logits, drawn, temperature, top_k, seed, step, top_p=None):
     """drawn is reference.sample_rows's draw, row for row, except where the reference's best two
     kept scores lie within float32 rounding of each other (the kernel's scores are float32, its
-    logs within a few ulps: 1e-6 relative plus 4e-5 min(t, 1)); a drawn index is always a kept
-    one. Returns how many rows differed."""
+    logs within a few ulps: 1e-6 relative plus 4e-5 min(t, 1)) or, with top_p, where the nucleus
+    rule lies within reference.NUCLEUS_MARGIN of keeping a value more or fewer; a drawn index is
+    always a kept one. Returns how many rows differed."""
     from bitnet_gpu import reference
-    differences = reference.sampling_differences(logits, drawn, temperature, top_k, seed, step)
+    differences = reference.sampling_differences(logits, drawn, temperature, top_k, seed, step, top_p)
     for m, got, want, kept, best, gap in differences:
         assert kept, f"row {m}: drew {got}, not a kept index"
         slack = 1e-6 * (1 + abs(best)) + 4e-5 * min(float(np.float32(temperature)), 1.0)

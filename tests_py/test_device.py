@@ -10,7 +10,7 @@ from bitnet_gpu import _core
 
 FEATURES = {"float16", "int8", "storage8", "storage16", "integer_dot_product",
             "cooperative_matrix", "external_memory_host", "timestamps", "pipeline_statistics",
-            "subgroup_shuffle8"}
+            "subgroup_shuffle8", "int64_atomics"}
 NVIDIA_PROPRIETARY, MESA_LLVMPIPE = 4, 13  # VkDriverId values (vulkan_core.h)
 
 

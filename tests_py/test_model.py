@@ -709,26 +709,31 @@ def test_prefill_graphs_do_not_accumulate(tiny_model):
     assert device.memory_stats()["in_use_bytes"] <= before  # replaced, not piled up
 
 
-@pytest.mark.parametrize("seed,top_k", [(14, 40), (15, None)])
-def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k):
+@pytest.mark.parametrize("seed,top_k,top_p", [(14, 40, None), (15, None, None), (18, None, 0.8), (19, 40, 0.95)])
+def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k, top_p):
     """temperature 0.9: decode replays of decode_chunk steps draw on the GPU, bit for bit, the
     tokens one step a replay draws, and each token is reference.sample_rows's draw from the
     reference's logits with its position as the step (a sequence may part from the reference at a
-    near tie of two kept scores, which the GPU's logits, within 1e-4 of the reference's, can
-    order either way; the check allows that and stops following that sequence)."""
+    near tie of two kept scores, or with top_p where the nucleus rule comes within 1e-3 of keeping
+    a value more or fewer, which the GPU's logits, within 1e-4 of the reference's, can decide
+    either way; the check allows that and stops following that sequence)."""
+    if top_p is not None and not tiny_model.device.info.features["int64_atomics"]:
+        pytest.skip("top-p needs 64-bit integer atomics")
     config = tiny_model.config
     prompt = np.random.default_rng(seed).integers(0, config.vocab_size, (2, 5))
-    out = tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed)
-    assert any(key[2] == "sample" and key[5] == tiny_model.decode_chunk for key in tiny_model._graphs)
+    out = tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed, top_p=top_p)
+    mode = "sample" if top_p is None else "nucleus"
+    assert any(key[2] == mode and key[5] == tiny_model.decode_chunk for key in tiny_model._graphs)
     tiny_model.decode_chunk = 1
     try:
-        np.testing.assert_array_equal(tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed), out)
+        np.testing.assert_array_equal(
+            tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed, top_p=top_p), out)
     finally:
         tiny_model.decode_chunk = 8
     params, following, matched = tiny_model.reference_params(), [True, True], 0
     for position in range(5, 29):
         logits = reference.bitnet_forward(params, config, out[:, :position])[:, -1]
-        want = reference.sample_rows(logits, 0.9, top_k, seed, position)
+        want = reference.sample_rows(logits, 0.9, top_k, seed, position, top_p)
         for b in range(2):
             if not following[b]:
                 continue
@@ -737,10 +742,34 @@ def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k):
                 matched += 1
                 continue
             scores = reference.sampling_scores(logits[b], 0.9, seed, position, b)
-            assert scores[want[b]] - scores[got] <= 1e-3 * (1 + np.abs(logits[b]).max()), (b, position)
+            near_score = scores[want[b]] - scores[got] <= 1e-3 * (1 + np.abs(logits[b]).max())
+            near_nucleus = reference.nucleus_threshold(logits[b], top_k, top_p, 0.9)[1] < 1e-3
+            assert near_score or near_nucleus, (b, position)
             following[b] = False
     assert matched >= 40
     assert len(np.unique(out[:, 5:])) > 8
+
+
+def test_top_p_generation_of_one_sequence(tiny_model):
+    """One sequence with top_p reads the float16 head (no screened top-p draw): a 'nucleus' graph,
+    not screened; the same ids in chunks as one step a replay; top_p 1 is the draw without it;
+    a tiny top_p keeps the largest logit alone, so it is greedy."""
+    if not tiny_model.device.info.features["int64_atomics"]:
+        pytest.skip("top-p needs 64-bit integer atomics")
+    prompt = np.random.default_rng(20).integers(0, tiny_model.config.vocab_size, 5)
+    tiny_model.reset_graphs()
+    out = tiny_model.generate(prompt, 12, temperature=1.1, seed=3, top_p=0.9)
+    assert any(key[2] == "nucleus" and not key[4] for key in tiny_model._graphs)
+    assert not any(key[2] == "nucleus" and key[4] for key in tiny_model._graphs)
+    tiny_model.decode_chunk = 1
+    try:
+        np.testing.assert_array_equal(tiny_model.generate(prompt, 12, temperature=1.1, seed=3, top_p=0.9), out)
+    finally:
+        tiny_model.decode_chunk = 8
+    np.testing.assert_array_equal(tiny_model.generate(prompt, 12, temperature=1.1, seed=3, top_p=1.0),
+                                  tiny_model.generate(prompt, 12, temperature=1.1, seed=3))
+    np.testing.assert_array_equal(tiny_model.generate(prompt, 12, temperature=1.1, seed=3, top_p=1e-9),
+                                  tiny_model.generate(prompt, 12))
 
 
 @pytest.mark.parametrize("seed,top_k", [(16, 30), (17, None)])
@@ -793,6 +822,9 @@ def test_model_input_errors(tiny_model):
         tiny_model.generate(np.zeros(3, np.int64), 2, temperature=1, top_k=0)
     with pytest.raises(TypeError, match="top_k: expected an integer"):
         tiny_model.generate(np.zeros(3, np.int64), 2, temperature=1, top_k=2.5)
+    for top_p in (0, 1.5, float("nan")):
+        with pytest.raises(bg.ArgumentError, match="top_p"):
+            tiny_model.generate(np.zeros(3, np.int64), 2, temperature=1, top_p=top_p)
     with pytest.raises(TypeError, match="max_new_tokens: expected an integer"):
         tiny_model.generate(np.zeros(3, np.int64), 2.5)
     with pytest.raises(bg.ArgumentError):
@@ -962,12 +994,18 @@ def test_command_line_generates_with_random_weights():
                             capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     assert "tokens/s" in result.stdout
+    if bg.default_device().info.features["int64_atomics"]:
+        nucleus = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--config", "tiny", "--random-weights",
+                                  "--tokens", "4", "--temperature", "0.8", "--top-p", "0.9", "--top-k", "40"],
+                                 capture_output=True, text=True, timeout=300, env=env)
+        assert nucleus.returncode == 0 and "tokens/s" in nucleus.stdout, nucleus.stderr
     missing = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--weights", "/nonexistent.safetensors",
                               "--config", "tiny"], capture_output=True, text=True, timeout=300, env=env)
     assert missing.returncode == 2 and "generate:" in missing.stderr and "Traceback" not in missing.stderr
     # Bad settings end with a message and status 2, as bad arguments do, not a traceback.
     for extra, message in [(["--tokens", "-1"], "max_new_tokens"), (["--temperature", "-1"], "temperature"),
-                           (["--top-k", "0"], "top_k"), (["--prompt", "1,2,99999"], "ids must lie"),
+                           (["--top-k", "0"], "top_k"), (["--top-p", "1.5"], "top_p"),
+                           (["--prompt", "1,2,99999"], "ids must lie"),
                            (["--prompt", "abc"], "comma-separated token ids")]:
         bad = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--config", "tiny",
                               "--random-weights", "--tokens", "2", *extra],

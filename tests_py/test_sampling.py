@@ -1,5 +1,5 @@
-"""bitnet_gpu.sample_logits (shaders/model/sample_rows.comp): parity with reference.sample_rows,
-the distribution it draws from, and its errors."""
+"""bitnet_gpu.sample_logits (shaders/model/sample_rows.comp, sample_nucleus.comp for top-p):
+parity with reference.sample_rows, the distribution it draws from, and its errors."""
 
 import numpy as np
 import pytest
@@ -35,6 +35,8 @@ def test_draws_over_a_large_vocabulary_and_many_rows(rng, top_k):
     wide = (rng.standard_normal((3, 128256)) * 3).astype(np.float32)
     drawn = bg.sample_logits(wide, 0.8, top_k, seed=11, step=3)
     assert check_draws(wide, drawn, 0.8, top_k, 11, 3) <= 1
+    drawn = bg.sample_logits(wide, 0.8, top_k, 0.9, seed=11, step=3)
+    assert check_draws(wide, drawn, 0.8, top_k, 11, 3, 0.9) <= 1
     many = rng.standard_normal((130, 33)).astype(np.float32)
     drawn = bg.sample_logits(many, 1.5, top_k and 5, seed=12, step=4)
     assert drawn.shape == (130,) and drawn.dtype == np.int32
@@ -110,7 +112,7 @@ def test_shapes_tensors_out_and_graphs(device, rng):
     graph = Graph(device)
     with graph:
         x_in = graph.input("x", logits.shape)
-        params = graph.input("params", (5,), np.uint32)
+        params = graph.input("params", (6,), np.uint32)
         start = graph.input("start", (1,), np.int32)
         graph.output("ids", _core.sample_rows(x_in, params, start, 2))
     for temperature, top_k, seed, step in [(1.0, 10, 1, 0), (0.5, None, 2**40 + 3, 77), (3.0, 1, 9, 5)]:
@@ -142,7 +144,123 @@ def test_errors_leave_the_device_usable(rng):
                           ({"temperature": float("inf")}, bg.ArgumentError), ({"temperature": 1e38}, bg.ArgumentError),
                           ({"temperature": "1"}, TypeError), ({"top_k": 0}, bg.ArgumentError),
                           ({"top_k": 2.5}, TypeError), ({"seed": -1}, bg.ArgumentError),
-                          ({"step": 2**32}, bg.ArgumentError), ({"step": -1}, bg.ArgumentError)]:
+                          ({"step": 2**32}, bg.ArgumentError), ({"step": -1}, bg.ArgumentError),
+                          ({"top_p": 0}, bg.ArgumentError), ({"top_p": -0.5}, bg.ArgumentError),
+                          ({"top_p": 1.5}, bg.ArgumentError), ({"top_p": float("nan")}, bg.ArgumentError),
+                          ({"top_p": "0.5"}, TypeError), ({"top_p": True}, TypeError)]:
         with pytest.raises(error):
             bg.sample_logits(good, **{"temperature": 1.0, **kwargs})
     assert check_draws(good, bg.sample_logits(good, 1.0, 5, seed=4), 1.0, 5, 4, 0) <= 1
+
+
+needs_int64_atomics = pytest.mark.skipif(not bg.default_device().info.features["int64_atomics"],
+                                         reason="top-p needs 64-bit integer atomics")
+
+
+@needs_int64_atomics
+@pytest.mark.parametrize("n", [1, 7, 33, 1000, 4097])
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.999])
+def test_top_p_draws_are_the_references(rng, n, top_p):
+    for temperature, top_k in [(0.3, None), (1.0, 50), (4.0, 3), (float(rng.uniform(0.1, 3)), None)]:
+        logits = (rng.standard_normal((5, n)) * rng.uniform(0.5, 8)).astype(np.float32)
+        seed, step = int(rng.integers(0, 2**64, dtype=np.uint64)), int(rng.integers(0, 2**32))
+        out = _poisoned((5,))
+        bg.sample_logits(bg.Tensor.from_numpy(logits), temperature, top_k, top_p, seed=seed, step=step, out=out)
+        assert check_draws(logits, out.numpy(), temperature, top_k, seed, step, top_p) <= 1
+
+
+def _nucleus_by_sorting(row, top_k, top_p, temperature):
+    """The kept mask by the definition, in float64 without fixed point: sort the top_k values from
+    the largest; keep each whose larger values (strictly larger: ties go together) hold less than
+    top_p of softmax(row / t) over them. Also how close the rule came (relative to top_p)."""
+    x = row.astype(np.float64)
+    kept = reference._top_k_kept(row, top_k)
+    weights = np.where(kept, np.exp((x - x[kept].max()) / temperature), 0.0)
+    share = np.array([weights[kept & (x > v)].sum() for v in x]) / weights.sum()
+    inside = kept & (share < top_p)
+    closeness = np.abs(share[kept] - top_p).min() / top_p
+    return inside, closeness
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_top_p_reference_keeps_the_nucleus(rng, trial):
+    """reference.sampling_kept's top-p (fixed-point weights, exact integer rule) keeps what the
+    rule written plainly in float64 keeps, away from its boundary; with repeated values, ties go
+    together."""
+    n = [5, 40, 300][trial % 3]
+    row = (rng.standard_normal(n) * rng.uniform(0.5, 5)).astype(np.float32)
+    if trial >= 3:
+        row = np.round(row)  # many ties
+    for top_p, top_k, t in [(0.3, None, 1.0), (0.8, 20, 0.5), (0.95, None, 2.0), (0.999, 7, 1.3)]:
+        want, closeness = _nucleus_by_sorting(row, top_k, top_p, t)
+        if closeness < 1e-4:
+            continue
+        got = reference.sampling_kept(row, top_k, top_p, t)
+        np.testing.assert_array_equal(got, want)
+        assert got[row.argmax()]
+        for v in row[got]:
+            assert got[row == v].all()
+
+
+@needs_int64_atomics
+def test_top_p_draws_follow_the_renormalized_softmax(rng):
+    """20000 rows of one logit vector: top-p 0.8 at t = 0.8 keeps 2.0, 1.7 and both 1.0 (the
+    share above the tied 1.0s is 0.73, above -0.5 it is 0.97), whose frequencies lie within 5.5
+    binomial standard deviations of softmax(x / t) renormalized over them; no other is drawn."""
+    x = np.array([2.0, -np.inf, -0.5, 1.0, 1.0, -3.0, -1.2, 1.7], np.float32)
+    t, top_p = 0.8, 0.8
+    kept = x >= 1.0
+    np.testing.assert_array_equal(reference.sampling_kept(x, None, top_p, t), kept)
+    p = np.where(kept, np.exp((x.astype(np.float64) - 2.0) / t), 0.0)
+    p /= p.sum()
+    draws = bg.sample_logits(np.tile(x, (20000, 1)), t, None, top_p, seed=int(rng.integers(0, 2**63)), step=1)
+    counts = np.bincount(draws, minlength=x.size)
+    assert counts[~kept].sum() == 0
+    sigma = np.sqrt(draws.size * p * (1 - p))
+    assert np.all(np.abs(counts - draws.size * p) <= 5.5 * sigma + 1e-9), (counts, draws.size * p)
+
+
+@needs_int64_atomics
+def test_top_p_edges(device, rng):
+    x = np.array([[5, 5, 1, 0],                      # the tied largest values kept together
+                  [-np.inf, 3, np.inf, np.inf],      # an infinite largest value: top-p keeps all
+                  [-np.inf, -np.inf, -np.inf, -np.inf],
+                  [-np.inf, 0, -np.inf, -0.0]], np.float32)
+    draws = np.stack([bg.sample_logits(x, 1.0, None, 1e-6, step=s) for s in range(64)])
+    assert set(draws[:, 0]) == {0, 1}
+    assert set(draws[:, 1]) == {2} and set(draws[:, 2]) == {0} and set(draws[:, 3]) == {1, 3}
+    np.testing.assert_array_equal(bg.sample_logits(x, 0.0, None, 0.5), [0, 2, 0, 1])  # argmax
+    logits = (rng.standard_normal((6, 500)) * 2).astype(np.float32)
+    # top_p 1 is no top-p; top_k 1 leaves nothing for top-p to drop; a tiny top_p keeps the largest
+    np.testing.assert_array_equal(bg.sample_logits(logits, 1.3, 9, 1.0, seed=2, step=4),
+                                  bg.sample_logits(logits, 1.3, 9, None, seed=2, step=4))
+    np.testing.assert_array_equal(bg.sample_logits(logits, 3.0, 1, 0.9, seed=2), logits.argmax(axis=1))
+    np.testing.assert_array_equal(bg.sample_logits(logits, 3.0, None, 1e-9, seed=2), logits.argmax(axis=1))
+    # large values and extreme temperatures: weights underflow to 0, never overflow
+    big = np.array([[3e38, -3e38, 1e-45, 0.0, 3e38]], np.float32)
+    assert int(bg.sample_logits(big, 1e37, None, 0.5, step=1)[0]) in (0, 4)
+    assert set(bg.sample_logits(np.tile(big, (50, 1)), 1e-30, None, 0.99)) <= {0, 4}
+    # NaN raises; the device stays usable
+    bad = logits.copy()
+    bad[2, 3] = np.nan
+    with pytest.raises(bg.ArgumentError, match="1 NaN value"):
+        bg.sample_logits(bad, 1.0, None, 0.9)
+    assert check_draws(logits, bg.sample_logits(logits, 1.0, None, 0.9, seed=3), 1.0, None, 3, 0, 0.9) <= 1
+
+
+@needs_int64_atomics
+def test_top_p_in_a_graph(device, rng):
+    """One graph recorded with the nucleus passes replays with new temperatures, top_k, top_p (0:
+    none) and steps: every replay starts from the scratch the one before reset."""
+    logits = rng.standard_normal((3, 2000)).astype(np.float32) * 3
+    graph = Graph(device)
+    with graph:
+        x_in = graph.input("x", logits.shape)
+        params = graph.input("params", (6,), np.uint32)
+        start = graph.input("start", (1,), np.int32)
+        graph.output("ids", _core.sample_rows(x_in, params, start, 1, None, True))
+    for temperature, top_k, top_p, step in [(1.0, None, 0.9, 0), (0.5, 100, 0.3, 7), (2.0, None, None, 3),
+                                            (1.0, None, 0.9, 0), (0.0, None, 0.5, 2), (4.0, 10, 0.999, 9)]:
+        got = graph.run(x=logits, params=_sampling_params(temperature, top_k, 5, 2000, top_p),
+                        start=np.array([step], np.int32), numpy=True)["ids"]
+        assert check_draws(logits, got, temperature, top_k, 5, step + 1, top_p) <= 1

@@ -256,29 +256,36 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
 
 namespace {
 
-constexpr int64_t kSampleChunk = 1024, kSampleBins = 2048;  // CHUNK and BINS in shaders/model/sample_rows.comp
+// CHUNK, BINS and TICKETS in shaders/model/sample_rows.comp and sample_nucleus.comp
+constexpr int64_t kSampleChunk = 1024, kSampleBins = 2048, kSampleTickets = 8;
 
-// A draw's scratch for up to `rows` rows of n values at once (sample_rows.comp's bindings 3 to 7):
-// the bins and tickets reset themselves, so blocks of rows, and draws one after another, reuse it.
+// A draw's scratch for up to `rows` rows of n values at once (sample_rows.comp's bindings 3 to 7
+// and 9, sample_nucleus.comp's 2 to 6): the bins, masses, tickets and the nucleus's largest key
+// reset themselves, so blocks of rows, and draws one after another, reuse it.
 struct SampleScratch {
-  Tensor bins, tickets, select, partial, nans;
+  Tensor bins, tickets, select, partial, nans, masses, nucleus;
   uint32_t chunks;
 };
 
 SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n) {
   const int64_t chunks = (n + kSampleChunk - 1) / kSampleChunk;
-  return {self_resetting_counters(device, rows * kSampleBins), self_resetting_counters(device, rows * 4),
+  return {self_resetting_counters(device, rows * kSampleBins),
+          self_resetting_counters(device, rows * kSampleTickets),
           Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::uint32),
-          Tensor::empty(device, std::vector<int64_t>{rows, chunks, 2}, DType::uint32), zeroed_counter(device),
+          Tensor::empty(device, std::vector<int64_t>{rows, chunks, 2}, DType::uint32),
+          zeroed_counter(device),
+          self_resetting_counters(device, rows * kSampleBins * 2),  // uint64 each
+          self_resetting_counters(device, rows * 8),
           static_cast<uint32_t>(chunks)};
 }
 
 // Records sample_rows.comp's phases first_phase .. last_phase (0-2: the top_k select, 3: the draw)
 // over `rows` rows of n values (logits and out bound at their first row, row0 their index in the
-// whole array).
+// whole array), with sample_nucleus.comp's four passes before the draw where nucleus (top-p).
 void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device, const SampleScratch& scratch,
                    const BufferBinding& logits, const BufferBinding& out, const Tensor& params, const Tensor& start,
-                   int64_t n, int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase, int64_t last_phase) {
+                   int64_t n, int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase, int64_t last_phase,
+                   bool nucleus = false) {
   struct {
     uint32_t n, chunks, offset, row0;
   } push{static_cast<uint32_t>(n), scratch.chunks, static_cast<uint32_t>(offset), static_cast<uint32_t>(row0)};
@@ -290,17 +297,35 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device, co
                               scratch.tickets.binding(),
                               scratch.partial.binding(),
                               scratch.nans.binding(),
-                              out};
+                              out,
+                              scratch.nucleus.binding()};
+  const uint32_t grid[] = {scratch.chunks, static_cast<uint32_t>(rows), 1};
   for (int64_t phase = first_phase; phase <= last_phase; ++phase) {
+    if (phase == 3 && nucleus) {
+      struct {
+        uint32_t n, chunks;
+      } nucleus_push{static_cast<uint32_t>(n), scratch.chunks};
+      BufferBinding nucleus_bindings[] = {logits,
+                                          params.binding(),
+                                          scratch.bins.binding(),
+                                          scratch.select.binding(),
+                                          scratch.tickets.binding(),
+                                          scratch.masses.binding(),
+                                          scratch.nucleus.binding()};
+      for (int64_t pass = 0; pass < 4; ++pass) {
+        Kernel kernel = Kernel::builtin(device, "sample_nucleus", {{0, pass}});
+        sequence.dispatch(kernel, {grid[0], grid[1], grid[2]}, nucleus_bindings, push_bytes(nucleus_push));
+      }
+    }
     Kernel kernel = Kernel::builtin(device, "sample_rows", {{0, phase}});
-    sequence.dispatch(kernel, {scratch.chunks, static_cast<uint32_t>(rows), 1}, bindings, push_bytes(push));
+    sequence.dispatch(kernel, {grid[0], grid[1], grid[2]}, bindings, push_bytes(push));
   }
 }
 
 // The checks sample_rows and screened_sample share.
 void check_sampling(const Tensor& params, const Tensor& start, int64_t offset, const Tensor& on) {
-  if (params.dtype() != DType::uint32 || params.shape() != std::vector<int64_t>{5})
-    throw DTypeError("params: expected uint32 [5], got " + std::string(dtype_name(params.dtype())) + " " +
+  if (params.dtype() != DType::uint32 || params.shape() != std::vector<int64_t>{6})
+    throw DTypeError("params: expected uint32 [6], got " + std::string(dtype_name(params.dtype())) + " " +
                      shape_text(params.shape()));
   if (start.dtype() != DType::int32 || start.size() != 1)
     throw DTypeError("start: expected one int32 value, got " + std::string(dtype_name(start.dtype())) + " " +
@@ -320,7 +345,7 @@ void raise_if_nan_logits(const Tensor& nans) {
 }  // namespace
 
 Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& start, int64_t offset,
-                   const std::optional<Tensor>& given) {
+                   const std::optional<Tensor>& given, bool top_p) {
   if (logits.dtype() != DType::float32)
     throw DTypeError("logits: expected float32, got " + std::string(dtype_name(logits.dtype())));
   if (logits.shape().size() != 2) throw ShapeError("logits: expected [M, N], got " + shape_text(logits.shape()));
@@ -330,6 +355,9 @@ Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& sta
   if (n > std::numeric_limits<int32_t>::max())
     throw ShapeError("sample_rows: rows of " + std::to_string(n) + " values are over 2^31 - 1");
   const auto& device = logits.device_ptr();
+  if (top_p && !device->feature("int64_atomics"))
+    throw UnsupportedError("top-p sampling needs 64-bit integer atomics (shaderInt64 and shaderBufferInt64Atomics), "
+                           "which device '" + device->info().name + "' lacks");
   Tensor out = output(device, given, {m}, DType::int32, "out", {&logits, &params, &start});
   if (m == 0) return out;
   constexpr uint64_t kBlockRows = 64;  // rows a block of dispatches takes
@@ -344,7 +372,7 @@ Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& sta
   OpSequence op(device);
   for (const RowRange& block : blocks)
     record_sample(op.sequence(), device, scratch, rows_of(logits, block, static_cast<uint64_t>(n) * 4),
-                  rows_of(out, block, 4), params, start, n, offset, block.first, block.count, 0, 3);
+                  rows_of(out, block, 4), params, start, n, offset, block.first, block.count, 0, 3, top_p);
   op.run([nans = scratch.nans] { raise_if_nan_logits(nans); });
   return out;
 }

@@ -21,14 +21,17 @@ Tensor argmax_rows(const Tensor& x, const std::optional<Tensor>& out = {});
 // the row's values at least its top_k-th largest (all of them where top_k is 0 or the row holds
 // fewer numbers), by the Gumbel-max trick with counter-based noise: row m's draw depends on
 // (seed, start[0] + offset, m) and that row alone (shaders/model/sample_rows.comp, whose formulas
-// reference.sample_rows repeats). params: uint32 [5], the float32 bits of the temperature t and of
-// 1 / t (used where t >= 1), top_k and the seed's low and high words, read when the op runs (a
-// graph replays with new ones); t = 0 draws the first largest kept value, +inf values the first
-// of them. start: int32 [1]. int32 [M];
+// reference.sample_rows repeats). params: uint32 [6], the float32 bits of the temperature t and of
+// 1 / t (used where t >= 1), top_k, the seed's low and high words and top-p's P = round(p 2^32)
+// (0: none), read when the op runs (a graph replays with new ones); t = 0 draws the first largest
+// kept value, +inf values the first of them. top_p: records the nucleus passes
+// (shaders/model/sample_nucleus.comp) that keep, of the top_k values, the smallest set of the
+// largest holding the share p of softmax(logits / t) (UnsupportedError on a device without 64-bit
+// integer atomics); without it P is not read. start: int32 [1]. int32 [M];
 // -1 for a row that holds a NaN, and ArgumentError after the run (or each replay of a graph)
 // naming how many NaNs the logits held.
 Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& start, int64_t offset,
-                   const std::optional<Tensor>& out = {});
+                   const std::optional<Tensor>& out = {}, bool top_p = false);
 
 // np.argmax(x @ head.T) for one row of x (float32 [1, K], K % 4 == 0) and a float head [V, K]
 // (float32 or float16), through a screening copy of the head: head_q int8 [V, Kp] (Kp = K
@@ -49,7 +52,8 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
 // the largest draw score of any low, get their logits computed exactly as linear_rows computes
 // them, every other row -inf, and sample_rows draws from those: the same index, reading the int8
 // copy and a few float rows instead of the float head. int32 [1]; NaN in x makes every row a
-// candidate (and raises as sample_rows does). exact (float32 [V], for inspection): receives the
+// candidate (and raises as sample_rows does). params as sample_rows takes them, its P not read:
+// there is no screened top-p draw. exact (float32 [V], for inspection): receives the
 // candidates' logits and -inf elsewhere.
 Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
                        const Tensor& params, const Tensor& start, int64_t offset, const std::optional<Tensor>& out = {},

@@ -99,6 +99,7 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   want12.vulkanMemoryModel = have12.vulkanMemoryModel;
   want12.vulkanMemoryModelDeviceScope = have12.vulkanMemoryModelDeviceScope;
   want12.scalarBlockLayout = have12.scalarBlockLayout;
+  want12.shaderBufferInt64Atomics = have12.shaderBufferInt64Atomics;
   want13.shaderIntegerDotProduct = have13.shaderIntegerDotProduct;
   want13.subgroupSizeControl = have13.subgroupSizeControl;
   want13.computeFullSubgroups = have13.computeFullSubgroups;

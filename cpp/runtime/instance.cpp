@@ -299,6 +299,8 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
        nv_coopmat && subgroup.subgroupSize == 32 && f12.shaderInt8 == VK_TRUE &&
            f12.vulkanMemoryModel == VK_TRUE && has_int8_cooperative_matrix(physical)},
       {"external_memory_host", external_host},
+      // 64-bit integers with atomics on storage buffers (top-p sampling's mass sums).
+      {"int64_atomics", features.features.shaderInt64 == VK_TRUE && f12.shaderBufferInt64Atomics == VK_TRUE},
       // Kernel statistics (registers, shared and spilled memory, ...) from the driver's compiler.
       {"pipeline_statistics", executables_available && executables.pipelineExecutableInfo == VK_TRUE},
       {"timestamps", timestamps},

@@ -131,8 +131,8 @@ def generate(args) -> int:
 
     try:
         model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
-                       seed=args.seed, callback=progress)
-    except bg.Error as e:  # a bad setting (tokens, temperature, top-k, prompt ids): no traceback
+                       seed=args.seed, callback=progress, top_p=args.top_p)
+    except bg.Error as e:  # a bad setting (tokens, temperature, top-k, top-p, prompt ids): no traceback
         print(f"{chr(10) if times else ''}generate: {e}", file=sys.stderr)
         return 2
     print()
@@ -175,6 +175,8 @@ def main(argv=None) -> int:
     gen.add_argument("--prompt-tokens", type=int, default=8, help="random prompt length without --prompt")
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-k", type=int, default=None)
+    gen.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep the most likely "
+                     "tokens holding this share of the probability (0 < p <= 1)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
     args = parser.parse_args(argv)

@@ -438,9 +438,10 @@ class BitNetModel:
         """Records one step of `tokens` new tokens for `batch` sequences after `start` cached ones.
         logits: 'last' (each sequence's last token, and its argmax), 'all', 'next' (the argmax
         alone: through the screened head for one sequence where screened_head, else as 'last'),
-        or 'sample' (as 'next', the ids drawn, by sample_rows or for one sequence screened_sample,
-        with input 'sampling', uint32 [5]: ops._sampling_params'; the draw of the token at position
-        p is keyed by step p).
+        'sample' (as 'next', the ids drawn, by sample_rows or for one sequence screened_sample,
+        with input 'sampling', uint32 [6]: ops._sampling_params'; the draw of the token at position
+        p is keyed by step p), or 'nucleus' (as 'sample' with top-p: by sample_rows with its
+        nucleus passes, from the float16 head's logits).
         split_keys: the keys a decode attention workgroup takes (0: its default).
         steps > 1 (decode, 'next'): that many steps in a row, step i after start_i cached tokens
         (inputs 'start', 'start1', ...), each taking the ids the step before picked as its input,
@@ -448,7 +449,7 @@ class BitNetModel:
         graph = Graph(self.device, timings=self.timings)
         with graph:
             ids = graph.input("ids", (batch * tokens,), np.int32)
-            sampling = graph.input("sampling", (5,), np.uint32) if logits == "sample" else None
+            sampling = graph.input("sampling", (6,), np.uint32) if logits in ("sample", "nucleus") else None
             for step in range(steps):
                 start = graph.input("start" if step == 0 else f"start{step}", (1,), np.int32)
                 ids = self._record_step(graph, ids, start, batch, tokens, logits, split_keys, steps == 1,
@@ -489,7 +490,7 @@ class BitNetModel:
                                              [w["gate"]._core, w["up"]._core], [None, None])
                 (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
         x = ops.rms_norm(x, self.norm, eps)
-        if logits in ("last", "next", "sample"):
+        if logits in ("last", "next", "sample", "nucleus"):
             last = Tensor.from_numpy(np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device)
             x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
         if self._screens(batch, logits):
@@ -503,8 +504,9 @@ class BitNetModel:
             graph.output("logits", out)
         if logits == "all":
             return None
-        if logits == "sample":  # the drawn token sits at position start + tokens: its step
-            return _core.sample_rows(out, sampling, start, tokens, self.device.empty((batch,), np.int32, memory="host"))
+        if logits in ("sample", "nucleus"):  # the drawn token sits at position start + tokens: its step
+            return _core.sample_rows(out, sampling, start, tokens, self.device.empty((batch,), np.int32, memory="host"),
+                                     logits == "nucleus")
         return _core.argmax_rows(out, self.device.empty((batch,), np.int32, memory="host"))
 
     # Prefill graphs hold their intermediates (hundreds of MB for long prompts): only the most
@@ -579,13 +581,17 @@ class BitNetModel:
         logits = self._step(ids, 0, "all")["logits"].numpy().reshape(ids.shape + (self.config.vocab_size,))
         return logits[0] if squeeze else logits
 
-    def stream(self, token_ids, max_new_tokens, temperature=0.0, top_k=None, seed=0, eos_token_id=None):
+    def stream(self, token_ids, max_new_tokens, temperature=0.0, top_k=None, seed=0, eos_token_id=None,
+               top_p=None):
         """Yields the next token ids (int32 [B]) one step at a time: a prefill of the prompt, then
         one graph replay per decode_chunk tokens (yielded together as the replay ends).
         temperature 0 is greedy (argmax on the GPU); otherwise each token is drawn on the GPU from
         softmax(logits / temperature) over the top_k largest logits (every one at least the
-        top_k-th largest; all if None), as bitnet_gpu.sample_logits draws with `seed` and the
-        token's position as its step: the same call draws the same tokens however it is chunked."""
+        top_k-th largest; all if None) and, with top_p in (0, 1), of those the smallest set of
+        the largest holding that share of the probability (nucleus sampling), as
+        bitnet_gpu.sample_logits draws with `seed` and the token's position as its step: the same
+        call draws the same tokens however it is chunked. Top-p reads the float16 head's logits
+        (there is no screened top-p draw)."""
         ids, _ = self._ids(token_ids)
         batch, tokens = ids.shape
         if _integer(max_new_tokens, "max_new_tokens") < 0:
@@ -594,14 +600,14 @@ class BitNetModel:
             raise _core.ShapeError(f"{tokens} prompt + {max_new_tokens} new tokens exceed max_tokens={self.max_tokens}")
         if top_k is not None and not 0 < _integer(top_k, "top_k") <= self.config.vocab_size:
             raise _core.ArgumentError(f"top_k must lie in [1, {self.config.vocab_size}], got {top_k}")
-        sampling = ops._sampling_params(temperature, top_k, seed, self.config.vocab_size)
-        mode = "next" if temperature == 0 else "sample"
+        sampling = ops._sampling_params(temperature, top_k, seed, self.config.vocab_size, top_p)
+        mode = "next" if temperature == 0 else "nucleus" if sampling[5] else "sample"
         done = np.zeros(batch, bool)
         position, current, made = 0, ids, 0
         while made < max_new_tokens:
             # Decode steps run decode_chunk at a time (_chunk); the prompt's step alone.
             steps = self._chunk(position, max_new_tokens - made) if current.shape[1] == 1 else 1
-            result = self._step(current, position, mode, steps, sampling if mode == "sample" else None)
+            result = self._step(current, position, mode, steps, None if mode == "next" else sampling)
             position += current.shape[1] + steps - 1
             for step in range(steps):
                 chosen = result["next" if step == 0 else f"next{step}"].numpy()
@@ -615,12 +621,13 @@ class BitNetModel:
             current = chosen.reshape(batch, 1)
 
     def generate(self, token_ids, max_new_tokens, temperature=0.0, top_k=None, seed=0,
-                 eos_token_id=None, callback=None) -> np.ndarray:
+                 eos_token_id=None, callback=None, top_p=None) -> np.ndarray:
         """The prompt followed by up to max_new_tokens generated ids ([T + n] or [B, T + n]).
         callback(step, ids [B]) is called as each token arrives (streaming)."""
         ids, squeeze = self._ids(token_ids)
         new = []
-        for step, chosen in enumerate(self.stream(ids, max_new_tokens, temperature, top_k, seed, eos_token_id)):
+        for step, chosen in enumerate(self.stream(ids, max_new_tokens, temperature, top_k, seed, eos_token_id,
+                                                  top_p)):
             new.append(chosen)
             if callback is not None:
                 callback(step, chosen)

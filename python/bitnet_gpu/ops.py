@@ -227,9 +227,21 @@ def div(a, b, *, out=None):
 _MOST_TEMPERATURE = 1e37
 
 
-def _sampling_params(temperature, top_k, seed, n):
-    """uint32 [5] for _core.sample_rows: the float32 bits of the temperature and of its inverse,
-    top_k (0: every value) and the seed's two words, after checking them (rows of n values)."""
+def _top_p_share(top_p):
+    """P = round(p 2^32) for top-p's p in (0, 1] (0: none, as p = 1 and None are), at least 1."""
+    if top_p is None:
+        return 0
+    if isinstance(top_p, (bool, np.bool_)) or not isinstance(top_p, (int, float, np.integer, np.floating)):
+        raise TypeError(f"top_p: expected None or a number, got {top_p!r}")
+    if not 0 < top_p <= 1:
+        raise _core.ArgumentError(f"top_p: expected None or a number in (0, 1], got {top_p}")
+    return 0 if top_p == 1 else max(1, min(int(round(float(top_p) * 2.0**32)), 2**32 - 1))
+
+
+def _sampling_params(temperature, top_k, seed, n, top_p=None):
+    """uint32 [6] for _core.sample_rows: the float32 bits of the temperature and of its inverse,
+    top_k (0: every value), the seed's two words and top-p's P = round(p 2^32) (0: none), after
+    checking them (rows of n values)."""
     if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, (int, float, np.integer, np.floating)):
         raise TypeError(f"temperature: expected a number, got {temperature!r}")
     if not (0 <= temperature <= _MOST_TEMPERATURE):
@@ -240,16 +252,20 @@ def _sampling_params(temperature, top_k, seed, n):
         if k < 1:
             raise _core.ArgumentError(f"top_k: expected None or an integer of at least 1, got {k}")
         k = 0 if k >= n else k
+    share = _top_p_share(top_p)
     seed = _seed(seed)
     t = np.float32(temperature)
     inverse = np.float32(1.0 / float(t)) if t >= 1 else np.float32(0)
-    return np.array([t.view(np.uint32), inverse.view(np.uint32), k, seed & 0xFFFFFFFF, seed >> 32], np.uint32)
+    return np.array([t.view(np.uint32), inverse.view(np.uint32), k, seed & 0xFFFFFFFF, seed >> 32, share], np.uint32)
 
 
-def sample_logits(logits, temperature=1.0, top_k=None, *, seed=0, step=0, out=None):
+def sample_logits(logits, temperature=1.0, top_k=None, top_p=None, *, seed=0, step=0, out=None):
     """One index a row of float32 logits [..., N], drawn from softmax(logits / temperature) over
     the row's top_k largest values (every value at least the top_k-th largest, so ties are kept;
-    all of them where top_k is None): int32 [...] (NumPy in, NumPy out; Tensor in, Tensor out).
+    all of them where top_k is None) and, with top_p in (0, 1), of those the smallest set of the
+    largest whose share of that softmax reaches top_p (nucleus sampling, after top_k as
+    transformers applies them; the values equal to its smallest kept too; the share is summed in
+    fixed point, docs/NUMERICS.md): int32 [...] (NumPy in, NumPy out; Tensor in, Tensor out).
 
     The Gumbel-max trick on the GPU: the index with the largest logits + temperature * g, g
     Gumbel noise from a counter-based hash of (seed, step, row, index), so a row's draw depends on
@@ -262,7 +278,7 @@ def sample_logits(logits, temperature=1.0, top_k=None, *, seed=0, step=0, out=No
     if len(shape) == 0:
         raise _core.ShapeError("logits: expected [..., N], got a scalar")
     n = shape[-1]
-    params = _sampling_params(temperature, top_k, seed, n)
+    params = _sampling_params(temperature, top_k, seed, n, top_p)
     step = _integer(step, "step")
     if not 0 <= step < 2**32:
         raise _core.ArgumentError(f"step: expected an integer in [0, 2**32), got {step}")
@@ -274,5 +290,6 @@ def sample_logits(logits, temperature=1.0, top_k=None, *, seed=0, step=0, out=No
     flat_target = None if target is None else target.reshape(rows)
     device = t.device
     drawn = _core.sample_rows(t.reshape(rows, n), Tensor.from_numpy(params, device),
-                              Tensor.from_numpy(np.zeros(1, np.int32), device), step, flat_target)
+                              Tensor.from_numpy(np.zeros(1, np.int32), device), step, flat_target,
+                              bool(params[5]))
     return outputs.results([target if target is not None else drawn.reshape(*shape[:-1])], as_tensor)[0]

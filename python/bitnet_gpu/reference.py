@@ -172,17 +172,72 @@ def sampling_scores(logits_row, temperature, seed, step, row):
         return x.astype(np.float64) + float(t) * g
 
 
-def sampling_kept(logits_row, top_k):
-    """bool [N]: the values a draw takes from, those at least the row's top_k-th largest (every
-    one where top_k is None or at least the row's count of numbers); NaN never."""
-    x = np.asarray(logits_row, np.float32)
+def top_p_share(top_p):
+    """top-p's P = round(p 2^32) (0: none, for None and 1), as bitnet_gpu.sample_logits passes it."""
+    if top_p is None or top_p == 1:
+        return 0
+    return max(1, min(int(round(float(top_p) * 2.0**32)), 2**32 - 1))
+
+
+def _top_k_kept(x, top_k):
     numbers = ~np.isnan(x)
     if top_k is None or top_k >= numbers.sum():
         return numbers
     return numbers & (x >= np.partition(x[numbers], -top_k)[-top_k])
 
 
-def sample_rows(logits, temperature, top_k=None, seed=0, step=0):
+def nucleus_weights(values, largest, temperature):
+    """int64: shaders/model/sample_nucleus.comp's weights W = roundEven(exp(d) 2^31), d = (x - m)
+    (1 / t) for t >= 1, (x - m) / t below (x - m, 1 / t and the product in float32), of float32
+    values against the largest kept value m; the exponential in float64 (the GPU's is float32)."""
+    t = np.float32(temperature)
+    d = (np.asarray(values, np.float32) - np.float32(largest)).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = (d * np.float32(1.0 / float(t))).astype(np.float32) if t >= 1 else (d / t).astype(np.float32)
+        return np.rint(np.exp(e.astype(np.float64)) * 2.0**31).astype(np.int64)
+
+
+def nucleus_threshold(logits_row, top_k, top_p, temperature):
+    """(tau, margin): the smallest value top-p keeps among the top_k values of a float32 row
+    (None where top-p keeps every one of them: no top_p, temperature 0, or an infinite largest
+    value) and how close the rule came to keeping one value more or one fewer, relative to P Z
+    (inf where nothing lies on the other side). A value v is kept where A(v) 2^32 < P Z, A(v) the
+    weights (nucleus_weights) of the kept values above v and Z all of them; exact integers."""
+    share = top_p_share(top_p)
+    x = np.asarray(logits_row, np.float32)
+    kept = _top_k_kept(x, top_k)
+    if share == 0 or np.float32(temperature) == 0 or not kept.any():
+        return None, np.inf
+    values = x[kept]
+    largest = values.max()
+    if not np.isfinite(largest):
+        return None, np.inf
+    distinct, inverse = np.unique(values, return_inverse=True)  # ascending; -0 and +0 one value
+    distinct, mass = distinct[::-1], np.bincount(inverse, nucleus_weights(values, largest, temperature),
+                                                 distinct.size)[::-1].astype(np.int64)
+    above = np.concatenate([[0], np.cumsum(mass)[:-1]])  # A(v) for each distinct value, descending
+    total = int(mass.sum())
+    bound = -(-(share * total) // 2**32)  # A 2^32 < P Z  <=>  A < ceil(P Z / 2^32)
+    inside = above < bound
+    last = int(np.flatnonzero(inside)[-1])
+    pz = float(share) * float(total)
+    margin = (pz - float(above[last]) * 2.0**32) / pz
+    if last + 1 < distinct.size:
+        margin = min(margin, (float(above[last + 1]) * 2.0**32 - pz) / pz)
+    return distinct[last], margin
+
+
+def sampling_kept(logits_row, top_k, top_p=None, temperature=1.0):
+    """bool [N]: the values a draw takes from, those at least the row's top_k-th largest (every
+    one where top_k is None or at least the row's count of numbers) and, with top_p, at least its
+    nucleus_threshold; NaN never."""
+    x = np.asarray(logits_row, np.float32)
+    kept = _top_k_kept(x, top_k)
+    tau, _ = nucleus_threshold(x, top_k, top_p, temperature)
+    return kept if tau is None else kept & (x >= tau)
+
+
+def sample_rows(logits, temperature, top_k=None, seed=0, step=0, top_p=None):
     """int32 [...]: bitnet_gpu.sample_logits's draw from each row of logits [..., N]: the first
     kept index with the largest sampling_scores; -1 for a row holding a NaN."""
     x = np.asarray(logits, np.float32)
@@ -192,28 +247,53 @@ def sample_rows(logits, temperature, top_k=None, seed=0, step=0):
         if np.isnan(row).any():
             out[m] = -1
             continue
-        kept = np.flatnonzero(sampling_kept(row, top_k))
+        kept = np.flatnonzero(sampling_kept(row, top_k, top_p, temperature))
         out[m] = kept[np.argmax(sampling_scores(row, temperature, seed, step, m)[kept])]
     return out.reshape(x.shape[:-1])
 
 
-def sampling_differences(logits, drawn, temperature, top_k=None, seed=0, step=0):
+# How close (relative to P Z) top-p's rule may come to a value before a device, whose weights
+# differ from nucleus_weights' by its float32 exponential, may keep or drop that value.
+NUCLEUS_MARGIN = 1e-5
+
+
+def sampling_differences(logits, drawn, temperature, top_k=None, seed=0, step=0, top_p=None):
     """The rows where `drawn` (indices [...] a device drew from logits [..., N] with these
     arguments) is not sample_rows's index: (row, drawn index, the reference's index, whether the
     drawn index is a kept one, the reference's best score, how far below it the drawn index's score
-    lies; float64, inf where the drawn index is out of range). Docs/NUMERICS.md says which of those
-    a device may show: near ties, within float32 rounding."""
+    lies; float64, inf where the drawn index is out of range). Where top-p's rule lies within
+    NUCLEUS_MARGIN of keeping one value more or one fewer, the kept set closest to the drawn index
+    of those is the reference's. Docs/NUMERICS.md says which of those a device may show: near
+    ties, within float32 rounding."""
     rows = np.asarray(logits, np.float32).reshape(-1, np.shape(logits)[-1])
     drawn = np.asarray(drawn).reshape(-1)
-    expected = sample_rows(rows, temperature, top_k, seed, step)
+    expected = sample_rows(rows, temperature, top_k, seed, step, top_p)
     differences = []
     for m in np.flatnonzero(drawn != expected):
-        got, want = int(drawn[m]), int(expected[m])
+        got = int(drawn[m])
         scores = sampling_scores(rows[m], temperature, seed, step, m)
         inside = 0 <= got < rows.shape[1]
-        kept = inside and bool(sampling_kept(rows[m], top_k)[got])
-        gap = float(scores[want] - scores[got]) if inside else np.inf
-        differences.append((int(m), got, want, kept, float(scores[want]), gap))
+        kept_sets = [sampling_kept(rows[m], top_k, top_p, temperature)]
+        tau, margin = nucleus_threshold(rows[m], top_k, top_p, temperature)
+        if tau is not None and margin < NUCLEUS_MARGIN:
+            top = _top_k_kept(rows[m], top_k)
+            below = rows[m][top & (rows[m] < tau)]
+            kept_sets.append(top & (rows[m] > tau))  # one value fewer (tau's ties)
+            if below.size:
+                kept_sets.append(top & (rows[m] >= below.max()))  # one more
+        options = []
+        for kept_mask in kept_sets:
+            if not kept_mask.any():
+                continue
+            kept = np.flatnonzero(kept_mask)
+            want = int(kept[np.argmax(scores[kept])])
+            is_kept = inside and bool(kept_mask[got])
+            gap = float(scores[want] - scores[got]) if inside else np.inf
+            options.append((not is_kept, gap, want, is_kept))
+        _, gap, want, is_kept = min(options)
+        if got == want:
+            continue
+        differences.append((int(m), got, want, is_kept, float(scores[want]), gap))
     return differences
 
 
@@ -479,7 +559,7 @@ def bitnet_forward(params: dict, config, token_ids: np.ndarray, return_ties=Fals
 
 
 def bitnet_generate(params: dict, config, token_ids: np.ndarray, max_new_tokens: int, temperature=0.0,
-                    top_k=None, seed=0) -> np.ndarray:
+                    top_k=None, seed=0, top_p=None) -> np.ndarray:
     """Generation with bitnet_forward over the whole sequence at every step: greedy, or at
     temperature > 0 sample_rows' draw with the drawn token's position as its step."""
     ids = np.asarray(token_ids)
@@ -488,7 +568,7 @@ def bitnet_generate(params: dict, config, token_ids: np.ndarray, max_new_tokens:
     for _ in range(max_new_tokens):
         logits = bitnet_forward(params, config, ids)[:, -1, :]
         nxt = (logits.argmax(axis=-1) if temperature == 0
-               else sample_rows(logits, temperature, top_k, seed, ids.shape[1]))
+               else sample_rows(logits, temperature, top_k, seed, ids.shape[1], top_p))
         ids = np.concatenate([ids, nxt[:, None].astype(ids.dtype)], axis=1)
     return ids[0] if squeeze else ids
 

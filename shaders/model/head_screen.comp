@@ -38,7 +38,7 @@ layout(std430, binding = 4) writeonly buffer Lows { float lows[]; };  // [workgr
 shared float s_low[256];
 #ifdef SAMPLE
 layout(std430, binding = 5) writeonly buffer Low { float low_out[]; };  // [V]
-layout(std430, binding = 6) readonly buffer Params { uint params[5]; };  // as sample_rows.comp's
+layout(std430, binding = 6) readonly buffer Params { uint params[6]; };  // as sample_rows.comp's
 layout(std430, binding = 7) readonly buffer Start { int start; };
 layout(push_constant) uniform Push { uint v; uint k; uint vectors; uint offset; } p;  // vectors: Kp / 16
 #else

@@ -32,7 +32,7 @@ layout(std430, binding = 2) readonly buffer High { float high[]; };  // [V]
 layout(std430, binding = 3) readonly buffer Lows { float lows[]; };  // [screening workgroups]
 #ifdef SAMPLE
 layout(std430, binding = 4) readonly buffer Select { uvec4 select_state; };  // prefix, wanted, all
-layout(std430, binding = 5) readonly buffer Params { uint params[5]; };      // as sample_rows.comp's
+layout(std430, binding = 5) readonly buffer Params { uint params[6]; };      // as sample_rows.comp's
 layout(std430, binding = 6) readonly buffer Start { int start; };
 layout(std430, binding = 7) writeonly buffer Exact { float exact[]; };       // [V]
 layout(push_constant) uniform Push { uint v; uint k; uint lows; uint offset; } p;

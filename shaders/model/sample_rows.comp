@@ -1,7 +1,7 @@
 #version 450
 // Draws one index a row of float32 logits x [M, N] (Gumbel-max): the kept values are those at
 // least the row's k-th largest (every one where k is 0, or where the row holds fewer than k
-// numbers), and the draw is the kept index j with the largest
+// numbers) and, with top-p, at least its nucleus threshold (sample_nucleus.comp), and the draw is the kept index j with the largest
 //     s_j = x_j + T g_j (T < 1), or x_j (1 / T) + g_j (T >= 1: no overflow either way),
 //     g_j = -log(-log(1 - u_j)),   u_j = (h_j + 0.5) / 2^32,
 // with 1 / T rounded to float32 by the host, the first of equal ones (the first NaN where the row
@@ -17,7 +17,9 @@
 //     next digit, into the row's bins; the last workgroup to finish (an atomic ticket, which it
 //     resets) finds the digit where the count from the top reaches the k still wanted, and
 //     resets the bins. k = 0 skips them.
-//   PHASE 3: each workgroup's best kept (s_j, j), then the last one's pick of the chunks' best.
+//   (sample_nucleus.comp's four passes come between, for top-p.)
+//   PHASE 3: each workgroup's best kept (s_j, j), then the last one's pick of the chunks' best;
+//     the last one also resets the nucleus's maximum for the next run.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -30,35 +32,25 @@ layout(constant_id = 0) const uint PHASE = 0;
 // The op binds blocks of rows: x and index_out start at the block's first row, p.row0 in the whole
 // array (which keys the noise); the scratch, reused by every block, is indexed by the row within it.
 layout(std430, binding = 0) readonly buffer X { float x[]; };
-// T and 1 / T (float32 bits), k, seed_lo, seed_hi
-layout(std430, binding = 1) readonly buffer Params { uint params[5]; };
+// T and 1 / T (float32 bits), k, seed_lo, seed_hi, top-p as p 2^32 (0: none)
+layout(std430, binding = 1) readonly buffer Params { uint params[6]; };
 layout(std430, binding = 2) readonly buffer Start { int start; };
 layout(std430, binding = 3) coherent buffer Bins { uint bins[]; };          // [M, BINS], zero between phases
 layout(std430, binding = 4) coherent buffer Select { uvec4 select_state[]; };  // [M]: prefix, wanted, all
-layout(std430, binding = 5) coherent buffer Tickets { uint tickets[]; };    // [M, 4], zero between runs
+layout(std430, binding = 5) coherent buffer Tickets { uint tickets[]; };    // [M, TICKETS], zero between runs
 layout(std430, binding = 6) coherent buffer Partial { uvec2 partial[]; };   // [M, chunks]: (s bits, index)
 layout(std430, binding = 7) buffer NaNs { uint nan_count; };
 layout(std430, binding = 8) writeonly buffer Out { int index_out[]; };
+// [M, 8] (sample_nucleus.comp's Nucleus): the largest kept key (0 between runs), the threshold's key
+layout(std430, binding = 9) coherent buffer Nucleus { uint nucleus[]; };
 layout(push_constant) uniform Push { uint n; uint chunks; uint offset; uint row0; } p;
 
-const uint CHUNK = 1024, BINS = 2048, PER_INVOCATION = CHUNK / 256;
+const uint CHUNK = 1024, BINS = 2048, PER_INVOCATION = CHUNK / 256, TICKETS = 8;
 shared uint s_bins[BINS];
 shared uint s_subgroup_sums[64];
 shared bool s_last;
 
-// Which ticket-counted last workgroup of (phase, row) this is (called by every invocation).
-bool last_workgroup(uint row) {
-  memoryBarrierBuffer();
-  barrier();
-  if (gl_LocalInvocationID.x == 0) {
-    const uint slot = row * 4 + PHASE;
-    s_last = atomicAdd(tickets[slot], 1u) == gl_NumWorkGroups.x - 1;
-    if (s_last) tickets[slot] = 0u;  // every workgroup has counted: ready for the next run
-  }
-  barrier();
-  if (s_last) memoryBarrierBuffer();
-  return s_last;
-}
+#include "last_workgroup.glsl"
 
 void select_digit(uint row, uint k) {
   const uint id = gl_LocalInvocationID.x;
@@ -85,7 +77,7 @@ void select_digit(uint row, uint k) {
     const uint count = s_bins[id + 256 * i];
     if (count != 0u) atomicAdd(bins[row * BINS + id + 256 * i], count);
   }
-  if (!last_workgroup(row)) return;
+  if (!last_workgroup(row * TICKETS + PHASE)) return;
   // Invocation i takes digits BINS - 1 - 8 i down to BINS - 8 - 8 i, read and reset.
   uint counts[BINS / 256];
   uint sum = 0u;
@@ -123,8 +115,10 @@ void select_digit(uint row, uint k) {
 void draw(uint row, uint k) {
   const uint id = gl_LocalInvocationID.x;
   const uvec4 state = k == 0u ? uvec4(0u, 0u, 1u, 0u) : select_state[row];
-  const uint threshold = state.z != 0u ? 0u : state.x;  // every number's key is above 0
+  uint threshold = state.z != 0u ? 0u : state.x;  // every number's key is above 0
   const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
+  const bool nucleus_ran = params[5] != 0u && temperature != 0.0;
+  if (nucleus_ran && nucleus_applies(nucleus[row * 8])) threshold = max(threshold, nucleus[row * 8 + 1]);
   const uint step = uint(start) + p.offset;
   const uint row_key = draw_key(p.row0 + row, step, params[3], params[4]);
   const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.n);
@@ -150,7 +144,8 @@ void draw(uint row, uint k) {
   if (subgroupElect() && nans != 0u) atomicAdd(nan_count, nans);
   workgroup_best(best, best_index);
   if (id == 0) partial[row * p.chunks + gl_WorkGroupID.x] = uvec2(floatBitsToUint(s_value[0]), s_index[0]);
-  if (!last_workgroup(row)) return;
+  if (!last_workgroup(row * TICKETS + PHASE)) return;
+  if (nucleus_ran && id == 0) nucleus[row * 8] = 0u;  // every workgroup has read it
   best = -1.0 / 0.0;
   best_index = 0xFFFFFFFFu;
   for (uint c = id; c < p.chunks; c += 256) {

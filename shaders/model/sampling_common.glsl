@@ -9,6 +9,14 @@ uint key(float v) {
   return (bits & 0x80000000u) != 0u ? ~bits : bits | 0x80000000u;
 }
 
+// The float32 number of an order key (key's inverse).
+float unkey(uint k) { return uintBitsToFloat((k & 0x80000000u) != 0u ? k & 0x7FFFFFFFu : ~k); }
+
+// Whether top-p selects from a row whose largest kept value has order key max_key: a finite value
+// (0: the row held no kept number; an infinite largest value makes every weight 0 or NaN, and the
+// draw then takes from every kept value, as without top-p).
+bool nucleus_applies(uint max_key) { return max_key != 0u && !isinf(unkey(max_key)); }
+
 // -log(1 - w), w = (h + 0.5) / 2^32: an exponential variate, its relative precision kept where
 // it is small (the large Gumbel values, which decide the draws).
 float exponential(uint h) {
