@@ -307,7 +307,7 @@ def main():
               f"{chunk} steps a replay, {rates[1]:.0f} with one ({rates[chunk] / rates[1]:.3f}x); sampled "
               f"({SAMPLING}, drawn on the GPU): {sampled[chunk]:.0f} tokens/s with {chunk} steps a replay, "
               f"{sampled[1]:.0f} with one"
-              + (f"; with top-p {NUCLEUS['top_p']} (the float16 head): {nucleus[chunk]:.0f} / {nucleus[1]:.0f}"
+              + (f"; with top-p {NUCLEUS['top_p']} too: {nucleus[chunk]:.0f} / {nucleus[1]:.0f}"
                  if nucleus else ""))
         # Batches of sequences (the float16 head: screening is for one sequence), greedy and
         # sampled, tokens/s over all sequences.

@@ -17,9 +17,11 @@ t and torch.multinomial (what transformers' TopKLogitsWarper, TopPLogitsWarper a
 all on the GPU.
 
 The head: a float16 head of N(0, 1) values of (vocab, hidden) and hidden states as bench_head.py
-draws them; linear_rows + sample_rows against screened_sample (the int8 screening copy, the
-candidates' rows exactly, the draw over them), whose ids must be equal; the candidates counted
-from screened_sample's exact output.
+draws them (logits of about 50 standard deviations' spread), and one scaled to logits of 3 (as
+a trained model's are, where many rows lie within reach of the largest); linear_rows +
+sample_rows against screened_sample (the int8 screening copy, the candidates' rows exactly, the
+draw over them), whose ids must be equal, with top_k None and 50, top_p None and 0.9; the
+candidates counted from screened_sample's exact output.
 """
 
 from __future__ import annotations
@@ -56,29 +58,34 @@ def head_rows(args, device, torch, rng):
     head, head_q, head_meta = (bg.Tensor.from_numpy(a, device) for a in (head_np, q_np, meta_np))
     start = bg.Tensor.from_numpy(np.array([17], np.int32), device)
     rows = []
-    for state in range(2):
+    nucleus = device.info.features["int64_atomics"]
+    for state, spread in enumerate([1.0, 1.0, 3.0 / np.sqrt(k)]):
         h_np = (rng.standard_normal((1, k), np.float32) * (1 + 0.1 * rng.standard_normal(k, np.float32))).astype(np.float32)
-        h = bg.Tensor.from_numpy(h_np, device)
-        for top_k in (None, 50):
-            params = bg.Tensor.from_numpy(_sampling_params(TEMPERATURE, top_k, 5 + state, v), device)
+        h = bg.Tensor.from_numpy(h_np * np.float32(spread), device)
+        for top_k, top_p in [(None, None), (50, None)] + ([(None, 0.9), (50, 0.9)] if nucleus else []):
+            params = bg.Tensor.from_numpy(_sampling_params(TEMPERATURE, top_k, 5 + state, v, top_p), device)
+            by_p = top_p is not None
 
             def float_head():
-                return _core.sample_rows(_core.linear_rows(h, head), params, start, 0)
+                return _core.sample_rows(_core.linear_rows(h, head), params, start, 0, None, by_p)
 
             def screened():
-                return _core.screened_sample(h, head, head_q, head_meta, params, start, 0)
+                return _core.screened_sample(h, head, head_q, head_meta, params, start, 0, None, None, by_p)
 
             exact = bg.Tensor.from_numpy(np.zeros(v, np.float32), device)
-            screened_id = int(_core.screened_sample(h, head, head_q, head_meta, params, start, 0, None, exact).numpy()[0])
+            screened_id = int(_core.screened_sample(h, head, head_q, head_meta, params, start, 0, None, exact,
+                                                    by_p).numpy()[0])
             float_id = int(float_head().numpy()[0])
-            row = {"state": state, "top_k": top_k, "screened_id": screened_id, "float_head_id": float_id,
+            row = {"state": state, "logit_spread": "random" if spread == 1.0 else "3", "top_k": top_k,
+                   "top_p": top_p, "screened_id": screened_id, "float_head_id": float_id,
                    "candidates": int(np.isfinite(exact.numpy()).sum())}
             for name, fn in (("float_head", float_head), ("screened", screened)):
                 row[name + "_gpu_s"] = timed_graph(bg, device, fn, args.repeats)[0]
                 row[name + "_kernels_s"] = by_kernel(profiled(bg, device, fn, 3)[1])
             row["speedup"] = row["float_head_gpu_s"] / row["screened_gpu_s"]
             rows.append(row)
-            print(f"head {v} x {k}, state {state}, top_k {top_k}: screened draw {row['screened_gpu_s'] * 1e6:.1f} us "
+            print(f"head {v} x {k}, state {state} ({row['logit_spread']}), top_k {top_k}, top_p {top_p}: "
+                  f"screened draw {row['screened_gpu_s'] * 1e6:.1f} us "
                   f"({row['candidates']} candidates) against the float16 head and the draw "
                   f"{row['float_head_gpu_s'] * 1e6:.1f} us: {row['speedup']:.2f}x; ids {screened_id} / {float_id}"
                   + ("" if screened_id == float_id else "  MISMATCH"))

@@ -191,17 +191,21 @@ def test_screened_argmax_special_values(case):
 SAMPLINGS = [(0.0, None), (0.3, 1), (0.8, None), (0.8, 5), (1.0, 50), (3.0, None), (6.0, 40)]
 
 
-def _screened_draw(h, head, temperature, top_k, seed, step, exact=None):
+# With top-p: (temperature, top_k, top_p)
+NUCLEUS_SAMPLINGS = [(0.8, None, 0.9), (0.3, None, 0.5), (1.0, 50, 0.95), (3.0, None, 0.99), (0.8, None, 1e-6)]
+
+
+def _screened_draw(h, head, temperature, top_k, seed, step, exact=None, top_p=None):
     q, meta = screening_tables(head)
-    params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0]))
+    params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0], top_p))
     return _core.screened_sample(_tensor(h), _tensor(head), _tensor(q), _tensor(meta), params,
-                                 _tensor(np.array([step], np.int32)), 1, None, exact).numpy()[0]
+                                 _tensor(np.array([step], np.int32)), 1, None, exact, top_p is not None).numpy()[0]
 
 
-def _float_head_draw(h, head, temperature, top_k, seed, step):
-    params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0]))
+def _float_head_draw(h, head, temperature, top_k, seed, step, top_p=None):
+    params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0], top_p))
     return _core.sample_rows(_core.linear_rows(_tensor(h), _tensor(head)), params,
-                             _tensor(np.array([step], np.int32)), 1).numpy()[0]
+                             _tensor(np.array([step], np.int32)), 1, None, top_p is not None).numpy()[0]
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -225,6 +229,36 @@ def test_screened_sample_is_the_float_heads_draw(dtype, v, k):
         if top_k is not None and top_k < v:  # every kept logit is a candidate
             assert candidates[reference.sampling_kept(logits, top_k)].all()
         if v >= 1000:
+            assert candidates.sum() <= v // 4, candidates.sum()
+
+
+needs_int64_atomics = pytest.mark.skipif(not bg.default_device().info.features["int64_atomics"],
+                                         reason="top-p needs 64-bit integer atomics")
+
+
+@needs_int64_atomics
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("v,k,scale", [(1, 4, 1.0), (7, 60, 1.0), (1000, 16, 1.0), (4097, 2560, 1.0),
+                                       (4097, 2560, 0.02), (2100, 1028, 0.05)])
+def test_screened_top_p_is_the_float_heads_draw(dtype, v, k, scale):
+    """With top-p the screened draw gives the float head's draw bit for bit: without top_k its
+    candidates are the rows within 22.5 t of the largest lower end (the others' weights are 0),
+    and every row the nucleus keeps is one. scale shrinks the logits (to about 1 standard
+    deviation at 0.02 for K = 2560, as a trained model's are), so that many rows lie within reach
+    of the largest."""
+    head = (rng.standard_normal((v, k)) * scale).astype(dtype)
+    for temperature, top_k, top_p in NUCLEUS_SAMPLINGS:
+        h = rng.standard_normal((1, k)).astype(np.float32)
+        seed, step = int(rng.integers(0, 2**63)), int(rng.integers(0, 2**31))
+        exact = _poisoned((v,), np.float32)
+        drawn = _screened_draw(h, head, temperature, top_k, seed, step, exact, top_p)
+        assert drawn == _float_head_draw(h, head, temperature, top_k, seed, step, top_p)
+        logits = _core.linear_rows(_tensor(h), _tensor(head)).numpy()[0]
+        got = exact.numpy()
+        candidates = got != -np.inf
+        np.testing.assert_array_equal(got[candidates], logits[candidates])
+        assert candidates[reference.sampling_kept(logits, top_k, top_p, temperature)].all()
+        if k >= 1000 and scale == 1.0:
             assert candidates.sum() <= v // 4, candidates.sum()
 
 
@@ -722,7 +756,7 @@ def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k, top
     config = tiny_model.config
     prompt = np.random.default_rng(seed).integers(0, config.vocab_size, (2, 5))
     out = tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed, top_p=top_p)
-    mode = "sample" if top_p is None else "nucleus"
+    mode = "sample" if top_p is None else "nucleus" if top_k is None else "nucleus_top_k"
     assert any(key[2] == mode and key[5] == tiny_model.decode_chunk for key in tiny_model._graphs)
     tiny_model.decode_chunk = 1
     try:
@@ -750,46 +784,37 @@ def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k, top
     assert len(np.unique(out[:, 5:])) > 8
 
 
-def test_top_p_generation_of_one_sequence(tiny_model):
-    """One sequence with top_p reads the float16 head (no screened top-p draw): a 'nucleus' graph,
-    not screened; the same ids in chunks as one step a replay; top_p 1 is the draw without it;
-    a tiny top_p keeps the largest logit alone, so it is greedy."""
+@pytest.mark.parametrize("top_k", [None, 40])
+def test_top_p_generation_of_one_sequence(tiny_model, top_k):
+    """One sequence with top_p: with top_k through the screened head ('nucleus_top_k' graphs,
+    screened), without it through the float16 head ('nucleus'); in chunks, and the float head's
+    ids one step a replay bit for bit; top_p 1 is the draw without it; a tiny top_p keeps the
+    largest logit alone, so it is greedy."""
     if not tiny_model.device.info.features["int64_atomics"]:
         pytest.skip("top-p needs 64-bit integer atomics")
     prompt = np.random.default_rng(20).integers(0, tiny_model.config.vocab_size, 5)
     tiny_model.reset_graphs()
-    out = tiny_model.generate(prompt, 12, temperature=1.1, seed=3, top_p=0.9)
-    assert any(key[2] == "nucleus" and not key[4] for key in tiny_model._graphs)
-    assert not any(key[2] == "nucleus" and key[4] for key in tiny_model._graphs)
-    tiny_model.decode_chunk = 1
-    try:
-        np.testing.assert_array_equal(tiny_model.generate(prompt, 12, temperature=1.1, seed=3, top_p=0.9), out)
-    finally:
-        tiny_model.decode_chunk = 8
-    np.testing.assert_array_equal(tiny_model.generate(prompt, 12, temperature=1.1, seed=3, top_p=1.0),
-                                  tiny_model.generate(prompt, 12, temperature=1.1, seed=3))
-    np.testing.assert_array_equal(tiny_model.generate(prompt, 12, temperature=1.1, seed=3, top_p=1e-9),
-                                  tiny_model.generate(prompt, 12))
-
-
-@pytest.mark.parametrize("seed,top_k", [(16, 30), (17, None)])
-def test_screened_sampled_generation_is_the_float_heads(tiny_model, seed, top_k):
-    """One sequence, temperature 0.9: the decode graphs draw through the screened head
-    (screened_sample), in chunks and one step a replay, and give the float head's draws bit for bit."""
-    prompt = np.random.default_rng(seed).integers(0, tiny_model.config.vocab_size, 5)
-    tiny_model.reset_graphs()
-    out = tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed)
-    assert any(key[2] == "sample" and key[4] for key in tiny_model._graphs)  # screened
+    out = tiny_model.generate(prompt, 24, temperature=1.1, top_k=top_k, seed=3, top_p=0.9)
+    if top_k is None:
+        assert any(key[2] == "nucleus" and not key[4] for key in tiny_model._graphs)
+    else:
+        assert any(key[2] == "nucleus_top_k" and key[4] for key in tiny_model._graphs)  # screened
     tiny_model.decode_chunk = 1
     tiny_model.screened_head = False
     try:
         tiny_model.reset_graphs()
-        np.testing.assert_array_equal(tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed), out)
+        np.testing.assert_array_equal(tiny_model.generate(prompt, 24, temperature=1.1, top_k=top_k, seed=3, top_p=0.9),
+                                      out)
+        assert not any(key[4] for key in tiny_model._graphs)
     finally:
         tiny_model.decode_chunk = 8
         tiny_model.screened_head = True
         tiny_model.reset_graphs()
     assert len(np.unique(out[5:])) > 6
+    np.testing.assert_array_equal(tiny_model.generate(prompt, 12, temperature=1.1, top_k=top_k, seed=3, top_p=1.0),
+                                  tiny_model.generate(prompt, 12, temperature=1.1, top_k=top_k, seed=3))
+    np.testing.assert_array_equal(tiny_model.generate(prompt, 12, temperature=1.1, top_k=top_k, seed=3, top_p=1e-9),
+                                  tiny_model.generate(prompt, 12))
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny_model):

@@ -123,7 +123,6 @@ namespace {
 
 // 16-value vectors of a row a head_screen lane holds in registers (J): at most this many.
 constexpr int64_t kScreenMaxVectors = 32;
-constexpr int64_t kScreenChunk = 1024;  // CHUNK in shaders/model/head_verify.comp
 
 // Rows a head_screen subgroup requests at once, or BITNET_GPU_SCREEN_ROWS (1 to 4), and its
 // workgroups a multiprocessor, or BITNET_GPU_SCREEN_GROUPS (1 to 16). Measured on the H100, the
@@ -133,6 +132,11 @@ constexpr int64_t kScreenChunk = 1024;  // CHUNK in shaders/model/head_verify.co
 // first before h is read) gave 124.0-125.0 us with 1 row and 2 workgroups, 131.8-139.4 with 2.
 uint32_t screen_rows() { return tuning_value("BITNET_GPU_SCREEN_ROWS", 2, 4); }
 uint32_t screen_groups() { return tuning_value("BITNET_GPU_SCREEN_GROUPS", 2, 16); }
+
+// Rows a head_verify workgroup takes (its CHUNK), or BITNET_GPU_VERIFY_CHUNK (1 to 1024): its
+// candidates go 8 at a time, one a team of 32 invocations, so where most rows are candidates (top-p
+// over logits of a small spread, a trained model's) many workgroups must share them.
+int64_t verify_chunk() { return tuning_value("BITNET_GPU_VERIFY_CHUNK", 128, 1024); }
 
 // uint32 counters in device memory for kernels whose last workgroup resets its counter for the
 // next run (or graph replay): zeroed once, here, through the mapping where the memory is mapped
@@ -214,7 +218,8 @@ Kernel screen_kernel(const std::shared_ptr<Device>& device, int64_t k, bool samp
 // candidate row's vectors a lane requests at once: all of them, up to 8 (the sums' order does not
 // depend on it).
 Kernel verify_kernel(const std::shared_ptr<Device>& device, const char* base, DType dtype, int64_t k) {
-  return Kernel::builtin(device, float_variant(base, dtype), {{0, std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8)}});
+  return Kernel::builtin(device, float_variant(base, dtype),
+                         {{0, std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8)}, {1, verify_chunk()}});
 }
 
 }  // namespace
@@ -225,7 +230,7 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
   const auto& device = x.device_ptr();
   Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
   const uint64_t groups = screen_workgroups(*device, v);
-  const int64_t chunks = (v + kScreenChunk - 1) / kScreenChunk;
+  const int64_t chunks = (v + verify_chunk() - 1) / verify_chunk();
   Tensor high = output(device, given_high, {v}, DType::float32, "high", {&x, &head, &head_q, &head_meta, &out});
   Tensor lows = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(groups)}, DType::float32);
   Tensor partial = Tensor::empty(device, std::vector<int64_t>{chunks, 2}, DType::uint32);
@@ -336,6 +341,12 @@ void check_sampling(const Tensor& params, const Tensor& start, int64_t offset, c
     throw ArgumentError("offset: expected an integer in [0, 2^32), got " + std::to_string(offset));
 }
 
+void check_top_p(const Device& device, bool top_p) {
+  if (top_p && !device.feature("int64_atomics"))
+    throw UnsupportedError("top-p sampling needs 64-bit integer atomics (shaderInt64 and shaderBufferInt64Atomics), "
+                           "which device '" + device.info().name + "' lacks");
+}
+
 void raise_if_nan_logits(const Tensor& nans) {
   if (uint32_t found = read_counter(nans))
     throw ArgumentError("logits contain " + std::to_string(found) + " NaN value" + (found == 1 ? "" : "s") +
@@ -355,9 +366,7 @@ Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& sta
   if (n > std::numeric_limits<int32_t>::max())
     throw ShapeError("sample_rows: rows of " + std::to_string(n) + " values are over 2^31 - 1");
   const auto& device = logits.device_ptr();
-  if (top_p && !device->feature("int64_atomics"))
-    throw UnsupportedError("top-p sampling needs 64-bit integer atomics (shaderInt64 and shaderBufferInt64Atomics), "
-                           "which device '" + device->info().name + "' lacks");
+  check_top_p(*device, top_p);
   Tensor out = output(device, given, {m}, DType::int32, "out", {&logits, &params, &start});
   if (m == 0) return out;
   constexpr uint64_t kBlockRows = 64;  // rows a block of dispatches takes
@@ -379,19 +388,20 @@ Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& sta
 
 Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
                        const Tensor& params, const Tensor& start, int64_t offset, const std::optional<Tensor>& given,
-                       const std::optional<Tensor>& given_exact) {
+                       const std::optional<Tensor>& given_exact, bool top_p) {
   const auto [v, k, padded_k] = check_screening("screened_sample", x, head, head_q, head_meta);
   check_sampling(params, start, offset, x);
   const auto& device = x.device_ptr();
+  check_top_p(*device, top_p);
   Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta, &params, &start});
   const uint64_t groups = screen_workgroups(*device, v);
-  const int64_t chunks = (v + kScreenChunk - 1) / kScreenChunk;
+  const int64_t chunks = (v + verify_chunk() - 1) / verify_chunk();
   checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1}, "screened_sample over " + shape_text(head.shape()));
-  // Each row's bracket ends; the largest lower draw_score of each screening workgroup; the
-  // candidates' exact logits with -inf for every other row; the draw's scratch.
+  // Each row's bracket ends; the largest lower draw_score, and lower end, of each screening
+  // workgroup; the candidates' exact logits with -inf for every other row; the draw's scratch.
   Tensor high = Tensor::empty(device, std::vector<int64_t>{v}, DType::float32);
   Tensor low = Tensor::empty(device, std::vector<int64_t>{1, v}, DType::float32);
-  Tensor lows = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(groups)}, DType::float32);
+  Tensor lows = Tensor::empty(device, std::vector<int64_t>{2, static_cast<int64_t>(groups)}, DType::float32);
   Tensor exact = output(device, given_exact, {v}, DType::float32, "exact", {&x, &head, &head_q, &head_meta, &params, &start, &out})
                      .reshaped({1, v});
   const SampleScratch scratch = sample_scratch(device, 1, v);
@@ -418,7 +428,8 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
                                 scratch.select.binding(), params.binding(), start.binding(), exact.binding()};
     op.sequence().dispatch(kernel, {static_cast<uint32_t>(chunks), 1, 1}, bindings, push_bytes(push));
   }
-  record_sample(op.sequence(), device, scratch, exact.binding(), out.binding(), params, start, v, offset, 0, 1, 0, 3);
+  record_sample(op.sequence(), device, scratch, exact.binding(), out.binding(), params, start, v, offset, 0, 1, 0, 3,
+                top_p);
   op.run([nans = scratch.nans] { raise_if_nan_logits(nans); });
   return out;
 }

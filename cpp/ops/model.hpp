@@ -52,12 +52,13 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
 // the largest draw score of any low, get their logits computed exactly as linear_rows computes
 // them, every other row -inf, and sample_rows draws from those: the same index, reading the int8
 // copy and a few float rows instead of the float head. int32 [1]; NaN in x makes every row a
-// candidate (and raises as sample_rows does). params as sample_rows takes them, its P not read:
-// there is no screened top-p draw. exact (float32 [V], for inspection): receives the
-// candidates' logits and -inf elsewhere.
+// candidate (and raises as sample_rows does). top_p: as sample_rows's; without top_k the
+// candidates are then the rows whose high reaches the largest low less 22.5 t (every other row's
+// top-p weight is 0: it is never kept, and the nucleus threshold is the same). exact (float32
+// [V], for inspection): receives the candidates' logits and -inf elsewhere.
 Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
                        const Tensor& params, const Tensor& start, int64_t offset, const std::optional<Tensor>& out = {},
-                       const std::optional<Tensor>& exact = {});
+                       const std::optional<Tensor>& exact = {}, bool top_p = false);
 // Whether screened_argmax (and screened_sample) take rows of k values on this device.
 bool screened_argmax_fits(const Device& device, int64_t k);
 

@@ -758,7 +758,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("out") = py::none(), py::arg("top_p") = false, release);
   m.def("screened_sample", &ops::screened_sample, py::arg("x"), py::arg("head"), py::arg("head_q"),
         py::arg("head_meta"), py::arg("params"), py::arg("start"), py::arg("offset"), py::arg("out") = py::none(),
-        py::arg("exact") = py::none(), release);
+        py::arg("exact") = py::none(), py::arg("top_p") = false, release);
   m.def("screened_argmax", &ops::screened_argmax, py::arg("x"), py::arg("head"), py::arg("head_q"),
         py::arg("head_meta"), py::arg("out") = py::none(), py::arg("high") = py::none(), release);
   m.def("screened_argmax_fits", [](const Device& device, int64_t k) { return ops::screened_argmax_fits(device, k); },

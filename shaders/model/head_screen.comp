@@ -18,7 +18,9 @@
 // J vectors a lane holds, every bracket is NaN: every row is then a candidate, checked exactly.
 // SAMPLE (the screened draw, ops/model.cpp's screened_sample): each row's approx - bound also goes
 // to low[v], and lows[group] takes the largest draw_score(approx - bound, g_v) instead: a lower
-// bound of the largest score any row's logit can have (draw_score never decreases as x grows).
+// bound of the largest score any row's logit can have (draw_score never decreases as x grows);
+// lows[workgroups + group] the largest approx - bound itself (for top-p: a lower bound of the
+// largest logit).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_vote : require
@@ -34,9 +36,10 @@ layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };      // h float32
 layout(std430, binding = 1) readonly buffer Q4 { uvec4 q4[]; };     // int8 head [V, Kp]
 layout(std430, binding = 2) readonly buffer Meta { vec4 meta[]; };  // [V]: sigma_v, D', N, unused
 layout(std430, binding = 3) writeonly buffer High { float high[]; };  // [V]
-layout(std430, binding = 4) writeonly buffer Lows { float lows[]; };  // [workgroups]
+layout(std430, binding = 4) writeonly buffer Lows { float lows[]; };  // [workgroups] ([2, workgroups] with SAMPLE)
 shared float s_low[256];
 #ifdef SAMPLE
+shared float s_plain_low[256];
 layout(std430, binding = 5) writeonly buffer Low { float low_out[]; };  // [V]
 layout(std430, binding = 6) readonly buffer Params { uint params[6]; };  // as sample_rows.comp's
 layout(std430, binding = 7) readonly buffer Start { int start; };
@@ -95,6 +98,7 @@ void main() {
   const float not_a_number = uintBitsToFloat(0x7FC00000u);
   float best_low = -1.0 / 0.0;
 #ifdef SAMPLE
+  float best_plain_low = -1.0 / 0.0;
   const float temperature = uintBitsToFloat(params[0]), inverse_temperature = uintBitsToFloat(params[1]);
   const uint row_key = draw_key(0u, uint(start) + p.offset, params[3], params[4]);
 #endif
@@ -124,6 +128,7 @@ void main() {
         high[row] = unbounded ? not_a_number : approx + bound;
 #ifdef SAMPLE
         low_out[row] = unbounded ? not_a_number : approx - bound;
+        if (!unbounded && approx - bound > best_plain_low) best_plain_low = approx - bound;
         const float low = draw_score(approx - bound, gumbel(row, row_key), temperature, inverse_temperature);
 #else
         const float low = approx - bound;
@@ -134,9 +139,17 @@ void main() {
   }
   best_low = subgroupMax(best_low);  // lanes that took no row hold -inf
   if (subgroupElect()) s_low[gl_SubgroupID] = best_low;
+#ifdef SAMPLE
+  best_plain_low = subgroupMax(best_plain_low);
+  if (subgroupElect()) s_plain_low[gl_SubgroupID] = best_plain_low;
+#endif
   barrier();
   if (gl_LocalInvocationID.x == 0) {
     for (uint s = 1; s < gl_NumSubgroups; ++s) best_low = max(best_low, s_low[s]);
     lows[gl_WorkGroupID.x] = best_low;
+#ifdef SAMPLE
+    for (uint s = 1; s < gl_NumSubgroups; ++s) best_plain_low = max(best_plain_low, s_plain_low[s]);
+    lows[gl_NumWorkGroups.x + gl_WorkGroupID.x] = best_plain_low;
+#endif
   }
 }

@@ -15,7 +15,12 @@
 // sample_rows.comp's select passes over head_screen's low[v]) where top_k is set, else the rows
 // whose draw_score(upper end, g_v) reaches the largest draw_score(lower end, g_w) (lows); each
 // candidate's logit, computed as above, goes to exact[v] and -inf to every other row, and
-// sample_rows.comp then draws from exact: the draw it makes from linear_rows' logits.
+// sample_rows.comp then draws from exact: the draw it makes from linear_rows' logits. With top-p
+// (params[5] != 0, T > 0) and no top_k, the candidates are the rows whose upper end reaches
+// L - 22.5 T, L the largest lower end (head_screen's second half of lows): every other row's
+// logit lies more than 22.5 T below the largest, so its top-p weight roundEven(exp((x - m) / T)
+// 2^31) is 0 (exp(-22.18) = 2^-32) whatever the logit, it is never kept, and the nucleus passes
+// give the same threshold from exact as from linear_rows' logits.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -29,7 +34,7 @@ layout(constant_id = 0) const uint IN_FLIGHT = 2;  // as linear_rows (the order 
 layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };      // h float32 [K], K % 4 == 0
 layout(std430, binding = 1) readonly buffer W4 { ELEMENT4 w4[]; };  // head [V, K]
 layout(std430, binding = 2) readonly buffer High { float high[]; };  // [V]
-layout(std430, binding = 3) readonly buffer Lows { float lows[]; };  // [screening workgroups]
+layout(std430, binding = 3) readonly buffer Lows { float lows[]; };  // [screening workgroups] ([2, ...] with SAMPLE)
 #ifdef SAMPLE
 layout(std430, binding = 4) readonly buffer Select { uvec4 select_state; };  // prefix, wanted, all
 layout(std430, binding = 5) readonly buffer Params { uint params[6]; };      // as sample_rows.comp's
@@ -43,7 +48,8 @@ layout(std430, binding = 6) writeonly buffer Out { int index_out; };
 layout(push_constant) uniform Push { uint v; uint k; uint lows; } p;
 #endif
 
-const uint CHUNK = 1024, TEAM = 32, TEAMS = 8;
+layout(constant_id = 1) const uint CHUNK = 128;  // rows a workgroup screens (ops/model.cpp's verify_chunk)
+const uint TEAM = 32, TEAMS = 8;
 shared float s_low[256];
 shared uint s_count;
 shared uint s_rows[CHUNK];
@@ -53,9 +59,16 @@ shared bool s_last;
 void main() {
   const uint id = gl_LocalInvocationID.x, lane = id % TEAM, team = id / TEAM;
   const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.v);
+#ifdef SAMPLE
+  const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
+  const bool by_key = params[2] != 0u, by_weight = !by_key && params[5] != 0u && temperature != 0.0;
+  const uint from = by_weight ? p.lows : 0u;  // top-p: the largest lower end itself, the second half
+#else
+  const uint from = 0u;
+#endif
   float t = -1.0 / 0.0;
   for (uint i = id; i < p.lows; i += 256) {
-    const float low = lows[i];
+    const float low = lows[from + i];
     if (low > t) t = low;  // NaN never raises it
   }
   t = subgroupMax(t);
@@ -65,23 +78,23 @@ void main() {
   float threshold = s_low[0];
   for (uint s = 1; s < gl_NumSubgroups; ++s) threshold = max(threshold, s_low[s]);
 #ifdef SAMPLE
-  const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
   const uint row_key = draw_key(0u, uint(start) + p.offset, params[3], params[4]);
-  const bool by_key = params[2] != 0u;
   const uint low_key = by_key && select_state.z == 0u ? select_state.x : 0u;
-  [[unroll]] for (uint r = 0; r < CHUNK / 256; ++r) {
-    const uint row = first + id + 256 * r;
+  const float weight_floor = threshold - 22.5 * temperature;
+  for (uint r = id; r < CHUNK; r += 256) {
+    const uint row = first + r;
     if (row >= end) continue;
     const float h = high[row];
-    if (isnan(h) || (by_key ? key(h) >= low_key
-                            : !(draw_score(h, gumbel(row, row_key), temperature, inverse) < threshold)))
+    if (isnan(h) || (by_key     ? key(h) >= low_key
+                     : by_weight ? !(h < weight_floor)
+                                 : !(draw_score(h, gumbel(row, row_key), temperature, inverse) < threshold)))
       s_rows[atomicAdd(s_count, 1u)] = row;
     else
       exact[row] = -1.0 / 0.0;
   }
 #else
-  [[unroll]] for (uint r = 0; r < CHUNK / 256; ++r) {
-    const uint row = first + id + 256 * r;
+  for (uint r = id; r < CHUNK; r += 256) {
+    const uint row = first + r;
     if (row < end && !(high[row] < threshold)) s_rows[atomicAdd(s_count, 1u)] = row;
   }
 #endif
