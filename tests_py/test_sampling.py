@@ -240,11 +240,21 @@ def test_top_p_edges(device, rng):
     big = np.array([[3e38, -3e38, 1e-45, 0.0, 3e38]], np.float32)
     assert int(bg.sample_logits(big, 1e37, None, 0.5, step=1)[0]) in (0, 4)
     assert set(bg.sample_logits(np.tile(big, (50, 1)), 1e-30, None, 0.99)) <= {0, 4}
-    # NaN raises; the device stays usable
+    # equal values: all of them kept together, whatever top_p
+    flat = np.full((1, 300), 2.5, np.float32)
+    assert len(set(int(bg.sample_logits(flat, 1.0, None, 0.01, step=s)[0]) for s in range(40))) > 20
+    # a NumPy float32 top_p, Tensors in and out
+    target = _poisoned((6,))
+    assert bg.sample_logits(bg.Tensor.from_numpy(logits), 1.0, None, np.float32(0.5), seed=6, out=target) is target
+    assert check_draws(logits, target.numpy(), 1.0, None, 6, 0, float(np.float32(0.5))) <= 1
+    # NaN raises (its row gets -1, the others their draws); the device stays usable
     bad = logits.copy()
     bad[2, 3] = np.nan
+    target = _poisoned((6,))
     with pytest.raises(bg.ArgumentError, match="1 NaN value"):
-        bg.sample_logits(bad, 1.0, None, 0.9)
+        bg.sample_logits(bg.Tensor.from_numpy(bad), 1.0, None, 0.9, seed=3, out=target)
+    assert target.numpy()[2] == -1
+    assert check_draws(bad, target.numpy(), 1.0, None, 3, 0, 0.9) <= 1
     assert check_draws(logits, bg.sample_logits(logits, 1.0, None, 0.9, seed=3), 1.0, None, 3, 0, 0.9) <= 1
 
 

@@ -32,14 +32,11 @@ void main() {
       if (j < end && before(v[t], j, best, best_index)) { best = v[t]; best_index = j; }
     }
   } else {
-    for (uint c = id; c < p.chunks; c += 256) {
-      const uvec2 e = partial[row * p.chunks + c];
-      if (before(uintBitsToFloat(e.x), e.y, best, best_index)) { best = uintBitsToFloat(e.x); best_index = e.y; }
-    }
+    for (uint c = id; c < p.chunks; c += 256) offer(partial[row * p.chunks + c], best, best_index);
   }
   workgroup_best(best, best_index);
   if (id == 0) {
-    if (PHASE == 0) partial[row * p.chunks + gl_WorkGroupID.x] = uvec2(floatBitsToUint(s_value[0]), s_index[0]);
+    if (PHASE == 0) partial[row * p.chunks + gl_WorkGroupID.x] = packed_best();
     else index_out[row] = int(s_index[0]);
   }
 }

@@ -26,3 +26,14 @@ void workgroup_best(float value, uint index) {
     barrier();
   }
 }
+
+// Offers a chunk's best, packed as (value bits, index), to a running best.
+void offer(uvec2 pair, inout float best, inout uint best_index) {
+  if (before(uintBitsToFloat(pair.x), pair.y, best, best_index)) {
+    best = uintBitsToFloat(pair.x);
+    best_index = pair.y;
+  }
+}
+
+// workgroup_best's pair, packed for a chunk's partial.
+uvec2 packed_best() { return uvec2(floatBitsToUint(s_value[0]), s_index[0]); }

@@ -43,7 +43,7 @@ layout(std430, binding = 7) writeonly buffer Exact { float exact[]; };       // 
 layout(push_constant) uniform Push { uint v; uint k; uint lows; uint offset; } p;
 #else
 layout(std430, binding = 4) coherent buffer Partial { uvec2 partial[]; };  // [chunks]: (value bits, index)
-layout(std430, binding = 5) coherent buffer Counter { uint counter; };     // zero between runs
+layout(std430, binding = 5) coherent buffer Counter { uint tickets[1]; };  // zero between runs
 layout(std430, binding = 6) writeonly buffer Out { int index_out; };
 layout(push_constant) uniform Push { uint v; uint k; uint lows; } p;
 #endif
@@ -55,6 +55,9 @@ shared uint s_count;
 shared uint s_rows[CHUNK];
 shared float partial_sum[256];
 shared bool s_last;
+#ifndef SAMPLE
+#include "last_workgroup.glsl"
+#endif
 
 void main() {
   const uint id = gl_LocalInvocationID.x, lane = id % TEAM, team = id / TEAM;
@@ -139,26 +142,12 @@ void main() {
 #ifndef SAMPLE
   // Each team's best sits in its lane 0; every other invocation offers nothing.
   workgroup_best(lane == 0 ? best : -1.0 / 0.0, lane == 0 ? best_index : 0xFFFFFFFFu);
-  if (id == 0) partial[gl_WorkGroupID.x] = uvec2(floatBitsToUint(s_value[0]), s_index[0]);
+  if (id == 0) partial[gl_WorkGroupID.x] = packed_best();
   // The last workgroup picks the best of the chunks.
-  memoryBarrierBuffer();
-  barrier();
-  if (id == 0) {
-    s_last = atomicAdd(counter, 1u) == gl_NumWorkGroups.x - 1;
-    if (s_last) counter = 0u;  // every workgroup has counted: ready for the next run
-  }
-  barrier();
-  if (!s_last) return;
-  memoryBarrierBuffer();
+  if (!last_workgroup(0u)) return;
   best = -1.0 / 0.0;
   best_index = 0xFFFFFFFFu;
-  for (uint c = id; c < gl_NumWorkGroups.x; c += 256) {
-    const uvec2 e = partial[c];
-    if (before(uintBitsToFloat(e.x), e.y, best, best_index)) {
-      best = uintBitsToFloat(e.x);
-      best_index = e.y;
-    }
-  }
+  for (uint c = id; c < gl_NumWorkGroups.x; c += 256) offer(partial[c], best, best_index);
   workgroup_best(best, best_index);
   if (id == 0) index_out = int(s_index[0]);
 #endif

@@ -143,18 +143,12 @@ void draw(uint row, uint k) {
   nans = subgroupAdd(nans);
   if (subgroupElect() && nans != 0u) atomicAdd(nan_count, nans);
   workgroup_best(best, best_index);
-  if (id == 0) partial[row * p.chunks + gl_WorkGroupID.x] = uvec2(floatBitsToUint(s_value[0]), s_index[0]);
+  if (id == 0) partial[row * p.chunks + gl_WorkGroupID.x] = packed_best();
   if (!last_workgroup(row * TICKETS + PHASE)) return;
   if (nucleus_ran && id == 0) nucleus[row * 8] = 0u;  // every workgroup has read it
   best = -1.0 / 0.0;
   best_index = 0xFFFFFFFFu;
-  for (uint c = id; c < p.chunks; c += 256) {
-    const uvec2 e = partial[row * p.chunks + c];
-    if (before(uintBitsToFloat(e.x), e.y, best, best_index)) {
-      best = uintBitsToFloat(e.x);
-      best_index = e.y;
-    }
-  }
+  for (uint c = id; c < p.chunks; c += 256) offer(partial[row * p.chunks + c], best, best_index);
   workgroup_best(best, best_index);
   if (id == 0) index_out[row] = isnan(s_value[0]) ? -1 : int(s_index[0]);
 }
