@@ -272,14 +272,26 @@ struct SampleScratch {
   uint32_t chunks;
 };
 
-SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n) {
+// selects: the top-k select or nucleus passes run (else their bins are not read, and each row's
+// select state says "every value kept"); nucleus: the nucleus passes run.
+SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n, bool selects = true,
+                             bool nucleus = true) {
   const int64_t chunks = (n + kSampleChunk - 1) / kSampleChunk;
-  return {self_resetting_counters(device, rows * kSampleBins),
+  Tensor select = Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::uint32);
+  if (!selects) {
+    const std::vector<uint32_t> every_value_kept = [rows] {
+      std::vector<uint32_t> words(static_cast<size_t>(rows) * 4, 0u);
+      for (size_t r = 0; r < static_cast<size_t>(rows); ++r) words[4 * r + 2] = 1u;
+      return words;
+    }();
+    select.upload(every_value_kept.data(), select.nbytes());
+  }
+  return {self_resetting_counters(device, selects ? rows * kSampleBins : 1),
           self_resetting_counters(device, rows * kSampleTickets),
-          Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::uint32),
+          select,
           Tensor::empty(device, std::vector<int64_t>{rows, chunks, 2}, DType::uint32),
           zeroed_counter(device),
-          self_resetting_counters(device, rows * kSampleBins * 2),  // uint64 each
+          self_resetting_counters(device, nucleus ? rows * kSampleBins * 2 : 2),  // uint64 each
           self_resetting_counters(device, rows * 8),
           static_cast<uint32_t>(chunks)};
 }
@@ -356,7 +368,7 @@ void raise_if_nan_logits(const Tensor& nans) {
 }  // namespace
 
 Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& start, int64_t offset,
-                   const std::optional<Tensor>& given, bool top_p) {
+                   const std::optional<Tensor>& given, bool top_p, bool top_k) {
   if (logits.dtype() != DType::float32)
     throw DTypeError("logits: expected float32, got " + std::string(dtype_name(logits.dtype())));
   if (logits.shape().size() != 2) throw ShapeError("logits: expected [M, N], got " + shape_text(logits.shape()));
@@ -369,19 +381,25 @@ Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& sta
   check_top_p(*device, top_p);
   Tensor out = output(device, given, {m}, DType::int32, "out", {&logits, &params, &start});
   if (m == 0) return out;
-  constexpr uint64_t kBlockRows = 64;  // rows a block of dispatches takes
+  // Rows a block of dispatches takes: 64 where the select passes run (each row's bins are 8 KiB),
+  // else as many multiples of 64 as a dispatch's grid holds (the draw alone, one dispatch for up to
+  // 65472 rows). Multiples of 64 rows start at multiples of 256 bytes, which every Vulkan device
+  // takes as a storage buffer offset.
+  const bool selects = top_k || top_p;
+  const uint64_t block_limit =
+      selects ? 64 : std::max<uint64_t>(64, std::min<uint64_t>(65535, device->info().max_workgroup_count[1]) / 64 * 64);
   std::vector<RowRange> blocks;
   for (const RowRange& range : row_ranges(*device, static_cast<uint64_t>(m), {static_cast<uint64_t>(n) * 4, 4}))
-    for (uint64_t first = 0; first < range.count; first += kBlockRows)
-      blocks.push_back({range.first + first, std::min(kBlockRows, range.count - first)});
-  const int64_t block_rows = static_cast<int64_t>(std::min<uint64_t>(kBlockRows, static_cast<uint64_t>(m)));
+    for (uint64_t first = 0; first < range.count; first += block_limit)
+      blocks.push_back({range.first + first, std::min(block_limit, range.count - first)});
+  const int64_t block_rows = static_cast<int64_t>(std::min<uint64_t>(block_limit, static_cast<uint64_t>(m)));
   checked_grid(*device, {static_cast<uint64_t>((n + kSampleChunk - 1) / kSampleChunk), static_cast<uint64_t>(block_rows), 1},
                "sample_rows over " + shape_text(logits.shape()));
-  const SampleScratch scratch = sample_scratch(device, block_rows, n);
+  const SampleScratch scratch = sample_scratch(device, block_rows, n, selects, top_p);
   OpSequence op(device);
   for (const RowRange& block : blocks)
     record_sample(op.sequence(), device, scratch, rows_of(logits, block, static_cast<uint64_t>(n) * 4),
-                  rows_of(out, block, 4), params, start, n, offset, block.first, block.count, 0, 3, top_p);
+                  rows_of(out, block, 4), params, start, n, offset, block.first, block.count, top_k ? 0 : 3, 3, top_p);
   op.run([nans = scratch.nans] { raise_if_nan_logits(nans); });
   return out;
 }

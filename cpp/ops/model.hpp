@@ -27,11 +27,13 @@ Tensor argmax_rows(const Tensor& x, const std::optional<Tensor>& out = {});
 // kept value, +inf values the first of them. top_p: records the nucleus passes
 // (shaders/model/sample_nucleus.comp) that keep, of the top_k values, the smallest set of the
 // largest holding the share p of softmax(logits / t) (UnsupportedError on a device without 64-bit
-// integer atomics); without it P is not read. start: int32 [1]. int32 [M];
+// integer atomics); without it P is not read. top_k: records the top-k select passes; without
+// them (and top_p) the draw alone runs, one dispatch for up to 65472 rows, and every value is kept
+// whatever params' k says. start: int32 [1]. int32 [M];
 // -1 for a row that holds a NaN, and ArgumentError after the run (or each replay of a graph)
 // naming how many NaNs the logits held.
 Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& start, int64_t offset,
-                   const std::optional<Tensor>& out = {}, bool top_p = false);
+                   const std::optional<Tensor>& out = {}, bool top_p = false, bool top_k = true);
 
 // np.argmax(x @ head.T) for one row of x (float32 [1, K], K % 4 == 0) and a float head [V, K]
 // (float32 or float16), through a screening copy of the head: head_q int8 [V, Kp] (Kp = K

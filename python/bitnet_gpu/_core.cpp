@@ -755,7 +755,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("linear_rows", &ops::linear_rows, py::arg("x"), py::arg("w"), py::arg("out") = py::none(), release);
   m.def("argmax_rows", &ops::argmax_rows, py::arg("x"), py::arg("out") = py::none(), release);
   m.def("sample_rows", &ops::sample_rows, py::arg("logits"), py::arg("params"), py::arg("start"), py::arg("offset"),
-        py::arg("out") = py::none(), py::arg("top_p") = false, release);
+        py::arg("out") = py::none(), py::arg("top_p") = false, py::arg("top_k") = true, release);
   m.def("screened_sample", &ops::screened_sample, py::arg("x"), py::arg("head"), py::arg("head_q"),
         py::arg("head_meta"), py::arg("params"), py::arg("start"), py::arg("offset"), py::arg("out") = py::none(),
         py::arg("exact") = py::none(), py::arg("top_p") = false, release);

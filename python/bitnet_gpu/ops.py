@@ -291,5 +291,5 @@ def sample_logits(logits, temperature=1.0, top_k=None, top_p=None, *, seed=0, st
     device = t.device
     drawn = _core.sample_rows(t.reshape(rows, n), Tensor.from_numpy(params, device),
                               Tensor.from_numpy(np.zeros(1, np.int32), device), step, flat_target,
-                              bool(params[5]))
+                              bool(params[5]), bool(params[2]))
     return outputs.results([target if target is not None else drawn.reshape(*shape[:-1])], as_tensor)[0]
