@@ -51,9 +51,10 @@ Tensor from_values(const std::shared_ptr<Device>& device, const std::vector<floa
   return t;
 }
 
-std::vector<float> values_of(const Tensor& t) {
-  std::vector<float> values(t.size());
-  t.download(values.data(), values.size() * sizeof(float));
+template <typename T = float>
+std::vector<T> values_of(const Tensor& t) {
+  std::vector<T> values(t.size());
+  t.download(values.data(), values.size() * sizeof(T));
   return values;
 }
 
@@ -142,36 +143,31 @@ TEST(Sampling, ReplaysReuseTheirSelfResettingScratch) {
   graph.begin();
   Tensor drawn = ops::sample_rows(logits, params, start, 0);
   graph.end();
-  auto ids = [&] {
-    std::vector<int32_t> out(2);
-    drawn.download(out.data(), sizeof(int32_t) * 2);
-    return out;
-  };
   // top_k 1 keeps the largest alone, whatever the noise: every replay's counting passes start
   // from bins and tickets the replay before left at zero.
   for (int32_t step = 0; step < 5; ++step) {
     start.upload(&step, sizeof step);
     graph.replay();
-    EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
+    EXPECT_EQ(values_of<int32_t>(drawn), (std::vector<int32_t>{2500, 7}));
   }
   // Temperature 0 is the argmax too; a high temperature without top_k draws other indices.
   set_sampling(params, 0.0f, 0, 7);
   graph.replay();
-  EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
+  EXPECT_EQ(values_of<int32_t>(drawn), (std::vector<int32_t>{2500, 7}));
   set_sampling(params, 100.0f, 0, 7);
   graph.replay();
-  EXPECT_NE(ids()[0], 2500);
-  EXPECT_NE(ids()[1], 7);
+  EXPECT_NE(values_of<int32_t>(drawn)[0], 2500);
+  EXPECT_NE(values_of<int32_t>(drawn)[1], 7);
   // NaN raises after the replay; the next replay works again.
   set_sampling(params, 1.0f, 1, 7);
   std::vector<float> bad = values;
   bad[10] = NAN;
   logits.upload(bad.data(), bad.size() * sizeof(float));
   EXPECT_THROW(graph.replay(), ArgumentError);
-  EXPECT_EQ(ids()[0], -1);
+  EXPECT_EQ(values_of<int32_t>(drawn)[0], -1);
   logits.upload(values.data(), values.size() * sizeof(float));
   graph.replay();
-  EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
+  EXPECT_EQ(values_of<int32_t>(drawn), (std::vector<int32_t>{2500, 7}));
   EXPECT_THROW(ops::sample_rows(logits, start, start, 0), DTypeError);
 }
 
@@ -192,23 +188,18 @@ TEST(Sampling, TopPReplaysResetTheLargestKey) {
   graph.begin();
   Tensor drawn = ops::sample_rows(logits, params, start, 0, std::nullopt, true);
   graph.end();
-  auto ids = [&] {
-    std::vector<int32_t> out(2);
-    drawn.download(out.data(), sizeof(int32_t) * 2);
-    return out;
-  };
   for (int32_t step = 0; step < 4; ++step) {
     start.upload(&step, sizeof step);
     graph.replay();
-    EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
+    EXPECT_EQ(values_of<int32_t>(drawn), (std::vector<int32_t>{2500, 7}));
   }
   // P = 0 is no top-p: at t = 100 other indices win.
   set_sampling(params, 100.0f, 0, 3, 0);
   graph.replay();
-  EXPECT_NE(ids()[0], 2500);
-  EXPECT_NE(ids()[1], 7);
+  EXPECT_NE(values_of<int32_t>(drawn)[0], 2500);
+  EXPECT_NE(values_of<int32_t>(drawn)[1], 7);
   // Back to p = 1/128 after a replay that left the largest key alone.
   set_sampling(params, 1.0f, 0, 3, 1u << 25);
   graph.replay();
-  EXPECT_EQ(ids(), (std::vector<int32_t>{2500, 7}));
+  EXPECT_EQ(values_of<int32_t>(drawn), (std::vector<int32_t>{2500, 7}));
 }

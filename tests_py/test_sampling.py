@@ -45,16 +45,9 @@ def test_draws_over_a_large_vocabulary_and_many_rows(rng, top_k):
 
 def test_draws_without_top_k_take_many_rows_at_once(rng):
     """Without top_k (and top_p) the draw alone runs, up to 65472 rows a dispatch: 65600 rows of 5
-    values cross a block, and each row is keyed by its index in the whole array (checked on the
-    rows at both ends of each block and on 200 others)."""
+    values cross a block, and each row is keyed by its index in the whole array."""
     x = rng.standard_normal((65600, 5)).astype(np.float32)
-    drawn = bg.sample_logits(x, 1.3, seed=21, step=2)
-    rows = np.concatenate([np.arange(40), np.arange(65440, 65600), rng.integers(0, 65600, 200)])
-    for m in rows:
-        want = int(np.argmax(reference.sampling_scores(x[m], 1.3, 21, 2, int(m))))
-        if drawn[m] != want:  # only at a near tie of two scores
-            scores = reference.sampling_scores(x[m], 1.3, 21, 2, int(m))
-            assert scores[want] - scores[drawn[m]] <= 1e-6 * (1 + abs(scores[want])) + 4e-5, m
+    assert check_draws(x, bg.sample_logits(x, 1.3, seed=21, step=2), 1.3, None, 21, 2) <= 3
 
 
 def test_draws_follow_the_softmax_of_the_kept_values(rng):

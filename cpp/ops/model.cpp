@@ -137,6 +137,8 @@ uint32_t screen_groups() { return tuning_value("BITNET_GPU_SCREEN_GROUPS", 2, 16
 // candidates go 8 at a time, one a team of 32 invocations, so where most rows are candidates (top-p
 // over logits of a small spread, a trained model's) many workgroups must share them.
 int64_t verify_chunk() { return tuning_value("BITNET_GPU_VERIFY_CHUNK", 128, 1024); }
+// head_verify's workgroups over a head of v rows.
+int64_t verify_workgroups(int64_t v) { return (v + verify_chunk() - 1) / verify_chunk(); }
 
 // uint32 counters in device memory for kernels whose last workgroup resets its counter for the
 // next run (or graph replay): zeroed once, here, through the mapping where the memory is mapped
@@ -230,7 +232,7 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
   const auto& device = x.device_ptr();
   Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
   const uint64_t groups = screen_workgroups(*device, v);
-  const int64_t chunks = (v + verify_chunk() - 1) / verify_chunk();
+  const int64_t chunks = verify_workgroups(v);
   Tensor high = output(device, given_high, {v}, DType::float32, "high", {&x, &head, &head_q, &head_meta, &out});
   Tensor lows = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(groups)}, DType::float32);
   Tensor partial = Tensor::empty(device, std::vector<int64_t>{chunks, 2}, DType::uint32);
@@ -274,16 +276,13 @@ struct SampleScratch {
 
 // selects: the top-k select or nucleus passes run (else their bins are not read, and each row's
 // select state says "every value kept"); nucleus: the nucleus passes run.
-SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n, bool selects = true,
-                             bool nucleus = true) {
+SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n, bool selects,
+                             bool nucleus) {
   const int64_t chunks = (n + kSampleChunk - 1) / kSampleChunk;
   Tensor select = Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::uint32);
   if (!selects) {
-    const std::vector<uint32_t> every_value_kept = [rows] {
-      std::vector<uint32_t> words(static_cast<size_t>(rows) * 4, 0u);
-      for (size_t r = 0; r < static_cast<size_t>(rows); ++r) words[4 * r + 2] = 1u;
-      return words;
-    }();
+    std::vector<uint32_t> every_value_kept(static_cast<size_t>(rows) * 4, 0u);  // (prefix, wanted, all, -)
+    for (size_t r = 0; r < static_cast<size_t>(rows); ++r) every_value_kept[4 * r + 2] = 1u;
     select.upload(every_value_kept.data(), select.nbytes());
   }
   return {self_resetting_counters(device, selects ? rows * kSampleBins : 1),
@@ -316,7 +315,7 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device, co
                               scratch.nans.binding(),
                               out,
                               scratch.nucleus.binding()};
-  const uint32_t grid[] = {scratch.chunks, static_cast<uint32_t>(rows), 1};
+  const std::array<uint32_t, 3> grid{scratch.chunks, static_cast<uint32_t>(rows), 1};
   for (int64_t phase = first_phase; phase <= last_phase; ++phase) {
     if (phase == 3 && nucleus) {
       struct {
@@ -331,11 +330,11 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device, co
                                           scratch.nucleus.binding()};
       for (int64_t pass = 0; pass < 4; ++pass) {
         Kernel kernel = Kernel::builtin(device, "sample_nucleus", {{0, pass}});
-        sequence.dispatch(kernel, {grid[0], grid[1], grid[2]}, nucleus_bindings, push_bytes(nucleus_push));
+        sequence.dispatch(kernel, grid, nucleus_bindings, push_bytes(nucleus_push));
       }
     }
     Kernel kernel = Kernel::builtin(device, "sample_rows", {{0, phase}});
-    sequence.dispatch(kernel, {grid[0], grid[1], grid[2]}, bindings, push_bytes(push));
+    sequence.dispatch(kernel, grid, bindings, push_bytes(push));
   }
 }
 
@@ -413,7 +412,7 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
   check_top_p(*device, top_p);
   Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta, &params, &start});
   const uint64_t groups = screen_workgroups(*device, v);
-  const int64_t chunks = (v + verify_chunk() - 1) / verify_chunk();
+  const int64_t chunks = verify_workgroups(v);
   checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1}, "screened_sample over " + shape_text(head.shape()));
   // Each row's bracket ends; the largest lower draw_score, and lower end, of each screening
   // workgroup; the candidates' exact logits with -inf for every other row; the draw's scratch.
@@ -422,7 +421,7 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
   Tensor lows = Tensor::empty(device, std::vector<int64_t>{2, static_cast<int64_t>(groups)}, DType::float32);
   Tensor exact = output(device, given_exact, {v}, DType::float32, "exact", {&x, &head, &head_q, &head_meta, &params, &start, &out})
                      .reshaped({1, v});
-  const SampleScratch scratch = sample_scratch(device, 1, v);
+  const SampleScratch scratch = sample_scratch(device, 1, v, true, top_p);
   OpSequence op(device);
   {
     Kernel kernel = screen_kernel(device, k, true);

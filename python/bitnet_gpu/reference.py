@@ -203,9 +203,13 @@ def nucleus_threshold(logits_row, top_k, top_p, temperature):
     value) and how close the rule came to keeping one value more or one fewer, relative to P Z
     (inf where nothing lies on the other side). A value v is kept where A(v) 2^32 < P Z, A(v) the
     weights (nucleus_weights) of the kept values above v and Z all of them; exact integers."""
-    share = top_p_share(top_p)
     x = np.asarray(logits_row, np.float32)
-    kept = _top_k_kept(x, top_k)
+    return _nucleus(x, _top_k_kept(x, top_k), top_p, temperature)
+
+
+def _nucleus(x, kept, top_p, temperature):
+    """nucleus_threshold of float32 row x whose top_k values are the mask `kept`."""
+    share = top_p_share(top_p)
     if share == 0 or np.float32(temperature) == 0 or not kept.any():
         return None, np.inf
     values = x[kept]
@@ -233,7 +237,7 @@ def sampling_kept(logits_row, top_k, top_p=None, temperature=1.0):
     nucleus_threshold; NaN never."""
     x = np.asarray(logits_row, np.float32)
     kept = _top_k_kept(x, top_k)
-    tau, _ = nucleus_threshold(x, top_k, top_p, temperature)
+    tau, _ = _nucleus(x, kept, top_p, temperature)
     return kept if tau is None else kept & (x >= tau)
 
 
@@ -273,10 +277,10 @@ def sampling_differences(logits, drawn, temperature, top_k=None, seed=0, step=0,
         got = int(drawn[m])
         scores = sampling_scores(rows[m], temperature, seed, step, m)
         inside = 0 <= got < rows.shape[1]
-        kept_sets = [sampling_kept(rows[m], top_k, top_p, temperature)]
-        tau, margin = nucleus_threshold(rows[m], top_k, top_p, temperature)
+        top = _top_k_kept(rows[m], top_k)
+        tau, margin = _nucleus(rows[m], top, top_p, temperature)
+        kept_sets = [top if tau is None else top & (rows[m] >= tau)]  # sampling_kept's
         if tau is not None and margin < NUCLEUS_MARGIN:
-            top = _top_k_kept(rows[m], top_k)
             below = rows[m][top & (rows[m] < tau)]
             kept_sets.append(top & (rows[m] > tau))  # one value fewer (tau's ties)
             if below.size:
