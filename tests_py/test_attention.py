@@ -118,35 +118,30 @@ def test_kv_cache_sizes_are_checked(device, args):
         bg.KVCache(1, 8.5, 1, 8)  # not cut to 8
 
 
-@pytest.mark.parametrize("split", ["0", "1"])
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("tq,l,hq,hkv,d,causal", [(1, 600, 20, 5, 128, True), (3, 1000, 4, 2, 33, True),
                                                   (2, 257, 2, 1, 256, False), (1, 1, 1, 1, 8, True),
                                                   (8, 4100, 2, 2, 16, True), (2, 9000, 2, 1, 64, True)])
-def test_split_key_attention_matches(device, rng, monkeypatch, split, tq, l, hq, hkv, d, causal):
+def test_split_key_attention_matches(device, rng, tune, split, tq, l, hq, hkv, d, causal):
     """Decode attention with the keys split over workgroups and merged, against the reference."""
-    monkeypatch.setenv("BITNET_GPU_ATTENTION_SPLIT", split)
+    tune(attention_split=split)
     for dtype, tolerance in [(np.float32, 1e-5), (np.float16, 2e-3)]:
         q, k, v = qkv(rng, tq, l, hq, hkv, d, dtype)
         assert rel(bg.attention(q, k, v, causal), ref.attention(q, k, v, causal)) <= tolerance
 
 
-@pytest.mark.parametrize("tiled,tile_keys,split_d", [("0", None, None), ("1", None, None), ("1", "8", None),
-                                                     ("1", "16", None), ("1", None, "0")])
+@pytest.mark.parametrize("tiled,tile_keys", [(False, None), (True, None), (True, 8), (True, 16)])
 @pytest.mark.parametrize("tq,l,hq,hkv,d,causal", [(16, 16, 4, 2, 16, True), (33, 33, 3, 1, 128, True),
                                                   (17, 50, 2, 2, 33, False), (100, 130, 4, 4, 64, True),
                                                   (1, 5, 2, 1, 8, True), (40, 40, 2, 1, 7, True),
                                                   (65, 97, 8, 2, 128, True), (300, 2100, 2, 1, 128, True),
                                                   (33, 40, 2, 1, 256, True), (20, 70, 2, 2, 130, False),
                                                   (50, 300, 4, 2, 200, True)])
-def test_tiled_attention_matches(device, rng, monkeypatch, tiled, tile_keys, split_d, tq, l, hq, hkv, d, causal):
+def test_tiled_attention_matches(device, rng, tune, tiled, tile_keys, tq, l, hq, hkv, d, causal):
     """Prefill attention with blocks of 32 queries (16 above D = 128) sharing key tiles (D <= 256;
-    the default from 16 queries a sequence; tiles of 8, 16 or the most keys that fit; the queries
-    split over registers or in shared memory) and without, against the reference."""
-    monkeypatch.setenv("BITNET_GPU_ATTENTION_TILED", tiled)
-    if tile_keys is not None:
-        monkeypatch.setenv("BITNET_GPU_ATTENTION_TILE_KEYS", tile_keys)
-    if split_d is not None:
-        monkeypatch.setenv("BITNET_GPU_ATTENTION_SPLIT_D", split_d)
+    the default from 16 queries a sequence; tiles of 8, 16 or the most keys that fit) and without,
+    against the reference."""
+    tune(attention_tiled=tiled, attention_tile_keys=tile_keys)
     for dtype, tolerance in [(np.float32, 1e-5), (np.float16, 2e-3)]:
         q, k, v = qkv(rng, tq, l, hq, hkv, d, dtype)
         out = np.full(q.shape, np.nan, dtype)
@@ -154,16 +149,14 @@ def test_tiled_attention_matches(device, rng, monkeypatch, tiled, tile_keys, spl
         assert rel(out, ref.attention(q, k, v, causal)) <= tolerance
 
 
-def test_tile_keys_setting_is_checked(device, rng, monkeypatch):
-    q, k, v = qkv(rng, 32, 32, 2, 1, 128)
-    monkeypatch.setenv("BITNET_GPU_ATTENTION_TILE_KEYS", "12")
+def test_tile_keys_setting_is_checked(device, rng, tune):
     with pytest.raises(bg.ArgumentError, match="expected 8, 16 or 32"):
-        bg.attention(q, k, v)
-    # 32-key tiles at D = 128 take 36992 bytes of shared memory with the queries there, 20608
-    # with the queries split over registers: over lavapipe's 32 KiB, and not.
-    for split_d, shared_bytes in [("0", 36992), ("1", 20608)]:
-        monkeypatch.setenv("BITNET_GPU_ATTENTION_SPLIT_D", split_d)
-        monkeypatch.setenv("BITNET_GPU_ATTENTION_TILE_KEYS", "32")
+        tune(attention_tile_keys=12)
+    # 32-key tiles take 20608 bytes of shared memory at D = 128 and 34880 at D = 256: within
+    # lavapipe's 32 KiB, and over it.
+    tune(attention_tile_keys=32)
+    for d, shared_bytes in [(128, 20608), (256, 34880)]:
+        q, k, v = qkv(rng, 32, 32, 2, 1, d)
         if shared_bytes > device.info.max_shared_memory:
             with pytest.raises(bg.ArgumentError, match=f"{shared_bytes} bytes are over this device's"):
                 bg.attention(q, k, v)
@@ -171,7 +164,7 @@ def test_tile_keys_setting_is_checked(device, rng, monkeypatch):
             assert rel(bg.attention(q, k, v), ref.attention(q, k, v)) <= 1e-5
 
 
-def test_split_setting_is_checked(device, rng, monkeypatch):
-    monkeypatch.setenv("BITNET_GPU_ATTENTION_SPLIT", "yes")
-    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_ATTENTION_SPLIT=yes"):
-        bg.attention(*qkv(rng, 1, 4, 2, 1, 8))
+def test_split_setting_is_checked(device, rng, tune):
+    with pytest.raises(bg.ArgumentError, match="attention_split='yes'"):
+        tune(attention_split="yes")
+    assert bg.attention(*qkv(rng, 1, 4, 2, 1, 8)).shape == (1, 2, 8)

@@ -56,12 +56,12 @@ def test_bitlinear_parity_on_every_path(device, rng, m, k, n):
         check(x, q, bias, y, acc)
 
 
-@pytest.mark.parametrize("fused", ["0", "1"])
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("m,k,n", [(1, 4, 1), (3, 2560, 6912), (8, 1000, 33), (1, 8192, 40), (2, 4096, 9)])
-def test_matvec_with_and_without_its_own_pre_pass(device, rng, monkeypatch, fused, m, k, n):
-    """Up to 8 float32 rows: each matvec workgroup quantizes them itself (BITNET_GPU_FUSED_MATVEC=1,
-    the default where they fit in shared memory) or a pre-pass does (0); both exact."""
-    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", fused)
+def test_matvec_with_and_without_its_own_pre_pass(device, rng, tune, fused, m, k, n):
+    """Up to 8 float32 rows: each matvec workgroup quantizes them itself (fused_matvec, the default
+    where they fit in shared memory) or a pre-pass does; both exact."""
+    tune(fused_matvec=fused)
     x, q, bias = case(rng, m, k, n)
     check(x, q, bias, *bg.bitlinear(x, q, bias, return_accumulator=True))
     check(x, q, None, *bg.bitlinear(x, q, None, return_accumulator=True))
@@ -71,15 +71,15 @@ def test_matvec_with_and_without_its_own_pre_pass(device, rng, monkeypatch, fuse
         bg.bitlinear(bad, q)
 
 
-@pytest.mark.parametrize("local_size", ["256", "512", "1024"])
+@pytest.mark.parametrize("local_size", [256, 512, 1024])
 @pytest.mark.parametrize("m,k,n", [(1, 16384, 33), (1, 12292, 4097), (2, 4100, 77), (3, 1028, 5), (1, 4, 1)])
-def test_strided_matvec(device, rng, monkeypatch, local_size, m, k, n):
+def test_strided_matvec(device, rng, tune, local_size, m, k, n):
     """The fused matvec on one round of large workgroups dealing the rows out subgroup by subgroup
-    (BITNET_GPU_MATVEC_STRIDED, the local size): exact, bit for bit the separate pre-pass's y,
+    (matvec_strided, the local size): exact, bit for bit the separate pre-pass's y,
     with bias, accumulators, bitlinear_group's gated input and residual, and a NaN count. (Not
     with a fused norm, whose sum of squares would add in another order.)"""
     x, q, bias = case(rng, m, k, n)
-    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "0")
+    tune(fused_matvec=False)
     separate = bg.bitlinear(x, q, bias, return_accumulator=True)
     up = rng.standard_normal((m, k)).astype(np.float32)
     residual = rng.standard_normal((m, n)).astype(np.float32)
@@ -87,10 +87,9 @@ def test_strided_matvec(device, rng, monkeypatch, local_size, m, k, n):
                                              [q._core],
                                              [bg.Tensor.from_numpy(residual)])[0].numpy()
     separate_group = group()
-    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "1")
-    monkeypatch.setenv("BITNET_GPU_MATVEC_STRIDED", local_size)
-    for groups in ["1", "3"]:
-        monkeypatch.setenv("BITNET_GPU_MATVEC_STRIDED_GROUPS", groups)
+    tune(fused_matvec=True, matvec_strided=local_size)
+    for groups in [1, 3]:
+        tune(matvec_strided_groups=groups)
         y, acc = bg.bitlinear(x, q, bias, return_accumulator=True)
         check(x, q, bias, y, acc)
         np.testing.assert_array_equal(y, separate[0])
@@ -121,39 +120,34 @@ def fused_matvec_paths(rng, x, q, bias):
     return run
 
 
-def fused_matches_separate(rng, monkeypatch, x, q, bias, settings):
-    """The fused matvec under `settings` (environment variables) gives exact accumulators and,
-    along every path of fused_matvec_paths, bit for bit what the separate pre-pass gives."""
+def fused_matches_separate(rng, tune, x, q, bias, settings):
+    """The fused matvec under `settings` (tuning knobs) gives exact accumulators and, along every
+    path of fused_matvec_paths, bit for bit what the separate pre-pass gives."""
     run = fused_matvec_paths(rng, x, q, bias)
-    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "0")
+    tune(fused_matvec=False)
     separate = run()
-    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC", "1")
-    for name, value in settings.items():
-        monkeypatch.setenv(name, value)
+    tune(fused_matvec=True, **settings)
     fused = run()
     check(x, q, bias, fused[0], fused[1])
     for a, b in zip(fused, separate):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("masked", ["0", "1"])
-@pytest.mark.parametrize("m,k,n,strided", [(1, 4096, 70, "0"), (2, 2048, 33, "0"), (1, 16384, 9, "1024"),
-                                           (3, 1000, 7, "0"), (1, 64, 1, "0"), (1, 8192, 40, "512"),
-                                           (2, 6912, 33, "0")])
-def test_matvec_masked_codes(device, rng, monkeypatch, masked, m, k, n, strided):
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("m,k,n,strided", [(1, 4096, 70, 0), (2, 2048, 33, 0), (1, 16384, 9, 1024),
+                                           (3, 1000, 7, 0), (1, 64, 1, 0), (1, 8192, 40, 512),
+                                           (2, 6912, 33, 0)])
+def test_matvec_masked_codes(device, rng, tune, masked, m, k, n, strided):
     """The fused matvec with the weights' codes masked in place and multiplied as unsigned bytes
-    into four accumulators (BITNET_GPU_MATVEC_MASKED=1, the default for one row) or shifted down
-    (0): exact, and bit for bit the separate pre-pass's y, with bias, accumulators, a fused norm with
+    into four accumulators (matvec_masked, the default for one row) or shifted down: exact, and bit for bit the separate pre-pass's y, with bias, accumulators, a fused norm with
     a residual, and the gated output of a gate/up pair, on both grids, with activations at +-127 (the largest
     partial sums)."""
     x, q, bias = case(rng, m, k, n)
     x[:, ::3] = np.abs(x).max()  # many activations at the extremes
     x[:, 1::3] = -np.abs(x).max()
-    fused_matches_separate(rng, monkeypatch, x, q, bias,
-                           {"BITNET_GPU_MATVEC_STRIDED": strided, "BITNET_GPU_MATVEC_MASKED": masked})
-    monkeypatch.setenv("BITNET_GPU_MATVEC_MASKED", "2")
-    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_MATVEC_MASKED=2"):
-        bg.bitlinear(x, q)
+    fused_matches_separate(rng, tune, x, q, bias, {"matvec_strided": strided, "matvec_masked": masked})
+    with pytest.raises(bg.ArgumentError, match="matvec_masked=2"):
+        tune(matvec_masked=2)
 
 
 @pytest.mark.parametrize("m,k,expected", [(1, 16384, "strided"), (2, 8192, "strided"), (1, 6912, "strided"),
@@ -177,64 +171,58 @@ def test_matvec_default_grid(device, rng, m, k, expected):
         assert len(kernels) == 1 and kernels[0].startswith("bitlinear_matvec") and kernels[0].endswith("_fused")
 
 
-def test_fused_matvec_limit_setting(device, rng, monkeypatch):
-    """BITNET_GPU_FUSED_MATVEC_MOST moves the 8192 values of x up to which every matvec
+def test_fused_matvec_limit_setting(device, rng, tune):
+    """fused_matvec_most moves the 8192 values of x up to which every matvec
     workgroup quantizes x itself: (4, 2560) takes the pre-pass by default, one fused dispatch
     under 16384, exact either way; a value out of range raises naming it."""
     x, q, bias = case(rng, 4, 2560, 40)
-    for most, fused in [(None, False), ("16384", True)]:
-        if most:
-            monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC_MOST", most)
+    for most, fused in [(None, False), (16384, True)]:
+        tune(fused_matvec_most=most)
         with bg.profile(device) as p:
             result = bg.bitlinear(x, q, bias, return_accumulator=True)
         check(x, q, bias, *result)
         kernels = [name for name, _ in p.timings if name.startswith("bitlinear")]  # not the copies back
         assert kernels[-1].endswith("_fused") == fused and len(kernels) == (1 if fused else 2)
-    monkeypatch.setenv("BITNET_GPU_FUSED_MATVEC_MOST", "0")
-    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_FUSED_MATVEC_MOST=0"):
-        bg.bitlinear(x, q)
+    with pytest.raises(bg.ArgumentError, match="fused_matvec_most=0"):
+        tune(fused_matvec_most=0)
+    assert bg.get_tuning()["fused_matvec_most"] == 16384  # a refused setting changes nothing
 
 
-def test_strided_matvec_setting_is_checked(device, rng, monkeypatch):
-    x, q, _ = case(rng, 1, 64, 3)
-    for name, value in [("BITNET_GPU_MATVEC_STRIDED", "300"), ("BITNET_GPU_MATVEC_STRIDED_GROUPS", "9")]:
-        monkeypatch.setenv("BITNET_GPU_MATVEC_STRIDED", "512")
-        monkeypatch.setenv(name, value)
+def test_strided_matvec_setting_is_checked(device, rng, tune):
+    tune(matvec_strided=512)
+    for name, value in [("matvec_strided", 300), ("matvec_strided_groups", 9)]:
         with pytest.raises(bg.ArgumentError, match=f"{name}={value}"):
-            bg.bitlinear(x, q)
-        monkeypatch.delenv(name)
+            tune(**{name: value})
+    assert bg.get_tuning()["matvec_strided"] == 512
 
 
-@pytest.mark.parametrize("rows,unroll", [("1", "1"), ("3", "2"), ("16", "1"), ("2", "4")])
+@pytest.mark.parametrize("rows,unroll", [(1, 1), (3, 2), (16, 1), (2, 4)])
 @pytest.mark.parametrize("m,k,n", [(1, 300, 37), (8, 4096, 70), (2, 16384, 9)])
-def test_matvec_rows_setting(device, rng, monkeypatch, rows, unroll, m, k, n):
+def test_matvec_rows_setting(device, rng, tune, rows, unroll, m, k, n):
     """Every rows-per-subgroup and unroll setting the matvec kernel takes (the tuning knobs) stays
     exact, with rows of W longer and shorter than a subgroup's sweep."""
-    monkeypatch.setenv("BITNET_GPU_MATVEC_ROWS", rows)
-    monkeypatch.setenv("BITNET_GPU_MATVEC_UNROLL", unroll)
+    tune(matvec_rows=rows, matvec_unroll=unroll)
     x, q, bias = case(rng, m, k, n)
     check(x, q, bias, *bg.bitlinear(x, q, bias, return_accumulator=True, algorithm="matvec"))
 
 
-def test_matvec_rows_setting_is_checked(device, rng, monkeypatch):
-    monkeypatch.setenv("BITNET_GPU_MATVEC_ROWS", "0")
+def test_matvec_rows_setting_is_checked(device, rng, tune):
     x, q, _ = case(rng, 1, 32, 8)
-    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_MATVEC_ROWS=0"):
-        bg.bitlinear(x, q)
-    monkeypatch.setenv("BITNET_GPU_MATVEC_ROWS", "2")
-    monkeypatch.setenv("BITNET_GPU_MATVEC_UNROLL", "3x")
-    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_MATVEC_UNROLL=3x"):
-        bg.bitlinear(x, q)
+    with pytest.raises(bg.ArgumentError, match="matvec_rows=0"):
+        tune(matvec_rows=0)
+    with pytest.raises(bg.ArgumentError, match="matvec_unroll='3x'"):
+        tune(matvec_rows=2, matvec_unroll="3x")
+    assert bg.get_tuning()["matvec_rows"] is None  # nothing of a refused setting stays
     assert bg.bitlinear(x, q, algorithm="tiled").shape == (1, 8)  # the device is still usable
 
 
-@pytest.mark.parametrize("split", ["0", "1"])
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("m,k,n,algorithm", [(1, 4096, 9, "matvec"), (3, 16400, 5, "matvec"),
                                              (2, 2052, 7, None), (20, 4100, 6, "tiled"),
                                              (1, 4097, 3, None), (8, 8, 4, None)])
-def test_both_pre_passes(device, rng, monkeypatch, split, m, k, n, algorithm):
+def test_both_pre_passes(device, rng, tune, split, m, k, n, algorithm):
     """The one-workgroup-a-row pre-pass and the chunked one (decode) give identical results."""
-    monkeypatch.setenv("BITNET_GPU_PREPARE_SPLIT", split)
+    tune(prepare_split=split)
     x, q, bias = case(rng, m, k, n, np.float16 if k == 2052 else np.float32)
     check(x.astype(np.float32), q, bias,
           *bg.bitlinear(x, q, bias, return_accumulator=True, algorithm=algorithm))
@@ -401,34 +389,32 @@ def check_tensor_cores(rng, m, k, n):
                                   "64x128x128", "128x128x128", "64x256x128"])
 @pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700),
                                    (2048, 2560, 6912)])
-def test_tensor_core_path_every_tile(device, rng, monkeypatch, tile, m, k, n):
+def test_tensor_core_path_every_tile(device, rng, tune, tile, m, k, n):
     """The cooperative-matrix kernel (GPU only): edges of every tile size, exact accumulators."""
-    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", tile)
+    tune(coopmat_tile=tile)
     check_tensor_cores(rng, m, k, n)
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
-@pytest.mark.parametrize("tile,subgroup_rows", [("256x128", "4"), ("256x128", "8"), ("128x256", "1"),
-                                                ("128x128x128", "4"), ("64x128", "4"), ("128x128", "2"),
-                                                ("128x128x128", "2"), ("256x128", "2")])
+@pytest.mark.parametrize("tile,subgroup_rows", [("256x128", 4), ("256x128", 8), ("128x256", 1),
+                                                ("128x128x128", 4), ("64x128", 4), ("128x128", 2),
+                                                ("128x128x128", 2), ("256x128", 2)])
 @pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700)])
-def test_tensor_core_subgroup_layouts(device, rng, monkeypatch, tile, subgroup_rows, m, k, n):
-    """The 8 subgroups split a tile rows x (8 / rows) (BITNET_GPU_COOPMAT_SUBGROUP_ROWS, GPU only)."""
-    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", tile)
-    monkeypatch.setenv("BITNET_GPU_COOPMAT_SUBGROUP_ROWS", subgroup_rows)
+def test_tensor_core_subgroup_layouts(device, rng, tune, tile, subgroup_rows, m, k, n):
+    """The 8 subgroups split a tile rows x (8 / rows) (coopmat_subgroup_rows, GPU only)."""
+    tune(coopmat_tile=tile, coopmat_subgroup_rows=subgroup_rows)
     check_tensor_cores(rng, m, k, n)
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
-@pytest.mark.parametrize("depth", ["1", "2"])
+@pytest.mark.parametrize("depth", [1, 2])
 @pytest.mark.parametrize("tile", ["256x128", "64x128", "128x128x128", "128x128"])
 @pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700), (70, 200, 130),
                                    (20, 448, 30)])
-def test_tensor_core_loads_steps_ahead(device, rng, monkeypatch, depth, tile, m, k, n):
-    """BITNET_GPU_COOPMAT_DEPTH (GPU only): one K step (K = 16), numbers of steps that are and are
+def test_tensor_core_loads_steps_ahead(device, rng, tune, depth, tile, m, k, n):
+    """coopmat_depth (GPU only): one K step (K = 16), numbers of steps that are and are
     not multiples of the depth, a partial last step; exact accumulators."""
-    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", tile)
-    monkeypatch.setenv("BITNET_GPU_COOPMAT_DEPTH", depth)
+    tune(coopmat_tile=tile, coopmat_depth=depth)
     check_tensor_cores(rng, m, k, n)
 
 
@@ -443,19 +429,19 @@ def test_tensor_core_automatic_tile(device, rng, m, k, n):
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
-def test_coopmat_tile_setting_is_checked(device, rng, monkeypatch):
-    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", "100x7")
+def test_coopmat_tile_setting_is_checked(device, rng, tune):
     x, q, _ = case(rng, 20, 32, 8)
-    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_COOPMAT_TILE=100x7"):
-        bg.bitlinear(x, q, algorithm="coopmat")
-    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", "256x256x128")  # over 48 KiB of shared memory
+    with pytest.raises(bg.ArgumentError, match="coopmat_tile=100x7"):
+        tune(coopmat_tile="100x7")
+    tune(coopmat_tile=(256, 256, 128))  # over 48 KiB of shared memory
     with pytest.raises(bg.UnsupportedError, match="shared memory"):
         bg.bitlinear(x, q, algorithm="coopmat")
-    monkeypatch.setenv("BITNET_GPU_COOPMAT_TILE", "64x128")
-    for rows in ["3", "8"]:  # not a power of two; 64 rows in 8 parts of 8
-        monkeypatch.setenv("BITNET_GPU_COOPMAT_SUBGROUP_ROWS", rows)
-        with pytest.raises(bg.ArgumentError, match=f"BITNET_GPU_COOPMAT_SUBGROUP_ROWS={rows}"):
-            bg.bitlinear(x, q, algorithm="coopmat")
+    tune(coopmat_tile="64x128")
+    with pytest.raises(bg.ArgumentError, match="coopmat_subgroup_rows=3"):  # not a power of two
+        tune(coopmat_subgroup_rows=3)
+    tune(coopmat_subgroup_rows=8)  # 64 rows in 8 parts of 8: refused where the tile is known
+    with pytest.raises(bg.ArgumentError, match="coopmat_subgroup_rows=8"):
+        bg.bitlinear(x, q, algorithm="coopmat")
 
 
 def test_backward_input_matches_the_straight_through_estimator(device, rng):
@@ -545,14 +531,13 @@ def test_bitlinear_out_targets(device, rng):
     assert np.array_equal(y_out, expected_y)  # the failed calls left the earlier result alone
 
 
-@pytest.mark.parametrize("prefetch", ["0", "1"])
-@pytest.mark.parametrize("m,k,n,strided", [(1, 2560, 70, "0"), (2, 2048, 33, "0"), (1, 16384, 9, "1024"),
-                                           (3, 1000, 7, "0"), (1, 64, 1, "0"), (1, 6912, 40, "512")])
-def test_matvec_prefetch(device, rng, monkeypatch, prefetch, m, k, n, strided):
+@pytest.mark.parametrize("prefetch", [False, True])
+@pytest.mark.parametrize("m,k,n,strided", [(1, 2560, 70, 0), (2, 2048, 33, 0), (1, 16384, 9, 1024),
+                                           (3, 1000, 7, 0), (1, 64, 1, 0), (1, 6912, 40, 512)])
+def test_matvec_prefetch(device, rng, tune, prefetch, m, k, n, strided):
     """The fused matvec with each subgroup's first weights requested before the pre-pass
-    (BITNET_GPU_MATVEC_PREFETCH=1, by default only for rows of up to 4096 values) or not (0):
+    (matvec_prefetch, by default only for rows of up to 4096 values) or not:
     exact, and bit for bit the separate pre-pass's y, with bias, accumulators, a fused norm with a
     residual and the gated output of a gate/up pair, on both grids."""
     x, q, bias = case(rng, m, k, n)
-    fused_matches_separate(rng, monkeypatch, x, q, bias,
-                           {"BITNET_GPU_MATVEC_STRIDED": strided, "BITNET_GPU_MATVEC_PREFETCH": prefetch})
+    fused_matches_separate(rng, tune, x, q, bias, {"matvec_strided": strided, "matvec_prefetch": prefetch})

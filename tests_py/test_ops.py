@@ -389,19 +389,16 @@ def test_backward_row_ops_against_the_reference(device, rng, shape, dtype):
     close(out, ref.softmax_backward(g, x), s * (np.abs(g64) + np.abs(g64 * s).sum(axis=-1, keepdims=True)))
 
 
-@pytest.mark.parametrize("groups", ["1", "3", "64"])
-def test_backward_norms_with_any_workgroup_count(device, rng, monkeypatch, groups):
-    """The weight gradients summed over rows by any number of workgroups
-    (BITNET_GPU_NORM_GROUPS_PER_SM: 128 to 8192 of them here, 600 rows) match the reference;
-    a bad setting raises and leaves the device usable."""
-    monkeypatch.setenv("BITNET_GPU_NORM_GROUPS_PER_SM", groups)
+@pytest.mark.parametrize("groups", [1, 3, 64])
+def test_backward_norms_with_any_workgroup_count(device, rng, tune, groups):
+    """The weight gradients summed over rows by any number of workgroups (norm_groups_per_sm:
+    128 to 8192 of them here, 600 rows) match the reference; a bad setting raises."""
+    tune(norm_groups_per_sm=groups)
     x, w, _, g = _norm_losses(rng, (600, 64))
     for got, expected in zip(bg.layer_norm_backward(g, x, w), ref.layer_norm_backward(g, x, w)):
         assert np.linalg.norm(got - expected) <= 1e-5 * np.linalg.norm(expected)
-    monkeypatch.setenv("BITNET_GPU_NORM_GROUPS_PER_SM", "0")
-    with pytest.raises(bg.ArgumentError, match="BITNET_GPU_NORM_GROUPS_PER_SM=0"):
-        bg.rms_norm_backward(g, x, w)
-    monkeypatch.delenv("BITNET_GPU_NORM_GROUPS_PER_SM")
+    with pytest.raises(bg.ArgumentError, match="norm_groups_per_sm=0"):
+        tune(norm_groups_per_sm=0)
     assert bg.rms_norm_backward(g, x, w)[0].shape == x.shape
 
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ops/dispatch.hpp"
+#include "ops/tuning.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/kernel.hpp"
@@ -39,7 +40,7 @@ Tensor run_elementwise(const Tensor& x, const Tensor* other, Activation op, Mode
   Kernel kernel = Kernel::builtin(device, float_variant("elementwise", x.dtype()),
                                   {{0, int64_t{static_cast<uint32_t>(op)}}, {1, int64_t{mode}}});
   const uint64_t element = dtype_size(x.dtype());
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   // Chunks of whole 16-byte vectors (row_ranges keeps every view inside the binding limit).
   for (const RowRange& range : row_ranges(*device, (x.size() + 3) / 4, {4 * element})) {
@@ -77,13 +78,11 @@ bool rows_in_registers(int64_t k) { return k % 4 == 0 && k / 4 <= 8 * 256; }
 uint32_t row_vectors(int64_t k) { return rows_in_registers(k) ? static_cast<uint32_t>((k / 4 + 255) / 256) : 1u; }
 
 // Workgroups that the backward norms' rows are dealt to when each writes its column sums of the
-// parameters' gradient terms (COLUMN_PARTIALS): BITNET_GPU_NORM_GROUPS_PER_SM (default 2) for each
-// multiprocessor (128 where the count is unknown), and never so few that a workgroup takes more
-// than 4096 rows (lavapipe ends an invocation's loops after 65535 passes). Measured on the H100,
-// (8192, 4096), rms_norm / layer_norm backward with 1, 2, 3, 4, 8 and 16 a multiprocessor:
-// 196 / 252, 167-172 / 193-194, 192 / 228, 197 / 243-248, 182 / 217, 186 / 232 us.
+// parameters' gradient terms (COLUMN_PARTIALS): two for each multiprocessor (the fastest measured;
+// 128 where the count is unknown), and never so few that a workgroup takes more than 4096 rows
+// (lavapipe ends an invocation's loops after 65535 passes).
 uint64_t partial_groups(const Device& device, uint64_t rows) {
-  const uint64_t per_multiprocessor = tuning_value("BITNET_GPU_NORM_GROUPS_PER_SM", 2, 64);
+  const uint64_t per_multiprocessor = tuning().norm_groups_per_sm.value_or(2);
   const uint64_t multiprocessors = device.info().multiprocessors ? device.info().multiprocessors : 128;
   const uint64_t fill = multiprocessors * per_multiprocessor;
   return std::min({rows, std::max(fill, (rows + 4095) / 4096),
@@ -124,7 +123,7 @@ GradientTerms run_rows(uint32_t op, const Tensor& x, const Tensor* grad, const T
   if (rows == 0) return terms;
   Kernel kernel = Kernel::builtin(device, float_variant("row_ops", x.dtype()),
                                   {{0, int64_t{op}}, {1, int64_t{row_vectors(k)}}, {2, partials}});
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   uint64_t term_row = 0;  // the first row of the gradient terms this chunk writes
   for (size_t chunk = 0; chunk < ranges.size(); ++chunk) {
@@ -226,7 +225,7 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional
                                   {{0, int64_t{static_cast<uint32_t>(op)}}, {1, same}});
   BufferBinding bindings[] = {a.binding(), a.binding(), b.binding(), b.binding(), y.binding(),
                               y.binding()};
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, {workgroups(*device, same ? (y.size() + 3) / 4 : y.size()), 1, 1},
                     bindings, push_bytes(push));
@@ -271,7 +270,7 @@ Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Te
   const auto& device = x.device_ptr();
   Tensor y = output(device, given, shape, x.dtype(), "y", {&x});
   if (y.size() == 0) return y;
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   auto record = [&](const Tensor& from, const Tensor& to, int64_t o, int64_t c, int64_t in) {
     Kernel kernel = Kernel::builtin(device, float_variant("reduce", x.dtype()),
@@ -316,7 +315,7 @@ Tensor transpose(const Tensor& x, const std::optional<Tensor>& given) {
     uint32_t rows, cols;
   } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(cols)};
   BufferBinding bindings[] = {x.binding(), y.binding()};
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
   op_sequence.run();
@@ -341,7 +340,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, const std::optional<Tensor>& giv
     uint32_t m, n, k;
   } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k)};
   BufferBinding bindings[] = {a.binding(), b.binding(), c.binding()};
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
   op_sequence.run();

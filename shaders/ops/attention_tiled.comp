@@ -9,12 +9,11 @@
 // scores against keys kg + 8 j of a tile and their output vectors kg + 8 j. A row's eight
 // invocations are eight neighbours in one subgroup: each holds the row's running max and sum
 // (online softmax) in registers, and they combine a tile's max and sum by shuffles (a butterfly,
-// so all eight get the same values). Scores (SPLIT_D, the default): the eight hold the rows in
-// registers, an eighth of the vectors each (kg + 8 i), score every key of the tile on their
-// part, and sum the partial scores of eight keys at a time across the eight in three halving
-// shuffles, after which each holds its own keys' sums; without SPLIT_D the rows are in shared
-// memory and each invocation scores its keys on whole rows (more shared-memory reads a
-// multiply-add). Per tile: the keys into shared memory, scores, softmax, weights into shared
+// so all eight get the same values). Scores: the eight hold the rows in registers, an eighth of
+// the vectors each (kg + 8 i), score every key of the tile on their part, and sum the partial
+// scores of eight keys at a time across the eight in three halving shuffles, after which each
+// holds its own keys' sums (fewer shared-memory reads a multiply-add than whole rows from shared
+// memory). Per tile: the keys into shared memory, scores, softmax, weights into shared
 // memory, then the values into the same shared memory (their loads in flight during the scores)
 // and the weighted sum. Layouts, the causal rule, batched caches and FROM_START as in
 // attention.comp; a query that sees no key gets zeros. Needs subgroups of a power of two from 8
@@ -29,14 +28,6 @@ layout(constant_id = 0) const bool CAUSAL = true;
 layout(constant_id = 1) const bool FROM_START = false;
 layout(constant_id = 2) const uint BK = 32;  // keys a tile: 8 or a multiple of 8 up to 32
 layout(constant_id = 3) const uint D4 = 32;  // vectors of 4 a head row: ceil(D / 4) <= 64
-// Without SPLIT_D: the scores' loop over the head dimension unrolled (always on lavapipe, whose
-// loop guard counts its passes: see shaders/runtime/strided_loop.glsl).
-layout(constant_id = 4) const bool UNROLLED = true;
-// Each query row's eight invocations hold the row in registers, an eighth of its vectors each
-// (kg + 8 i), and score every key of the tile on their part, the partial sums of eight keys
-// then summed and spread across the eight (each ends with its keys' sums); else the queries
-// are in shared memory and each invocation scores its keys on the whole row.
-layout(constant_id = 5) const bool SPLIT_D = true;
 layout(constant_id = 6) const uint ROWS = 2;  // query rows a row group: 2 (D <= 128) or 1
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
 layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
@@ -52,7 +43,6 @@ const uint GROUP = 8, BQ = 16 * ROWS, KEYS = BK / GROUP;
 // c ^ (r & 7), so the eight rows or keys a subgroup's clusters read at once hit distinct banks.
 const uint ROW = (D4 + 7) / 8 * 8, OUT4 = ROW / GROUP;  // OUT4: vectors of a row an invocation owns
 const float LOWEST = -3.402823466e38;
-shared vec4 s_q[SPLIT_D ? 1 : BQ * ROW];
 shared vec4 s_kv[BK * ROW];          // the tile's keys, then its values
 shared float s_p[BQ * (BK + 1)];     // the tile's weights, a row padded by one
 const uint SHARE = (BK * D4 + 127) / 128;  // tile vectors an invocation stages
@@ -110,26 +100,15 @@ void main() {
   // Roles from the subgroup layout, so that a row's eight invocations share a subgroup.
   const uint t = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
   const uint rg = t / GROUP, kg = t % GROUP, r0 = ROWS * rg;
-  vec4 q_part[ROWS][OUT4];  // SPLIT_D: vectors kg + 8 i of rows r0 .. r0 + ROWS - 1
-  if (SPLIT_D) {
-    [[unroll]] for (uint r = 0; r < ROWS; ++r)
-      [[unroll]] for (uint i = 0; i < OUT4; ++i) {
-        const uint c = kg + GROUP * i;
-        q_part[r][i] = vec4(0.0);
-        if (r0 + r < rows && c < D4)
-          [[unroll]] for (uint e = 0; e < 4; ++e)
-            if (4 * c + e < d) q_part[r][i][e] = float(q[((first_row + r0 + r) * p.hq + h) * d + 4 * c + e]);
-      }
-  } else {
-    for (uint e = gl_LocalInvocationID.x; e < BQ * D4; e += 128) {
-      const uint row = e / D4, c = e % D4;
-      vec4 value = vec4(0.0);
-      if (row < rows)
-        [[unroll]] for (uint i = 0; i < 4; ++i)
-          if (4 * c + i < d) value[i] = float(q[((first_row + row) * p.hq + h) * d + 4 * c + i]);
-      s_q[slot(row, c)] = value;
+  vec4 q_part[ROWS][OUT4];  // vectors kg + 8 i of rows r0 .. r0 + ROWS - 1
+  [[unroll]] for (uint r = 0; r < ROWS; ++r)
+    [[unroll]] for (uint i = 0; i < OUT4; ++i) {
+      const uint c = kg + GROUP * i;
+      q_part[r][i] = vec4(0.0);
+      if (r0 + r < rows && c < D4)
+        [[unroll]] for (uint e = 0; e < 4; ++e)
+          if (4 * c + e < d) q_part[r][i][e] = float(q[((first_row + r0 + r) * p.hq + h) * d + 4 * c + e]);
     }
-  }
   uint my_keys[ROWS];
   float m[ROWS], total[ROWS];
   vec4 acc[ROWS][OUT4];
@@ -150,16 +129,7 @@ void main() {
     float score[ROWS][KEYS];
     [[unroll]] for (uint r = 0; r < ROWS; ++r)
       [[unroll]] for (uint j = 0; j < KEYS; ++j) score[r][j] = 0.0;
-#define SCORE_STEP                                                  \
-    {                                                               \
-      vec4 query[ROWS];                                             \
-      [[unroll]] for (uint r = 0; r < ROWS; ++r) query[r] = s_q[slot(r0 + r, c)]; \
-      [[unroll]] for (uint j = 0; j < KEYS; ++j) {                  \
-        const vec4 key = s_kv[slot(kg + GROUP * j, c)];             \
-        [[unroll]] for (uint r = 0; r < ROWS; ++r) score[r][j] += dot(query[r], key); \
-      }                                                             \
-    }
-    if (SPLIT_D) {
+    {
       // Eight keys at a time: the partial sums of the rows for keys 8 j + x (x < 8) on this
       // invocation's part, then summed across the eight in three halving exchanges, after
       // which invocation kg holds key 8 j + kg's (the scores' usual layout).
@@ -194,10 +164,6 @@ void main() {
         [[unroll]] for (uint r = 0; r < ROWS; ++r) score[r][j] = part[r][0];         \
       }
       [[unroll]] for (uint j = 0; j < KEYS; ++j) SPLIT_STEP  // score[r][j]: literal indices
-    } else if (UNROLLED) {
-      [[unroll]] for (uint c = 0; c < D4; ++c) SCORE_STEP
-    } else {
-      [[dont_unroll]] for (uint c = 0; c < D4; ++c) SCORE_STEP
     }
     [[unroll]] for (uint r = 0; r < ROWS; ++r) {
       float tile_max = LOWEST;

@@ -1,0 +1,152 @@
+#include "ops/bitlinear_paths.hpp"
+
+#include <algorithm>
+#include <iterator>
+
+#include "ops/dispatch.hpp"
+#include "ops/tuning.hpp"
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
+
+namespace bitnet::ops {
+namespace {
+
+bool has_tensor_cores(const Device& device) { return device.feature("cooperative_matrix_int8"); }
+
+// An m x n tile with K steps of k, its subgroups 4 x 2 from 128 tile rows (else 2 x 4), loading
+// two steps ahead.
+CoopmatTile default_layout(uint32_t m, uint32_t n, uint32_t k) { return {m, n, k, m >= 128 ? 4u : 2u, 2}; }
+
+}  // namespace
+
+bool use_hardware_dot(const Device& device, std::optional<bool> requested) {
+  const bool available = device.feature("integer_dot_product");
+  if (requested) {
+    if (*requested && !available)
+      throw UnsupportedError("device '" + device.info().name + "' has no integer dot product instructions");
+    return *requested;
+  }
+  return available && device.feature("integer_dot_product_accelerated");
+}
+
+std::string dot_variant(const char* base, bool hardware) { return std::string(base) + (hardware ? "_dot" : "_int"); }
+
+BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requested) {
+  if (requested == BitLinearAlgorithm::coopmat && !has_tensor_cores(device))
+    throw UnsupportedError(
+        "algorithm='coopmat' needs int8 cooperative matrices "
+        "(VK_NV_cooperative_matrix, 16x16x32 int8, subgroups of 32), which "
+        "device '" +
+        device.info().name + "' does not have");
+  if (requested == BitLinearAlgorithm::automatic || requested == BitLinearAlgorithm::matvec)
+    return has_tensor_cores(device) ? BitLinearAlgorithm::coopmat : BitLinearAlgorithm::tiled;
+  return requested;
+}
+
+int64_t lane_vectors(int64_t k, int64_t local_size) { return (padded(k) / 4 + local_size - 1) / local_size; }
+
+bool can_fuse_input(int64_t k) { return k % 4 == 0 && lane_vectors(k) <= kMostLaneVectors; }
+
+bool split_prepare(int64_t k, BitLinearAlgorithm algorithm) {
+  if (k % 4 != 0 || k > int64_t{1} << 30) return false;
+  if (auto forced = tuning().prepare_split) return *forced;
+  // One workgroup a row leaves the GPU idle for a few long rows; it pays from K = 16384.
+  return algorithm == BitLinearAlgorithm::matvec && k >= 12288;
+}
+
+uint32_t matvec_rows(int64_t m, int64_t k, int64_t n) {
+  // Four rows hide more latency for long rows of few activations and for 4 to 8 activation rows
+  // of large weights; more registers cost more elsewhere.
+  const bool four = (k >= 8192 && m <= 4) || (m >= 4 && n * padded(k) >= (int64_t{1} << 24));
+  return tuning().matvec_rows.value_or(four ? 4 : 2);
+}
+
+uint32_t matvec_unroll(uint32_t fallback) { return tuning().matvec_unroll.value_or(fallback); }
+
+bool matvec_prefetch(int64_t k, bool gated_out) {
+  // Early weight requests pay for short rows; the gated output's long grid loses by them.
+  return tuning().matvec_prefetch.value_or(k <= 4096 && !gated_out);
+}
+
+bool matvec_masked_codes(int64_t m, bool gated_out) {
+  // Fewer instructions a weight word pays for one activation row; more rows run out of registers.
+  return tuning().matvec_masked.value_or(m == 1 && !gated_out);
+}
+
+bool fused_matvec_fits(const Tensor& x, int64_t m, int64_t k, uint32_t local_size) {
+  const Device& device = x.device();
+  const auto& limits = device.limits();
+  // The reduction scratch: four arrays of 256 words, indexed by subgroup, and a word an invocation.
+  const int64_t scratch = 4 * 256 * 4 + 4 * int64_t{local_size};
+  return x.dtype() == DType::float32 && k % 4 == 0 && lane_vectors(k, local_size) <= kMostLaneVectors &&
+         local_size <= limits.maxComputeWorkGroupInvocations && local_size <= limits.maxComputeWorkGroupSize[0] &&
+         subgroups_in(device, local_size) <= 256 && m * padded(k) + scratch <= limits.maxComputeSharedMemorySize &&
+         limits.maxPerStageDescriptorStorageBuffers >= 18;
+}
+
+bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
+  // Past 8192 values of x (16384 for two rows) every workgroup quantizing them again costs more
+  // than the separate pre-pass's dispatch.
+  const int64_t most = tuning().fused_matvec_most.value_or(m <= 2 ? 16384 : 8192);
+  return m * padded(k) <= most && fused_matvec_fits(x, m, k, 256);
+}
+
+std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n, size_t weights) {
+  const Device& device = x.device();
+  // For one or two rows of 6912 to 16384 values, one round of large workgroups quantizing the rows
+  // once beats many small ones each quantizing them again.
+  const bool long_rows = device.info().multiprocessors && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384;
+  const uint32_t local_size = tuning().matvec_strided.value_or(long_rows ? (padded(k) >= 12288 ? 1024 : 512) : 0);
+  if (local_size == 0 || weights != 1 || !fused_matvec_fits(x, m, k, local_size)) return std::nullopt;
+  const uint32_t per_multiprocessor = tuning().matvec_strided_groups.value_or(1024 / local_size);
+  // Where the multiprocessor count is unknown (lavapipe), a few workgroups.
+  const uint64_t multiprocessors = device.info().multiprocessors ? device.info().multiprocessors : 4;
+  const uint64_t fill = multiprocessors * per_multiprocessor;
+  const uint64_t rows_per_round = uint64_t{matvec_rows(m, k, n)} * subgroups_in(device, local_size);
+  const uint64_t needed = (static_cast<uint64_t>(n) + rows_per_round - 1) / rows_per_round;
+  return MatvecGrid{local_size, static_cast<uint32_t>(std::max<uint64_t>(1, std::min(fill, needed)))};
+}
+
+CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
+  // Where the multiprocessor count is unknown: 256 x 128 from m = 1024, else 64 x 128.
+  CoopmatTile tile = default_layout(rows >= 1024 ? 256u : 64u, 128, 64);
+  if (const uint32_t multiprocessors = device.info().multiprocessors) {
+    // The candidate with the least estimated time: rounds of workgroups (one or two resident on
+    // each multiprocessor) times the tile's values times a cost per value fitted on the H100, as a
+    // whole number of rounds matters more than the tile.
+    struct Candidate {
+      CoopmatTile tile;
+      uint32_t per_multiprocessor;
+      double cost_per_value;
+    };
+    const Candidate candidates[] = {{{256, 128, 64, 4, 2}, 1, 1.0},
+                                    {{128, 128, 128, 4, 2}, 1, 1.05},
+                                    {{64, 128, 128, 2, 2}, 1, 1.5},
+                                    {{128, 128, 64, 2, 1}, 2, 2.05}};
+    double best = 0.0;
+    for (size_t i = 0; i < std::size(candidates); ++i) {
+      const auto& c = candidates[i];
+      const uint64_t groups =
+          static_cast<uint64_t>((rows + c.tile.m - 1) / c.tile.m) * ((cols + c.tile.n - 1) / c.tile.n);
+      const uint64_t slots = uint64_t{multiprocessors} * c.per_multiprocessor;
+      const double estimate =
+          static_cast<double>((groups + slots - 1) / slots) * c.tile.m * c.tile.n * c.cost_per_value;
+      if (i == 0 || estimate < best) {
+        best = estimate;
+        tile = c.tile;
+      }
+    }
+  }
+  const Tuning knobs = tuning();
+  if (knobs.coopmat_tile) tile = default_layout(knobs.coopmat_tile->m, knobs.coopmat_tile->n, knobs.coopmat_tile->k);
+  if (knobs.coopmat_depth) tile.depth = *knobs.coopmat_depth;
+  if (const auto r = knobs.coopmat_subgroup_rows) {
+    if (tile.m % (16 * *r) || tile.n % (16 * (8 / *r)))
+      throw ArgumentError("coopmat_subgroup_rows=" + std::to_string(*r) + ": expected 1, 2, 4 or 8 splitting the " +
+                          std::to_string(tile.m) + "x" + std::to_string(tile.n) + " tile into multiples of 16");
+    tile.subgroup_rows = *r;
+  }
+  return tile;
+}
+
+}  // namespace bitnet::ops
