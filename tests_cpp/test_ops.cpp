@@ -7,6 +7,7 @@
 #include "ops/dispatch.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/model.hpp"
+#include "ops/sampling.hpp"
 #include "ops/quantize.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
@@ -103,7 +104,7 @@ TEST(Graph, AnOpThatFailsHalfwaySpoilsTheGraph) {
   Graph graph(device, Timing::off);
   graph.begin();
   {
-    ops::OpSequence op(device);
+    Recorder op(device);
     op.sequence().fill(a.binding(), 0);
     // leaves without run(): as when an op throws after recording part of its work
   }

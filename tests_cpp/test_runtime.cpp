@@ -10,6 +10,7 @@
 #include "runtime/fault.hpp"
 #include "runtime/instance.hpp"
 #include "runtime/kernel.hpp"
+#include "runtime/recorder.hpp"
 #include "runtime/sequence.hpp"
 #include "runtime/shaders.hpp"
 #include "runtime/spirv_reflect.hpp"
@@ -179,7 +180,7 @@ TEST(Kernel, DispatchesAxpy) {
     Tensor tx = upload(x), ty = upload(y);
     Kernel axpy = Kernel::builtin(device(), "axpy", {{0, int64_t{256}}});
     BufferBinding bindings[] = {tx.binding(), ty.binding()};
-    axpy.dispatch({groups_for(n), 1, 1}, bindings, push(static_cast<uint32_t>(n), 2.5f));
+    dispatch(axpy, {groups_for(n), 1, 1}, bindings, push(static_cast<uint32_t>(n), 2.5f));
     auto out = read(ty);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 2.5f * x[i] + y[i]) << i;
   }
@@ -271,11 +272,11 @@ TEST(Faults, InjectedFailuresThrowAndTheNextCallWorks) {
   Kernel axpy = Kernel::builtin(local, "axpy");
   BufferBinding two[] = {x.binding(), y.binding()};
   fault::arm("submission:1:1:out_of_host_memory");
-  EXPECT_THROW(axpy.dispatch({1, 1, 1}, two, push(16, 1.0f)), OutOfMemory);
+  EXPECT_THROW(dispatch(axpy, {1, 1, 1}, two, push(16, 1.0f)), OutOfMemory);
   EXPECT_FALSE(local->lost());
-  axpy.dispatch({1, 1, 1}, two, push(16, 1.0f));
+  dispatch(axpy, {1, 1, 1}, two, push(16, 1.0f));
   fault::arm("wait:1");
-  EXPECT_THROW(axpy.dispatch({1, 1, 1}, two, push(16, 1.0f)), DeviceError);
+  EXPECT_THROW(dispatch(axpy, {1, 1, 1}, two, push(16, 1.0f)), DeviceError);
   fault::arm("");
   EXPECT_TRUE(local->lost());
   EXPECT_THROW(Tensor::empty(local, std::vector<int64_t>{4}, DType::float32), DeviceError);
@@ -287,11 +288,11 @@ TEST(Errors, BadDispatchesThrowAndLeaveTheDeviceUsable) {
   Tensor x = upload(random_floats(16, 1)), y = upload(random_floats(16, 2));
   BufferBinding one[] = {x.binding()};
   BufferBinding two[] = {x.binding(), y.binding()};
-  EXPECT_THROW(axpy.dispatch({1, 1, 1}, one, push(16, 1.0f)), ShapeError);
-  EXPECT_THROW(axpy.dispatch({1, 1, 1}, two, {}), ShapeError);
+  EXPECT_THROW(dispatch(axpy, {1, 1, 1}, one, push(16, 1.0f)), ShapeError);
+  EXPECT_THROW(dispatch(axpy, {1, 1, 1}, two, {}), ShapeError);
   const uint32_t too_many = device()->limits().maxComputeWorkGroupCount[0];
   if (too_many < 0xffffffffu)
-    EXPECT_THROW(axpy.dispatch({too_many + 1, 1, 1}, two, push(16, 1.0f)), UnsupportedError);
+    EXPECT_THROW(dispatch(axpy, {too_many + 1, 1, 1}, two, push(16, 1.0f)), UnsupportedError);
   EXPECT_THROW(Kernel::builtin(device(), "no_such_shader"), ArgumentError);
   EXPECT_THROW(Kernel::builtin(device(), "axpy", {{7, int64_t{1}}}), ArgumentError);
   EXPECT_THROW(Kernel::builtin(device(), "axpy", {{0, int64_t{1} << 20}}), UnsupportedError);
@@ -306,10 +307,10 @@ TEST(Errors, BadDispatchesThrowAndLeaveTheDeviceUsable) {
     Tensor big = Tensor::empty(device(), std::vector<int64_t>{static_cast<int64_t>(range / 4 + 4)},
                                DType::float32);
     BufferBinding over[] = {x.binding(), big.binding()};
-    EXPECT_THROW(axpy.dispatch({1, 1, 1}, over, push(16, 1.0f)), UnsupportedError);
+    EXPECT_THROW(dispatch(axpy, {1, 1, 1}, over, push(16, 1.0f)), UnsupportedError);
   }
   auto expected = read(y);
-  axpy.dispatch({1, 1, 1}, two, push(16, 0.0f));  // still usable: y unchanged by a = 0
+  dispatch(axpy, {1, 1, 1}, two, push(16, 0.0f));  // still usable: y unchanged by a = 0
   EXPECT_EQ(read(y), expected);
 }
 

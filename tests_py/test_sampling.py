@@ -1,4 +1,4 @@
-"""bitnet_gpu.sample_logits (shaders/model/sample_rows.comp, sample_nucleus.comp for top-p):
+"""bitnet_gpu.sample_logits (shaders/sampling/sample_rows.comp, sample_nucleus.comp for top-p):
 parity with reference.sample_rows, the distribution it draws from, and its errors."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.graph import Graph
-from bitnet_gpu.ops import _sampling_params
+from bitnet_gpu.sampling import _sampling_params
 from conftest import check_draws
 
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/dispatch.hpp"
+#include "ops/tuning.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/kernel.hpp"
@@ -22,33 +23,28 @@ constexpr int64_t kTiledMostD = 256;   // 4 * the largest D4 in shaders/ops/atte
 int64_t tiled_rows_per_group(int64_t d) { return d <= 128 ? 2 : 1; }
 int64_t tiled_queries(int64_t d) { return 16 * tiled_rows_per_group(d); }
 constexpr int64_t kTiledFromQueries = 16;  // query rows a sequence from which it is the default
-// Query rows a sequence from which attention_tiled prefers 16-key tiles to 32 (fewer registers,
-// three workgroups a multiprocessor instead of two on the H100). H100, 20 / 5 heads of 128, 32
-// against 16 keys a tile: 136.2 / 153.5 us at 512 tokens, 412.6 / 443.0 at 1024, 1358.0 / 1290.6
-// at 2048, 4707.9 / 4608.2 at 4096 (benchmarks/bench_attention.py, 2026-11-23).
+// Query rows a sequence from which attention_tiled prefers 16-key tiles to 32: fewer registers let
+// more workgroups share a multiprocessor, which long sequences fill.
 constexpr int64_t kShortTilesFromQueries = 1536;
 
 // attention_tiled's keys a tile (BK): the most of 32, 16 and 8 whose shared memory fits (at most
 // 16 from kShortTilesFromQueries query rows a sequence, and above D = 128), for a head dimension
 // of d (its layout: the queries' and the tile's rows of ceil(d / 4) vectors padded to a multiple
-// of 8, and the tile's weights); 0 where none fits. BITNET_GPU_ATTENTION_TILE_KEYS (8, 16 or 32) asks for one,
-// for tests and tuning: ArgumentError where it does not fit.
-uint32_t tiled_keys(const Device& device, int64_t d, bool split_d, int64_t queries) {
+// of 8, and the tile's weights); 0 where none fits. Tuning's attention_tile_keys asks for one:
+// ArgumentError where it does not fit.
+uint32_t tiled_keys(const Device& device, int64_t d, int64_t queries) {
   const uint64_t row = (static_cast<uint64_t>(d) + 31) / 32 * 8;  // vectors
   const uint64_t most = device.limits().maxComputeSharedMemorySize;
   const auto bytes = [&](uint64_t keys) {
     const uint64_t block = static_cast<uint64_t>(tiled_queries(d));
-    return ((split_d ? 0 : block) + keys) * row * 16 + block * (keys + 1) * 4;
+    return keys * row * 16 + block * (keys + 1) * 4;
   };
-  const uint32_t asked = tuning_value("BITNET_GPU_ATTENTION_TILE_KEYS", 0, 32);
-  if (asked != 0) {
-    if (asked != 8 && asked != 16 && asked != 32)
-      throw ArgumentError("BITNET_GPU_ATTENTION_TILE_KEYS=" + std::to_string(asked) + ": expected 8, 16 or 32");
-    if (bytes(asked) > most)
-      throw ArgumentError("BITNET_GPU_ATTENTION_TILE_KEYS=" + std::to_string(asked) + ": tiles of " +
-                          std::to_string(bytes(asked)) + " bytes are over this device's " +
+  if (const auto asked = tuning().attention_tile_keys) {
+    if (bytes(*asked) > most)
+      throw ArgumentError("attention_tile_keys=" + std::to_string(*asked) + ": tiles of " +
+                          std::to_string(bytes(*asked)) + " bytes are over this device's " +
                           std::to_string(most) + " bytes of shared memory");
-    return asked;
+    return *asked;
   }
   // Also at most 8 staged vectors an invocation (keys x ceil(d / 4) <= 1024): the tile's loads
   // are held in registers.
@@ -58,10 +54,9 @@ uint32_t tiled_keys(const Device& device, int64_t d, bool split_d, int64_t queri
   return 0;
 }
 
-// A few queries over many keys (decode) split the keys over workgroups; BITNET_GPU_ATTENTION_SPLIT
-// = 0 or 1 overrides, for tests and tuning.
+// A few queries over many keys (decode) split the keys over workgroups.
 bool use_split(int64_t tq, int64_t l) {
-  if (auto forced = environment_switch("BITNET_GPU_ATTENTION_SPLIT")) return *forced && l > 0;
+  if (auto forced = tuning().attention_split) return *forced && l > 0;
   return tq <= 8 && l >= 512;
 }
 
@@ -78,7 +73,7 @@ struct KeyLayout {
   const Tensor* start = nullptr;
 };
 
-void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                       const KeyLayout& keys, bool split, const Tensor& out) {
   const auto& device = q.device_ptr();
   const int64_t tq = q.shape()[0], hq = q.shape()[1], d = q.shape()[2];
@@ -111,23 +106,14 @@ void record_attention(OpSequence& op, const Tensor& q, const Tensor& k, const Te
     return;
   }
   // Many queries a sequence and D <= 256: blocks of 32 queries (16 above D = 128) share each key
-  // tile (attention_tiled.comp, where the device shuffles within subgroups of 8 or more);
-  // BITNET_GPU_ATTENTION_TILED=0 or 1 overrides, for tests and tuning.
-  // BITNET_GPU_ATTENTION_SPLIT_D=0: the queries in shared memory instead of split over each
-  // row's invocations (attention_tiled's SPLIT_D; for tuning).
-  const bool split_d = environment_switch("BITNET_GPU_ATTENTION_SPLIT_D").value_or(true);
-  const uint32_t tile_keys = tiled_keys(*device, d, split_d, keys.seq_tokens);
+  // tile (attention_tiled.comp, where the device shuffles within subgroups of 8 or more).
+  const uint32_t tile_keys = tiled_keys(*device, d, keys.seq_tokens);
   const bool tiled = d <= kTiledMostD && tile_keys > 0 && device->info().features.at("subgroup_shuffle8") &&
-                     environment_switch("BITNET_GPU_ATTENTION_TILED").value_or(keys.seq_tokens >= kTiledFromQueries);
+                     tuning().attention_tiled.value_or(keys.seq_tokens >= kTiledFromQueries);
   Specialization specialization{{0, causal}, {1, from_start}};
   if (tiled) {
     specialization.emplace(2, static_cast<int64_t>(tile_keys));
     specialization.emplace(3, (d + 3) / 4);
-    // BITNET_GPU_ATTENTION_UNROLL=0: the scores' loop over the head dimension not unrolled (for
-    // tuning, with BITNET_GPU_ATTENTION_SPLIT_D=0; ignored where a loop guard counts passes).
-    specialization.emplace(4, guards_loop_passes(*device) ||
-                                  environment_switch("BITNET_GPU_ATTENTION_UNROLL").value_or(true));
-    specialization.emplace(5, split_d);
     specialization.emplace(6, tiled_rows_per_group(d));
   }
   Kernel kernel = Kernel::builtin(device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()),
@@ -180,7 +166,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   const auto& device = q.device_ptr();
   Tensor out = output(device, given, q.shape(), q.dtype(), "out", {&q, &k, &v});
   if (tq == 0 || hq == 0) return out;
-  OpSequence op(device);
+  Recorder op(device);
   record_attention(op, q, k, v, causal, {l, std::max<int64_t>(tq, 1), rows, nullptr}, use_split(tq, l), out);
   op.run();
   return out;
@@ -209,7 +195,7 @@ Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   const auto& device = q.device_ptr();
   Tensor out = output(device, given, q.shape(), q.dtype(), "out", {&q, &k_cache, &v_cache});
   if (rows_q == 0 || hq == 0) return out;
-  OpSequence op(device);
+  Recorder op(device);
   record_attention(op, q, k_cache, v_cache, causal, {0, seq_tokens, cache_rows, &start},
                    seq_tokens <= 8, out);
   op.run();
@@ -234,7 +220,7 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const std::op
     uint32_t t, h, d;
   } push{static_cast<uint32_t>(t), static_cast<uint32_t>(h), static_cast<uint32_t>(d)};
   BufferBinding bindings[] = {x.binding(), cos.binding(), sin.binding(), out.binding()};
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, {workgroups(*device, x.size() / 2), 1, 1}, bindings, push_bytes(push));
   op_sequence.run();
@@ -255,7 +241,7 @@ void copy_rows(const Tensor& rows, const Tensor& destination, int64_t first_row)
   if (&rows.device() != &destination.device()) throw ArgumentError("rows and destination: two devices");
   if (rows.nbytes() == 0) return;
   const uint64_t row_bytes = rows.nbytes() / static_cast<uint64_t>(rows.shape()[0]);
-  OpSequence op_sequence(rows.device_ptr());
+  Recorder op_sequence(rows.device_ptr());
   Sequence& sequence = op_sequence.sequence();
   sequence.copy(rows.binding(), {destination.allocation(), static_cast<uint64_t>(first_row) * row_bytes,
                                  rows.nbytes()});

@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "ops/bitlinear_paths.hpp"
 #include "ops/dispatch.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/tuning.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/kernel.hpp"
@@ -16,23 +18,6 @@ namespace bitnet::ops {
 namespace {
 
 constexpr int64_t kTile = 64;
-
-int64_t padded(int64_t k) { return (k + 15) / 16 * 16; }
-
-bool use_hardware_dot(const Device& device, std::optional<bool> requested) {
-  const bool available = device.feature("integer_dot_product");
-  if (requested) {
-    if (*requested && !available)
-      throw UnsupportedError("device '" + device.info().name +
-                             "' has no integer dot product instructions");
-    return *requested;
-  }
-  return available && device.feature("integer_dot_product_accelerated");
-}
-
-std::string dot_variant(const char* base, bool hardware) {
-  return std::string(base) + (hardware ? "_dot" : "_int");
-}
 
 void require_ternary_any_scales(const QuantizedWeights& w) {
   if (w.binary) throw UnsupportedError("bitlinear takes ternary weights, not binary ones");
@@ -63,20 +48,6 @@ PreparedRows interleave_int8(Sequence& sequence, const Tensor& values, int64_t r
   BufferBinding bindings[] = {values.binding(), out.values.binding(), out.row_sums.binding()};
   sequence.dispatch(kernel, {workgroups(*device, rows, 1), 1, 1}, bindings, push_bytes(push));
   return out;
-}
-
-bool has_tensor_cores(const Device& device) { return device.feature("cooperative_matrix_int8"); }
-
-// The matmul path for more than a few rows: automatic picks tensor cores where the device has
-// int8 cooperative matrices, else the tiled integer-dot-product kernel.
-BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requested) {
-  if (requested == BitLinearAlgorithm::coopmat && !has_tensor_cores(device))
-    throw UnsupportedError("algorithm='coopmat' needs int8 cooperative matrices "
-                           "(VK_NV_cooperative_matrix, 16x16x32 int8, subgroups of 32), which "
-                           "device '" + device.info().name + "' does not have");
-  if (requested == BitLinearAlgorithm::automatic || requested == BitLinearAlgorithm::matvec)
-    return has_tensor_cores(device) ? BitLinearAlgorithm::coopmat : BitLinearAlgorithm::tiled;
-  return requested;
 }
 
 struct TiledOutputs {
@@ -116,121 +87,6 @@ void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, in
                  bias, out);
 }
 
-// Output rows a matvec subgroup computes together (its accumulators are M x rows registers) and
-// the vectors of each row a lane loads at once (`fallback` unless set), or BITNET_GPU_MATVEC_ROWS
-// (1 to 16) and BITNET_GPU_MATVEC_UNROLL (1 to 4) for tuning.
-// Four rows for long rows and few activation rows (measured best on the H100 from K = 8192), and
-// for 4 to 8 activation rows of weights of at least 2^24 values (N K); two otherwise. H100, whole
-// calls, µs, two rows -> four (bench_knobs.py, benchmarks/results/knobs-batch-h100.json,
-// 2026-11-24): (4, 2560, 6912) 17.82 -> 16.35, (8, 2560, 6912) 29.50 -> 22.59, (4, 6912, 2560)
-// 20.03 -> 18.74, (8, 6912, 2560) 28.42 -> 26.61, (8, 4096, 4096) 20.86 -> 20.45; but
-// (4, 2560, 3840) 14.02 -> 14.66, (8, 2560, 3840) 17.73 -> 19.78 and (2, 2560, 3840) 9.57 -> 11.07.
-uint32_t matvec_rows(int64_t m, int64_t k, int64_t n) {
-  const bool four = (k >= 8192 && m <= 4) || (m >= 4 && n * padded(k) >= (int64_t{1} << 24));
-  return tuning_value("BITNET_GPU_MATVEC_ROWS", four ? 4 : 2, 16);
-}
-uint32_t matvec_unroll(uint32_t fallback = 1) { return tuning_value("BITNET_GPU_MATVEC_UNROLL", fallback, 4); }
-// Whether a fused matvec requests its first weights before its pre-pass, or
-// BITNET_GPU_MATVEC_PREFETCH=0|1. Measured on the H100 in the 2B4T decode step (2026-11-23): q/k/v
-// 8.6 -> 8.0 us and o 7.9 -> 7.6 us with it; the gate/up dispatch with the gated output (864
-// workgroups) 11.9 -> 13.3 us and (1, 8192, 8192) 12.0 -> 17.8 us, so it is on for rows up to
-// 4096 values and one output per weight row.
-bool matvec_prefetch(int64_t k, bool gated_out) {
-  return environment_switch("BITNET_GPU_MATVEC_PREFETCH").value_or(k <= 4096 && !gated_out);
-}
-// Whether a fused matvec multiplies the weights' codes masked in place (bitlinear_matvec.comp's
-// MASKED_CODES: one AND a part of a word instead of a shift and an AND, four accumulators a row), or
-// BITNET_GPU_MATVEC_MASKED=0|1. On for one activation row but not for the gated output. Measured on
-// the H100 (2026-11-23), kernel alone, µs, shifted -> masked (bench_matvec_variants.py): (1, 16384,
-// 16384) 32.9 -> 32.4, (1, 12288, 12288) 18.4 -> 17.7, (1, 8192, 8192) 11.2 -> 10.8, (1, 6912, 2560)
-// 9.0 -> 8.8, the same at (1, 2560, 6912) and (1, 4096, 4096); two rows (2, 8192, 8192) 16.5 -> 16.8
-// (98 registers against 62). In the 2B4T decode step (bench_knobs.py) the gate/up dispatch with its
-// gated output took 11.85-12.05 -> 12.37-12.70 µs; o and down moved by less than 0.3 µs.
-bool matvec_masked_codes(int64_t m, bool gated_out) {
-  return environment_switch("BITNET_GPU_MATVEC_MASKED").value_or(m == 1 && !gated_out);
-}
-
-// The cooperative-matrix kernel's shape: its TILE_M x TILE_N output tile and K step, how its 8
-// subgroups split the tile (subgroup_rows x (8 / subgroup_rows) parts) and how many K steps it
-// loads ahead (depth).
-struct CoopmatTile {
-  uint32_t m = 128, n = 128, k = 64, subgroup_rows = 2, depth = 2;
-};
-
-// An m x n tile with K steps of k, its subgroups 4 x 2 from 128 tile rows (else 2 x 4), loading
-// two steps ahead.
-CoopmatTile default_layout(uint32_t m, uint32_t n, uint32_t k) { return {m, n, k, m >= 128 ? 4u : 2u, 2}; }
-
-// The tile for an m x n output, the one with the least estimated time among
-//   256 x 128, K steps of 64, 4 x 2 subgroups, 2 steps loaded ahead (241 registers on the H100:
-//     one workgroup a multiprocessor),
-//   128 x 128, K steps of 128, 4 x 2 subgroups, 2 ahead (187 registers, one),
-//   64 x 128, K steps of 128, 2 x 4 subgroups, 2 ahead (one),
-//   128 x 128, K steps of 64, 2 x 4 subgroups, 1 ahead (128 registers: two a multiprocessor),
-// counted as rounds of workgroups (one or two on each multiprocessor) times the tile's values
-// times its cost per value: 1, 1.05, 1.5 and 2.05, fitted on the H100 so that the choice is the
-// fastest of the four on each shape measured (2026-11-23, ninth session, after the 16-byte
-// epilogue, which sped the one-a-multiprocessor tiles up more than the two-a-multiprocessor one;
-// benchmarks/results/knobs-coopmat-tiles-h100.json, kernel alone in us, the four in that order):
-// (2048, 4096, 4096) 145.3 / 149.2 / 203.8 / 152.2, (2048, 2560, 6912) 186.7 / 170.6 / 227.6 /
-// 184.7, (2048, 6912, 2560) 233.1 / 178.5 / 215.8 / 233.2, (1024, 4096, 4096) 73.6 / 77.0 / 101.2 /
-// 78.8, (512, 2560, 6912) 46.4 / 49.8 / 65.1 / 51.3, (512, 4096, 4096) 70.4 / 40.3 / 52.4 / 52.4,
-// (128, 4096, 4096) 74.7 / 38.9 / 27.0 / 49.4, and a 512-token prefill's projections: (512, 2560,
-// 3840) 45.7 / 26.7 / 34.6 / 33.8, (512, 2560, 2560) 44.9 / 26.4 / 33.9 / 33.6, (512, 2560, 13824)
-// 96.7 / 100.2 / 114.5 / 99.4, (512, 6912, 2560) 107.5 / 61.5 / 78.2 / 83.3. A whole number of
-// rounds matters more than the tile.
-// Where the multiprocessor count is unknown: 256 x 128 from m = 1024, else 64 x 128 with K steps
-// of 64.
-// Tuning: BITNET_GPU_COOPMAT_TILE=MxN[xK] (M and N multiples of 64 up to 256, K 64 or 128; 4 x 2
-// subgroups from 128 tile rows, else 2 x 4, 2 steps ahead, unless set),
-// BITNET_GPU_COOPMAT_SUBGROUP_ROWS (1, 2, 4 or 8, parts of multiples of 16),
-// BITNET_GPU_COOPMAT_DEPTH (1 or 2: (2048, 4096, 4096) 195 -> 177 us with 2 for 256 x 128).
-CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
-  CoopmatTile tile = default_layout(rows >= 1024 ? 256u : 64u, 128, 64);
-  if (const uint32_t multiprocessors = device.info().multiprocessors) {
-    struct Candidate {
-      CoopmatTile tile;
-      uint32_t per_multiprocessor;
-      double cost_per_value;
-    };
-    const Candidate candidates[] = {{{256, 128, 64, 4, 2}, 1, 1.0},
-                                    {{128, 128, 128, 4, 2}, 1, 1.05},
-                                    {{64, 128, 128, 2, 2}, 1, 1.5},
-                                    {{128, 128, 64, 2, 1}, 2, 2.05}};
-    double best = 0.0;
-    for (size_t i = 0; i < std::size(candidates); ++i) {
-      const auto& c = candidates[i];
-      const uint64_t groups = static_cast<uint64_t>((rows + c.tile.m - 1) / c.tile.m) *
-                              ((cols + c.tile.n - 1) / c.tile.n);
-      const uint64_t slots = uint64_t{multiprocessors} * c.per_multiprocessor;
-      const double estimate = static_cast<double>((groups + slots - 1) / slots) * c.tile.m * c.tile.n *
-                              c.cost_per_value;
-      if (i == 0 || estimate < best) {
-        best = estimate;
-        tile = c.tile;
-      }
-    }
-  }
-  if (const char* text = std::getenv("BITNET_GPU_COOPMAT_TILE"); text && *text) {
-    unsigned m = 0, n = 0, k = 64;
-    const int fields = std::sscanf(text, "%ux%ux%u", &m, &n, &k);
-    if (fields < 2 || m == 0 || m % 64 || m > 256 || n == 0 || n % 64 || n > 256 ||
-        (k != 64 && k != 128))
-      throw ArgumentError("BITNET_GPU_COOPMAT_TILE=" + std::string(text) +
-                          ": expected MxN or MxNxK, M and N multiples of 64 up to 256, K 64 or 128");
-    tile = default_layout(m, n, k);
-  }
-  tile.depth = tuning_value("BITNET_GPU_COOPMAT_DEPTH", tile.depth, 2);
-  if (const char* text = std::getenv("BITNET_GPU_COOPMAT_SUBGROUP_ROWS"); text && *text) {
-    const uint32_t r = tuning_value("BITNET_GPU_COOPMAT_SUBGROUP_ROWS", 2, 8);
-    if ((r != 1 && r != 2 && r != 4 && r != 8) || tile.m % (16 * r) || tile.n % (16 * (8 / r)))
-      throw ArgumentError("BITNET_GPU_COOPMAT_SUBGROUP_ROWS=" + std::string(text) + ": expected 1, 2, 4 or 8 "
-                          "splitting the " + std::to_string(tile.m) + "x" + std::to_string(tile.n) +
-                          " tile into multiples of 16");
-    tile.subgroup_rows = r;
-  }
-  return tile;
-}
 
 void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m, int64_t n,
                     int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
@@ -269,15 +125,6 @@ void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
     record_tiled(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out, hardware);
 }
 
-// Whether the pre-pass for rows of k values is spread over chunks of rows (two dispatches of
-// many workgroups) rather than one workgroup a row: for a few long rows, where one workgroup a
-// row leaves the GPU idle. BITNET_GPU_PREPARE_SPLIT=0 or 1 overrides, for tuning.
-bool split_prepare(int64_t k, BitLinearAlgorithm algorithm) {
-  if (k % 4 != 0 || k > int64_t{1} << 30) return false;
-  if (auto forced = environment_switch("BITNET_GPU_PREPARE_SPLIT")) return *forced;
-  // Measured on the H100: a gain from K = 16384 (46 -> 41 us), a loss of about 1 us below.
-  return algorithm == BitLinearAlgorithm::matvec && k >= 12288;
-}
 
 // x [m, k] to interleaved int8 rows, their sums and their scales (bitlinear_prepare*.comp).
 // The inputs the single-pass pre-pass can fuse in front of the quantization: relu(x)^2 * up, then an
@@ -288,13 +135,6 @@ struct FusedInput {
   float norm_eps = 0.0f;
   bool any() const { return up || norm_weight; }
 };
-
-// Vectors of 4 values each invocation of a workgroup of local_size holds for a row of k values
-// (the pre-passes' and the fused matvec's CACHED), and the most they hold in registers.
-int64_t lane_vectors(int64_t k, int64_t local_size = 256) { return (padded(k) / 4 + local_size - 1) / local_size; }
-constexpr int64_t kMostLaneVectors = 16;
-
-bool can_fuse_input(int64_t k) { return k % 4 == 0 && lane_vectors(k) <= kMostLaneVectors; }
 
 void record_prepare(Sequence& sequence, const Tensor& x, int64_t m, int64_t k,
                     const PreparedRows& prepared, const Tensor& scales, const Tensor& nonfinite,
@@ -383,75 +223,6 @@ void record_matvec(Sequence& sequence, const QuantizedWeights& w, const Prepared
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }
 
-// A fused matvec's grid: `local_size` invocations a workgroup, and either one workgroup for each
-// run of rows (groups == 0) or `groups` workgroups dealing the rows out to their subgroups in
-// turn (the shader's STRIDED).
-struct MatvecGrid {
-  uint32_t local_size = 256;
-  uint32_t groups = 0;
-};
-
-// Whether bitlinear_matvec.comp's FUSED variant, with workgroups of local_size, takes m float32
-// rows of k values: the rows held in registers (kMostLaneVectors at most) and then in shared memory
-// beside the reduction scratch (four arrays of 256 words, indexed by subgroup, and one word an
-// invocation), and its 18 storage buffers allowed (devices allowing fewer keep the separate
-// pre-pass).
-bool fused_matvec_fits(const Tensor& x, int64_t m, int64_t k, uint32_t local_size) {
-  const Device& device = x.device();
-  const auto& limits = device.limits();
-  const int64_t scratch = 4 * 256 * 4 + 4 * int64_t{local_size};
-  return x.dtype() == DType::float32 && k % 4 == 0 && lane_vectors(k, local_size) <= kMostLaneVectors &&
-         local_size <= limits.maxComputeWorkGroupInvocations && local_size <= limits.maxComputeWorkGroupSize[0] &&
-         subgroups_in(device, local_size) <= 256 && m * padded(k) + scratch <= limits.maxComputeSharedMemorySize &&
-         limits.maxPerStageDescriptorStorageBuffers >= 18;
-}
-
-// record_matvec with the activation pre-pass done by every workgroup into shared memory
-// (bitlinear_matvec.comp, FUSED): one dispatch instead of two. Above 8192 values of x every
-// workgroup of 256 invocations quantizing the rows again costs more than the separate pre-pass
-// (measured on the H100: (1, 16384, 16384) 45 us fused, 40 us not; (8, 4096, 4096) 36.6 us
-// fused, 24.1 us not; (1, 4096, 4096) 7.6 us fused, 14.6 us not); the strided grid (below) takes
-// some of those rows.
-// Two rows fuse up to 16384 values (8192 each): the 2B4T decode step of two sequences, whose down
-// projection (K = 6912) then fuses, took 2109-2110 against 2138 us; with four sequences 16384 made
-// q/k/v, o and gate/up fuse and the step took 3251-3256 against 2786 us (H100, two runs each,
-// model-batches-fused-{8192,16384}-run{1,2}-h100.json, 2026-11-24). BITNET_GPU_FUSED_MATVEC_MOST
-// (1 to 65536) sets the limit for any number of rows, for tuning: 32768 made single calls of
-// (4, 2560, 3840) and (4, 2560, 6912) 0.5 and 0.8 us faster, but (8, 2560, 6912) 22.1 -> 39.2 us,
-// and the decode step of 4 sequences 2787 -> 3303 us, of 8 4080 -> 6116 us
-// (knobs-fused-most-h100.json, model-batches-fused-32768-h100.json).
-bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
-  const int64_t most = tuning_value("BITNET_GPU_FUSED_MATVEC_MOST", m <= 2 ? 16384 : 8192, 65536);
-  return m * padded(k) <= most && fused_matvec_fits(x, m, k, 256);
-}
-
-// The strided grid, for one weight and long rows: one round of large workgroups filling the GPU,
-// each quantizing the rows once, instead of every workgroup of 256 invocations (a few dozen output
-// rows) quantizing them again (the ordinary fused matvec) or a separate pre-pass. The rows must
-// fit in shared memory. Where the multiprocessor count is known, it is the default for one or two
-// float32 rows of 6912 to 16384 values: 1024 invocations a workgroup and one workgroup a
-// multiprocessor from 12288 values, 512 and two below. Measured on the H100 (bench_knobs.py,
-// whole calls as graphs, µs, default before -> strided; 2026-11-23): (1, 16384, 16384)
-// 38.8-39.2 -> 33.7 (512 x 2: 35.4); (1, 12288, 12288) 21.4-21.7 -> 18.4 (512 x 2: 19.3);
-// (2, 16384, 16384) 45.1 -> 41.2; (1, 8192, 8192) 12.0 -> 11.3 (1024: 14.0); (2, 8192, 8192)
-// 18.2 -> 15.5; (1, 6912, 2560) 9.4 -> 9.2; slower at (4, 4096, 4096) 15.2 -> 15.8 and
-// (8, 4096, 4096) 20.6 -> 26.3, no faster at (1, 2560, 6912) and (1, 4096, 4096).
-// BITNET_GPU_MATVEC_STRIDED sets the local size (0: never; 256, 512 or 1024) and
-// BITNET_GPU_MATVEC_STRIDED_GROUPS the workgroups a multiprocessor (1 to 8; 1024 invocations a
-// multiprocessor unless set), for tuning and tests.
-std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n, size_t weights) {
-  const Device& device = x.device();
-  const bool long_rows = device.info().multiprocessors && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384;
-  const uint32_t local_size = environment_choice("BITNET_GPU_MATVEC_STRIDED", {0, 256, 512, 1024})
-                                  .value_or(long_rows ? (padded(k) >= 12288 ? 1024 : 512) : 0);
-  if (local_size == 0 || weights != 1 || !fused_matvec_fits(x, m, k, local_size)) return std::nullopt;
-  const uint32_t per_multiprocessor = tuning_value("BITNET_GPU_MATVEC_STRIDED_GROUPS", 1024 / local_size, 8);
-  // Where the multiprocessor count is unknown (lavapipe), a few workgroups.
-  const uint64_t fill = uint64_t{device.info().multiprocessors ? device.info().multiprocessors : 4} * per_multiprocessor;
-  const uint64_t rows_per_round = uint64_t{matvec_rows(m, k, n)} * subgroups_in(device, local_size);
-  const uint64_t needed = (static_cast<uint64_t>(n) + rows_per_round - 1) / rows_per_round;
-  return MatvecGrid{local_size, static_cast<uint32_t>(std::max<uint64_t>(1, std::min(fill, needed)))};
-}
 
 // One dispatch for up to three weights sharing x (their outputs ys[i]); bias / residual and
 // accumulators only with one weight. `grid`: see MatvecGrid (strided with one weight only).
@@ -468,7 +239,7 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
   const uint32_t rows = gated_out ? 2 : matvec_rows(m, k, w.rows);
   const uint32_t subgroup_size = std::max<uint32_t>(1, device->info().subgroup_size);
   // With the first weights requested before the pre-pass, a lane requests all of its vectors of
-  // a row at once (up to 4), unless BITNET_GPU_MATVEC_UNROLL says otherwise.
+  // a row at once (up to 4).
   const bool prefetch = matvec_prefetch(k, gated_out) && words % 4 == 0;
   const uint32_t unroll =
       matvec_unroll(prefetch ? std::clamp<uint32_t>((words / 4 + subgroup_size - 1) / subgroup_size, 1, 4) : 1);
@@ -610,11 +381,10 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   const BitLinearAlgorithm algorithm =
       m <= kMatvecMaxRows ? BitLinearAlgorithm::matvec : matmul_path(*device, BitLinearAlgorithm::automatic);
   const bool hardware = use_hardware_dot(*device, std::nullopt);
-  OpSequence op(device);
+  Recorder op(device);
   Sequence& sequence = op.sequence();
   // Every matvec workgroup quantizes the rows itself, saving the pre-pass's dispatch; up to three
   // weights (q, k, v) go in that one dispatch (a residual only with one weight).
-  // BITNET_GPU_FUSED_MATVEC=0 keeps the separate pre-pass.
   const bool one_dispatch = weights.size() == 1 ||
                             (weights.size() <= 3 && std::none_of(residuals.begin(), residuals.end(),
                                                                   [](const auto& r) { return r.has_value(); }));
@@ -624,11 +394,9 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
                            ? strided_matvec(input, m, k, weights[0]->rows, weights.size())
                            : std::nullopt;
   if (algorithm == BitLinearAlgorithm::matvec && (strided || can_fuse_matvec(input, m, k)) && one_dispatch &&
-      environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(true)) {
-    // gated_output with whole 16-byte weight vectors: the dispatch writes relu(gate)^2 * up itself
-    // (BITNET_GPU_GATED_MATVEC=0 keeps the two products and the gating op; bit for bit the same).
-    const bool gated_out = gated_output && padded(k) % 64 == 0 &&
-                           environment_switch("BITNET_GPU_GATED_MATVEC").value_or(true);
+      tuning().fused_matvec.value_or(true)) {
+    // gated_output with whole 16-byte weight vectors: the dispatch writes relu(gate)^2 * up itself.
+    const bool gated_out = gated_output && padded(k) % 64 == 0;
     std::vector<Tensor> outputs = allocate(gated_out ? 1 : weights.size());
     Tensor nonfinite = zeroed_counter(device);
     record_matvec_fused(sequence, weights, input, fused, m, residuals[0], residuals[0].has_value(), outputs,
@@ -638,22 +406,17 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   }
   std::vector<Tensor> outputs = allocate(weights.size());
   const auto [prepared, scales, nonfinite] = prepare_rows(sequence, input, m, k, algorithm, fused);
-  // The tiled and tensor-core kernels add a residual in their epilogue (bit for bit the separate
-  // add); BITNET_GPU_MATMUL_RESIDUAL=0 adds it as its own op instead, for tuning.
-  const bool matmul_residual = environment_switch("BITNET_GPU_MATMUL_RESIDUAL").value_or(true);
+  // The tiled and tensor-core kernels add a residual in their epilogue (bit for bit a separate add).
   for (size_t i = 0; i < weights.size(); ++i) {
     if (algorithm == BitLinearAlgorithm::matvec)
       record_matvec(sequence, *weights[i], prepared, scales, m, residuals[i], residuals[i].has_value(),
                     outputs[i], std::nullopt, hardware);
     else
       record_matmul(algorithm, sequence, weights[i]->packed, prepared, m, weights[i]->rows, k, true, scales,
-                    weights[i]->scales, matmul_residual ? residuals[i] : std::nullopt,
-                    matmul_residual && residuals[i].has_value(), {outputs[i], std::nullopt}, hardware);
+                    weights[i]->scales, residuals[i], residuals[i].has_value(), {outputs[i], std::nullopt},
+                    hardware);
   }
   op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
-  if (algorithm != BitLinearAlgorithm::matvec && !matmul_residual)
-    for (size_t i = 0; i < outputs.size(); ++i)
-      if (residuals[i]) outputs[i] = binary(outputs[i], *residuals[i], BinaryOp::add);
   return finish(outputs);
 }
 
@@ -690,7 +453,7 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
       throw UnsupportedError("weights with group_size=" + std::to_string(w.group_size) +
                              " run on their own kernel: leave algorithm unset");
     const bool hardware = use_hardware_dot(*device, hardware_dot);
-    OpSequence op_sequence(device);
+    Recorder op_sequence(device);
     Sequence& sequence = op_sequence.sequence();
     const auto [prepared, scales, nonfinite] = prepare_rows(sequence, x, m, k, BitLinearAlgorithm::matvec);
     record_grouped(sequence, w, prepared, scales, m, bias, result.y, result.accumulators, hardware);
@@ -705,13 +468,12 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
                            " rows; x has " + std::to_string(m));
   const bool hardware = use_hardware_dot(*device, hardware_dot);
 
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   // Few float32 rows that fit: every matvec workgroup quantizes them itself (no pre-pass dispatch).
-  // BITNET_GPU_FUSED_MATVEC=0 keeps the separate pre-pass.
   const auto strided = algorithm == BitLinearAlgorithm::matvec ? strided_matvec(x, m, k, n, 1) : std::nullopt;
   if (algorithm == BitLinearAlgorithm::matvec && (strided || can_fuse_matvec(x, m, k)) &&
-      environment_switch("BITNET_GPU_FUSED_MATVEC").value_or(true)) {
+      tuning().fused_matvec.value_or(true)) {
     Tensor nonfinite = zeroed_counter(device);
     record_matvec_fused(sequence, {&w}, x, {}, m, bias, false, {result.y}, result.accumulators, nonfinite,
                         hardware, false, strided.value_or(MatvecGrid{}));
@@ -742,7 +504,7 @@ Tensor int8_matmul(const Tensor& a, const Tensor& b, BitLinearAlgorithm algorith
   Tensor out = Tensor::empty(device, std::vector<int64_t>{m, n}, DType::int32);
   if (m == 0 || n == 0) return out;
   if (k == 0) {
-    OpSequence op_zero(device);
+    Recorder op_zero(device);
     Sequence& zero = op_zero.sequence();
     zero.fill(out.binding(), 0);
     op_zero.run();
@@ -750,7 +512,7 @@ Tensor int8_matmul(const Tensor& a, const Tensor& b, BitLinearAlgorithm algorith
   }
   const BitLinearAlgorithm path = matmul_path(*device, algorithm);
   const bool hardware = use_hardware_dot(*device, hardware_dot);
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   PreparedRows pa = interleave_int8(sequence, a, m, k, false);
   PreparedRows pb = interleave_int8(sequence, b, n, k, true);
@@ -774,7 +536,7 @@ Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, BitLinearAlgor
   if (m == 0) return out;
   const BitLinearAlgorithm path = matmul_path(*device, algorithm);
   const bool hardware = use_hardware_dot(*device, hardware_dot);
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   PreparedRows pa = interleave_int8(sequence, a, m, k, false);
   record_matmul(path, sequence, w.packed, pa, m, n, k, true, w.scales, w.scales, std::nullopt, false,
@@ -803,7 +565,7 @@ Tensor bitlinear_backward_input(const Tensor& grad_y, const QuantizedWeights& w)
   } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k),
          static_cast<uint32_t>(padded(k) / 16), static_cast<uint32_t>(std::max<int64_t>(w.group_size, 1))};
   BufferBinding bindings[] = {w.packed.binding(), w.scales.binding(), grad_y.binding(), out.binding()};
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, {workgroups(*device, static_cast<uint64_t>(m * k)), 1, 1}, bindings,
                     push_bytes(push));

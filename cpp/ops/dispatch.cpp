@@ -1,8 +1,6 @@
 #include "ops/dispatch.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <numeric>
 #include <string>
 
@@ -59,39 +57,6 @@ std::array<uint32_t, 3> checked_grid(const Device& device, std::array<uint64_t, 
   return grid;
 }
 
-std::optional<bool> environment_switch(const char* name) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return std::nullopt;
-  const std::string value(text);
-  if (value != "0" && value != "1")
-    throw ArgumentError(std::string(name) + "=" + value + ": expected 0 or 1");
-  return value == "1";
-}
-
-std::optional<uint32_t> environment_choice(const char* name, std::initializer_list<uint32_t> allowed) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return std::nullopt;
-  const std::string value(text);
-  std::string expected;
-  size_t i = 0;
-  for (const uint32_t choice : allowed) {
-    if (value == std::to_string(choice)) return choice;
-    expected += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + std::to_string(choice);
-    ++i;
-  }
-  throw ArgumentError(std::string(name) + "=" + value + ": expected " + expected);
-}
-
-uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return fallback;
-  unsigned value = 0;
-  char extra = 0;
-  if (std::sscanf(text, "%u%c", &value, &extra) != 1 || value < 1 || value > most)
-    throw ArgumentError(std::string(name) + "=" + text + ": expected 1 to " + std::to_string(most));
-  return value;
-}
-
 uint32_t subgroups_in(const Device& device, uint32_t local_size) {
   return std::max<uint32_t>(1, local_size / std::max<uint32_t>(1, device.info().subgroup_size));
 }
@@ -146,29 +111,11 @@ Tensor zeroed_counter(const std::shared_ptr<Device>& device) {
   return tensor;
 }
 
-OpSequence::OpSequence(const std::shared_ptr<Device>& device) : graph_(device->recording_graph()) {
-  if (graph_)
-    ops_before_ = graph_->op_count();
-  else
-    own_.emplace(device, Timing::off);
-}
-
-OpSequence::~OpSequence() {
-  // An op that raised after recording part of its work leaves the graph unusable.
-  if (graph_ && !ran_ && graph_->op_count() != ops_before_)
-    graph_->spoil("an op raised after recording part of its work");
-}
-
-Sequence& OpSequence::sequence() { return graph_ ? graph_->sequence() : *own_; }
-
-void OpSequence::run(std::function<void()> check) {
-  ran_ = true;
-  if (graph_) {
-    if (check) graph_->check_after_replay(std::move(check));
-    return;
-  }
-  own_->run();
-  if (check) check();
+Tensor self_resetting_counters(const std::shared_ptr<Device>& device, int64_t count) {
+  Tensor counters = Tensor::empty(device, std::vector<int64_t>{count}, DType::uint32);
+  const std::vector<uint32_t> zeros(static_cast<size_t>(count), 0u);
+  counters.upload(zeros.data(), counters.nbytes());
+  return counters;
 }
 
 uint32_t read_counter(const Tensor& counter) {

@@ -12,36 +12,15 @@
 #include <vector>
 
 #include "runtime/memory.hpp"
+#include "runtime/recorder.hpp"
 #include "runtime/sequence.hpp"
 #include "runtime/tensor.hpp"
 
 namespace bitnet {
 class Device;
-class Graph;
 }
 
 namespace bitnet::ops {
-
-// The sequence an op records into: the graph this thread is recording on the op's device, or a
-// sequence of its own, which run() submits and waits for.
-class OpSequence {
- public:
-  explicit OpSequence(const std::shared_ptr<Device>& device);
-  ~OpSequence();
-  OpSequence(const OpSequence&) = delete;
-  OpSequence& operator=(const OpSequence&) = delete;
-
-  Sequence& sequence();
-  bool in_graph() const { return graph_ != nullptr; }
-  // Runs its own sequence, then `check`; in a graph, `check` runs after every replay instead.
-  void run(std::function<void()> check = {});
-
- private:
-  Graph* graph_;
-  std::optional<Sequence> own_;
-  size_t ops_before_ = 0;
-  bool ran_ = false;
-};
 
 struct RowRange {
   uint64_t first = 0;
@@ -71,18 +50,6 @@ bool guards_loop_passes(const Device& device);
 std::array<uint32_t, 3> checked_grid(const Device& device, std::array<uint64_t, 3> groups,
                                      const std::string& what);
 
-// A tuning switch from the environment: nullopt when unset, else "0" or "1" (ArgumentError
-// otherwise).
-std::optional<bool> environment_switch(const char* name);
-
-// A tuning choice from the environment: nullopt when unset, else one of `allowed` written as an
-// integer (ArgumentError naming them otherwise: "expected 16, 32 or 64").
-std::optional<uint32_t> environment_choice(const char* name, std::initializer_list<uint32_t> allowed);
-
-// A tuning number from the environment: `fallback` when unset, else an integer from 1 to `most`
-// (ArgumentError otherwise).
-uint32_t tuning_value(const char* name, uint32_t fallback, uint32_t most);
-
 // Subgroups in a workgroup of local_size invocations on this device (at least 1).
 uint32_t subgroups_in(const Device& device, uint32_t local_size = 256);
 
@@ -108,6 +75,10 @@ std::string float_variant(const char* base, DType dtype);
 // invalid) values; read it once the sequence has run. In a graph it is zeroed before every replay.
 Tensor zeroed_counter(const std::shared_ptr<Device>& device);
 uint32_t read_counter(const Tensor& counter);
+// uint32 counters in device memory for kernels whose last workgroup resets its counter for the
+// next run (or graph replay): zeroed once, here, through the mapping where the memory is mapped
+// (a submission of its own otherwise), as a submission and a wait for each made recording slow.
+Tensor self_resetting_counters(const std::shared_ptr<Device>& device, int64_t count);
 // ArgumentError "<name> contains N NaN or Inf value(s)" when the counter is not zero.
 void raise_if_nonfinite(const Tensor& counter, const char* name);
 

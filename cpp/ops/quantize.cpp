@@ -93,7 +93,7 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
                           make(device, {groups}, DType::float32),
                           rows, cols, group_size, binary};
 
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   Tensor nonfinite = zeroed_counter(device);
   Tensor stats = record_stats(sequence, w, segment, nonfinite);
@@ -149,7 +149,7 @@ Tensor dequantize_weights(const QuantizedWeights& weights, const std::optional<T
                       {&weights.packed, &weights.scales});
   const uint64_t row_bytes = static_cast<uint64_t>(weights.packed.shape()[1]);
   Kernel kernel = Kernel::builtin(device, "dequantize_weights", {{0, weights.binary}});
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   for (const RowRange& range :
        row_ranges(*device, weights.rows, {row_bytes, static_cast<uint64_t>(weights.cols) * 4})) {
@@ -178,7 +178,7 @@ Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols,
   Tensor out = output(device, given, {rows, cols}, DType::int8, "values", {&packed});
   if (rows == 0 || cols == 0) return out;
   Kernel kernel = Kernel::builtin(device, "ternary_unpack");
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   for (const RowRange& range : row_ranges(*device, rows, {static_cast<uint64_t>(row_bytes),
                                                           static_cast<uint64_t>(cols)})) {
@@ -206,7 +206,7 @@ Tensor pack_ternary(const Tensor& values, const std::optional<Tensor>& given) {
   Tensor packed = output(device, given, {rows, row_bytes}, DType::uint8, "packed", {&values});
   if (rows == 0 || cols == 0) return packed;
   Kernel kernel = Kernel::builtin(device, "ternary_pack");
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   Tensor invalid = zeroed_counter(device);
   for (const RowRange& range : row_ranges(*device, rows, {static_cast<uint64_t>(cols),
@@ -250,7 +250,7 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric, const Row
   if (rows == 0) return result;
   Kernel kernel = Kernel::builtin(device, float_variant("quantize_rows", x.dtype()),
                                   {{0, symmetric}, {1, double(qmax)}, {2, double{kEps}}});
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   Tensor nonfinite = zeroed_counter(device);
   Tensor unused = make(device, {1}, DType::uint8);
@@ -296,7 +296,7 @@ Tensor dequantize_rows(const Tensor& q, const Tensor& scales,
                       zero_points ? &*zero_points : nullptr});
   if (rows == 0) return out;
   Kernel kernel = Kernel::builtin(device, "dequantize_rows", {{0, symmetric}});
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   for (const RowRange& range :
        row_ranges(*device, rows, {static_cast<uint64_t>(cols), static_cast<uint64_t>(cols) * 4})) {
@@ -326,7 +326,7 @@ QuantizedTensor quantize_tensor(const Tensor& g, int bits, bool stochastic, uint
   QuantizedTensor result{output(device, given_q, g.shape(), DType::int8, "q", {&g}),
                          output(device, given_scale, {1}, DType::float32, "scale", {&g})};
   Tensor means = make(device, {1}, DType::float32);
-  OpSequence op_sequence(device);
+  Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   Tensor nonfinite = zeroed_counter(device);
   Tensor stats = record_stats(sequence, g, tensor_segment(g.size()), nonfinite);

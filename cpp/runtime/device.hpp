@@ -53,8 +53,8 @@ class Device : public std::enable_shared_from_this<Device> {
   // interrupt and the thread's wake-up cost tens of microseconds, as long as a small kernel
   // runs), then blocks. `expected_us`, the time the same work took before (a graph's last
   // replay), extends the polling by that much and a quarter more, up to kMostExpectedSpinUs, where
-  // spin_wait_us() > 0: on the H100 a 1.6 ms decode step that slept after 200 us of polling took
-  // 65 us longer. Returns vkGetFenceStatus / vkWaitForFences's result, unchecked.
+  // spin_wait_us() > 0, as a decode step that sleeps and wakes again returns later
+  // (docs/PERFORMANCE.md). Returns vkGetFenceStatus / vkWaitForFences's result, unchecked.
   VkResult wait_for_fence(VkFence fence, uint32_t expected_us = 0);
   static constexpr uint32_t kMostExpectedSpinUs = 10000;
   // 200 us on a GPU, 0 on a CPU implementation (its worker threads need the cores);

@@ -1,64 +1,18 @@
 #pragma once
 #include <array>
-#include <cstddef>
-#include <map>
+#include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
-#include "runtime/handle.hpp"
-#include "runtime/memory.hpp"
-#include "runtime/spirv_reflect.hpp"
+#include "runtime/pipeline_cache.hpp"
 
 namespace bitnet {
 
 class Device;
-
-using SpecValue = std::variant<bool, int64_t, double>;
-using Specialization = std::map<uint32_t, SpecValue>;
-
-// A compute pipeline with its layout, built from the shader's own interface.
-struct Pipeline {
-  KernelInterface interface;
-  std::array<uint32_t, 3> local_size{1, 1, 1};  // after specialization
-  ShaderModuleHandle module;
-  DescriptorSetLayoutHandle set_layout;
-  PipelineLayoutHandle layout;
-  PipelineHandle pipeline;
-};
-
-// Pipelines by (SPIR-V, entry point, specialization), built through a VkPipelineCache that is
-// loaded from and saved to the user's cache directory, so a second process starts faster.
-class PipelineCache {
- public:
-  explicit PipelineCache(Device& device);
-  std::shared_ptr<const Pipeline> get(std::span<const uint32_t> spirv, const std::string& entry,
-                                      const Specialization& specialization);
-  // A built-in shader's pipeline, looked up by its name and specialization alone: the hot path of
-  // every op, which must not hash the SPIR-V on each call.
-  std::shared_ptr<const Pipeline> get_builtin(std::string_view name, std::span<const uint32_t> spirv,
-                                              const Specialization& specialization);
-  void save();
-  const std::string& path() const { return path_; }
-  uint64_t loaded_bytes() const { return loaded_bytes_; }
-
- private:
-  std::shared_ptr<const Pipeline> build(std::span<const uint32_t> spirv, const std::string& entry,
-                                        const Specialization& specialization);
-  Device& device_;
-  PipelineCacheHandle cache_;
-  std::string path_;
-  uint64_t loaded_bytes_ = 0;
-  bool dirty_ = false;
-  std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const Pipeline>> pipelines_;
-  std::unordered_map<std::string, std::shared_ptr<const Pipeline>> builtins_;
-};
 
 // One figure the driver's compiler reports for a pipeline (VK_KHR_pipeline_executable_properties):
 // for example NVIDIA's register count, or the shared and spilled memory a workgroup takes.
@@ -68,7 +22,8 @@ struct KernelStatistic {
   std::variant<bool, int64_t, uint64_t, double> value;
 };
 
-// A user's (or a built-in) compute shader, ready to dispatch over tensors.
+// A user's (or a built-in) compute shader: a handle on its pipeline. Dispatches go through a
+// Recorder (runtime/recorder.hpp), which decides where they are recorded.
 class Kernel {
  public:
   Kernel(std::shared_ptr<Device> device, std::span<const uint32_t> spirv, std::string entry = "main",
@@ -86,10 +41,6 @@ class Kernel {
   // The statistics of the pipeline's first executable, as the driver names them; empty where the
   // device does not report them (DeviceInfo features "pipeline_statistics").
   std::vector<KernelStatistic> statistics() const;
-
-  // Records into this thread's active sequence on the kernel's device, or runs now and waits.
-  void dispatch(std::array<uint32_t, 3> groups, std::span<const BufferBinding> bindings,
-                std::span<const std::byte> push_constants = {}) const;
 
  private:
   std::shared_ptr<Device> device_;

@@ -31,9 +31,9 @@ from ._core import (
     devices,
 )
 from .linear import bitlinear, bitlinear_backward_input, mixed_precision_matmul
-from . import ops
-from . import tensor_ops
-from .tensor_ops import layer_norm_backward, matmul, mean, rms_norm_backward, transpose
+from . import activations, arithmetic, norms, ops, sampling, tensor_ops
+from .norms import layer_norm_backward, rms_norm_backward
+from .tensor_ops import matmul, mean, transpose
 from .tensor_ops import max as max  # noqa: A004 - NumPy's names, as np.max and np.sum
 from .tensor_ops import sum as sum  # noqa: A004
 from .attention import KVCache, attention, rope, rope_tables
@@ -43,6 +43,7 @@ from .ops import (  # noqa: F401 - activations, norms, softmax and sampling at t
     silu_backward, silu_mul, softmax, softmax_backward, swish, swish_backward, tanh, tanh_backward,
 )
 from . import quantize
+from ._tuning import Knob, get_tuning, tuning, tuning_knobs
 from .quantize import (  # noqa: F401 - re-exported through quantize.__all__
     BinaryWeights,
     TernaryWeights,
@@ -157,4 +158,5 @@ def profile(device=None) -> Profile:
 
 __all__ += ["Profile", "profile", "ops", "tensor_ops", "layer_norm_backward", "matmul", "mean",
             "rms_norm_backward", "transpose", "max", "sum", "KVCache", "attention", "rope", "rope_tables",
-            "Graph", "models"] + ops.__all__
+            "Graph", "models", "Knob", "get_tuning", "tuning", "tuning_knobs", "activations", "arithmetic", "norms",
+            "sampling"] + ops.__all__

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-from .quantize import _FLOATS, _count, _integer, _like, _Outputs, _tensor
+from ._args import _FLOATS, _count, _integer, _like, _Outputs, _tensor
 
 __all__ = ["KVCache", "attention", "rope", "rope_tables"]
 

@@ -9,7 +9,8 @@ import numpy as np
 
 from . import _core
 from ._core import DTypeError, Tensor
-from .quantize import _FLOATS, TernaryWeights, _float32, _out, _Outputs, _tensor, quantize_weights
+from ._args import _FLOATS, _float32, _out, _Outputs, _tensor
+from .quantize import TernaryWeights, quantize_weights
 
 __all__ = ["bitlinear", "bitlinear_backward_input", "mixed_precision_matmul"]
 

@@ -29,12 +29,15 @@ import os
 
 import numpy as np
 
-from . import _core, ops
+from . import _core
+from .norms import rms_norm
+from .sampling import _sampling_params
 from ._core import Tensor
 from .attention import rope_tables
 from .checkpoint import load_safetensors
 from .graph import Graph
-from .quantize import TernaryWeights, _count, _integer, quantize_weights
+from ._args import _count, _integer
+from .quantize import TernaryWeights, quantize_weights
 from . import reference
 
 __all__ = ["BitNetConfig", "BitNetModel", "PROJECTIONS", "weight_names", "unpack_hf_ternary", "screening_tables"]
@@ -165,7 +168,7 @@ def screening_tables(head, chunk_rows=4096):
     D' = D_v + gamma (N_v + D_v) and N_v, each bounded from above, where D_v = ||head[v] -
     sigma_v q_v||, N_v = ||head[v]|| and gamma = n u / (1 - n u) + 8 u, n = K + 64, u = 2^-24,
     bounds the float32 rounding of a K-term dot product in any order and of the screening's own
-    products (shaders/model/head_screen.comp has the bound). D_v and N_v are computed in float32
+    products (shaders/screened_head/head_screen.comp has the bound). D_v and N_v are computed in float32
     and raised by what that rounding can hide: (1 + 2^-10) for a sum of K squares (K < 2^20), and
     1.02 sqrt(K) u m_v for the K differences. Rows with NaN or Inf, or whose largest value is below
     1e-15 (their squares could underflow), get D' = N = inf: never screened out."""
@@ -443,12 +446,12 @@ class BitNetModel:
         logits: 'last' (each sequence's last token, and its argmax), 'all', 'next' (the argmax
         alone: through the screened head for one sequence where screened_head, else as 'last'),
         'sample' (as 'next', the ids drawn, by sample_rows or for one sequence screened_sample,
-        with input 'sampling', uint32 [6]: ops._sampling_params'; the draw of the token at position
+        with input 'sampling', uint32 [6]: sampling._sampling_params'; the draw of the token at position
         p is keyed by step p), 'nucleus' (as 'sample' with top-p: the nucleus passes too, after
         the float16 head) or 'nucleus_top_k' (the same with top_k set: for one sequence through the
         screened head, whose top-k candidates hold every row top-p can keep. Without top_k they
         are the rows within 22.5 t of the largest logit, which for a trained model's logits, a few
-        units apart, is most of the vocabulary: 424 against 301 us on the H100).
+        units apart, is most of the vocabulary: slower than the float16 head, docs/PERFORMANCE.md).
         split_keys: the keys a decode attention workgroup takes (0: its default).
         steps > 1 (decode, 'next'): that many steps in a row, step i after start_i cached tokens
         (inputs 'start', 'start1', ...), each taking the ids the step before picked as its input,
@@ -496,7 +499,7 @@ class BitNetModel:
                 g, u = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
                                              [w["gate"]._core, w["up"]._core], [None, None])
                 (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
-        x = ops.rms_norm(x, self.norm, eps)
+        x = rms_norm(x, self.norm, eps)
         if logits in ("last", "next") + SAMPLED:
             last = Tensor.from_numpy(np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device)
             x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
@@ -522,12 +525,8 @@ class BitNetModel:
     KEPT_PREFILL_GRAPHS = 2
     # A decode step's attention takes 16 keys a workgroup while the context is at most
     # SHORT_DECODE_CONTEXT tokens, 32 up to LONG_DECODE_CONTEXT and 64 beyond (one recorded decode
-    # graph for each). H100, 2B4T, GPU time a step with 16 against 32: 1612 / 1698 us at 128 cached
-    # tokens, 1657 / 1705 at 512, 1690 / 1715 at 768, 1882 / 1738 at 1024 (where 16-key splits need
-    # a second merge chunk), 2193 / 2013 at 2048. With 32 against 64 (the attention kernel's arrays
-    # sized for the head dimension, 101 and 128 registers: two workgroups a multiprocessor either
-    # way): 1653.8 / 1684.2 us at 1024, 1701.8 / 1721.8 at 1600, 1834.3 / 1752.2 at 2048. From
-    # 1665 tokens the 5 KV heads' 32-key workgroups no longer fit in one round of 264.
+    # graph for each): smaller splits fill the GPU at short contexts, larger ones keep the merge to
+    # one chunk and the workgroups to one round at long ones (docs/PERFORMANCE.md).
     SHORT_DECODE_CONTEXT = 768
     LONG_DECODE_CONTEXT = 1664
 
@@ -607,7 +606,7 @@ class BitNetModel:
             raise _core.ShapeError(f"{tokens} prompt + {max_new_tokens} new tokens exceed max_tokens={self.max_tokens}")
         if top_k is not None and not 0 < _integer(top_k, "top_k") <= self.config.vocab_size:
             raise _core.ArgumentError(f"top_k must lie in [1, {self.config.vocab_size}], got {top_k}")
-        sampling = ops._sampling_params(temperature, top_k, seed, self.config.vocab_size, top_p)
+        sampling = _sampling_params(temperature, top_k, seed, self.config.vocab_size, top_p)
         mode = ("next" if temperature == 0 else "sample" if not sampling[5]
                 else "nucleus_top_k" if sampling[2] else "nucleus")
         done = np.zeros(batch, bool)

@@ -6,7 +6,8 @@ import numpy as np
 
 from ._core import Tensor
 from .linear import bitlinear, bitlinear_backward_input
-from .quantize import TernaryWeights, _count, quantize_weights
+from ._args import _count
+from .quantize import TernaryWeights, quantize_weights
 
 __all__ = ["BitLinear"]
 

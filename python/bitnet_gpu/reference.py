@@ -154,7 +154,7 @@ def uniform01(seed: int, count: int) -> np.ndarray:
 
 
 def sampling_scores(logits_row, temperature, seed, step, row):
-    """float64 [N]: the scores shaders/model/sample_rows.comp draws the largest of for row `row`
+    """float64 [N]: the scores shaders/sampling/sample_rows.comp draws the largest of for row `row`
     of a sample_rows call: x + t g where t < 1, else x (1 / t) + g, with t and 1 / t rounded to
     float32, g = -log(-log1p(-u)), u = (h + 0.5) / 2^32, h = pcg(pcg(j) ^ key),
     key = pcg(row ^ pcg(step ^ pcg(seed_lo ^ pcg(seed_hi)))) (uint32, wrapping). The GPU rounds
@@ -187,7 +187,7 @@ def _top_k_kept(x, top_k):
 
 
 def nucleus_weights(values, largest, temperature):
-    """int64: shaders/model/sample_nucleus.comp's weights W = roundEven(exp(d) 2^31), d = (x - m)
+    """int64: shaders/sampling/sample_nucleus.comp's weights W = roundEven(exp(d) 2^31), d = (x - m)
     (1 / t) for t >= 1, (x - m) / t below (x - m, 1 / t and the product in float32), of float32
     values against the largest kept value m; the exponential in float64 (the GPU's is float32)."""
     t = np.float32(temperature)
@@ -583,7 +583,7 @@ def screening_bracket(h: np.ndarray, q: np.ndarray, meta: np.ndarray):
     meta [V, 4] (models.screening_tables): h16 = rint(h * float32(32767 / max|h|)) as high and low
     bytes, approx = sigma_h sigma_v (256 hi . q_v + lo . q_v) (exact integer sums), and
     bound = ((||h|| + E_h) D' + E_h N) (1 + 2^-8) + 1e-36 with sigma_h = max|h| / 32767 and
-    E_h = 0.52 sqrt(K) sigma_h (shaders/model/head_screen.comp). For finite h with max|h| = 0 or
+    E_h = 0.52 sqrt(K) sigma_h (shaders/screened_head/head_screen.comp). For finite h with max|h| = 0 or
     >= 1e-18; the kernel marks every other h's brackets NaN."""
     h = np.asarray(h, np.float32).reshape(-1)
     k = h.size

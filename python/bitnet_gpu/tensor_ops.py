@@ -1,8 +1,8 @@
-"""Reductions, transpose and matmul on the GPU, and the norms' backward passes.
+"""Reductions, transpose and matmul on the GPU.
 
 NumPy in, NumPy out; Tensor in, Tensor out; float32 or float16 (results keep the dtype; sums
-accumulate in float32, in a fixed order). Kept apart from ops.py so that `sum` and `max` here do
-not shadow the builtins there.
+accumulate in float32, in a fixed order). `sum` and `max` are NumPy's names; they
+shadow the builtins in this module only.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from .quantize import _FLOATS, _float32, _integer, _like, _Outputs, _out, _tensor
+from ._args import _FLOATS, _integer, _like, _Outputs, _out, _tensor
 
-__all__ = ["layer_norm_backward", "matmul", "max", "mean", "rms_norm_backward", "sum", "transpose"]
+__all__ = ["matmul", "max", "mean", "sum", "transpose"]
 
 
 def _reduce(op, x, axis, keepdims, out=None):
@@ -78,30 +78,3 @@ def matmul(a, b, *, out=None):
     shape = (ta.shape[0], tb.shape[1]) if len(ta.shape) == 2 and len(tb.shape) == 2 else ()
     outputs = _Outputs(out, [("c", shape, np.dtype(ta.dtype))])
     return outputs.results([_core.matmul(ta, tb, outputs.tensor(0))], as_tensor)[0]
-
-
-def _rows_sum(t):
-    while len(t.shape) > 1:
-        t = _core.reduce(t, 0, _core.ReduceOp.sum)
-    return t
-
-
-def rms_norm_backward(grad_y, x, weight, eps=1e-6):
-    """(grad_x, grad_weight) of rms_norm(x, weight, eps) over the last axis; grad_x in x's dtype,
-    grad_weight float32."""
-    tx, as_tensor = _tensor(x, "x", None, _FLOATS)
-    tg = _like(grad_y, tx.device, "grad_y")
-    r = _core.norm_backward(tg, tx, _float32(weight, tx.device, "weight"), float(eps), False)
-    return _out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor)
-
-
-def layer_norm_backward(grad_y, x, gamma, eps=1e-5):
-    """(grad_x, grad_gamma, grad_beta) of layer_norm(x, gamma, beta, eps) over the last axis;
-    grad_x in x's dtype, grad_gamma and grad_beta float32."""
-    tx, as_tensor = _tensor(x, "x", None, _FLOATS)
-    tg = _like(grad_y, tx.device, "grad_y")
-    r = _core.norm_backward(tg, tx, _float32(gamma, tx.device, "gamma"), float(eps), True)
-    grad_beta = _rows_sum(r.grad_sum)
-    return (_out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor),
-            _out(grad_beta, as_tensor))
-

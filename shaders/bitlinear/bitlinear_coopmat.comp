@@ -80,8 +80,8 @@ void main() {
     [[unroll]] for (uint j = 0; j < C_COLS; ++j) result[i][j] = icoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0);
 
   // A K step's loads in registers (the weights still packed: 16 codes a word), DEPTH steps
-  // ahead: set 0, and with DEPTH 2 set 1 for every other step. Named sets, not an array of sets:
-  // on the H100, sets in an array indexed from an unrolled loop made the kernel 25-35% slower.
+  // ahead: set 0, and with DEPTH 2 set 1 for every other step. Named sets, not an array of sets,
+  // as an array indexed from an unrolled loop made the kernel a quarter slower.
   uvec4 a0[A_LOADS], a1[A_LOADS], b0[B_LOADS], b1[B_LOADS];
   uint w0[B_LOADS], w1[B_LOADS];
   // Loads for the K step starting at block `first` into set (A, W, B): zeros past M, N or K
@@ -152,13 +152,11 @@ void main() {
   const uint staging = subgroup * 64;  // in uvec4: 16 rows of 16 int32, 4 uvec4 a row
   // VECTOR_ROWS: a lane takes the staged vectors e = lane + 32 t (t < 2) of a 16 x 16 result, row
   // e / 4, columns 4 (e % 4) to 4 (e % 4) + 3, with 16-byte loads and stores; otherwise the values
-  // e = lane + 32 t (t < 8), row e / 16, column e % 16, one at a time (four adjacent values a lane
-  // with 4-byte stores took 57.8 us for the launch and epilogue alone, against 21.7 for this and
-  // 14.8 for 16-byte stores: (2048, 4096, 4096) on the H100, benchmarks/bench_coopmat_variants.py;
-  // the kernel 164.0 against 152.9 us). A lane's value v of a result is component v % 4 of vector v / 4, or
-  // value v. With RESIDUAL the next result's residuals are requested before the current one is
-  // written: independent loads in flight instead of one load waited for per value (which cost more
-  // than a separate add: 2560 -> 2560 at 512 rows 95.4 -> 113.0 us).
+  // e = lane + 32 t (t < 8), row e / 16, column e % 16, one at a time (16-byte stores make the
+  // epilogue several times faster: docs/PERFORMANCE.md). A lane's value v of a result is component
+  // v % 4 of vector v / 4, or value v. With RESIDUAL the next result's residuals are requested
+  // before the current one is written: independent loads in flight instead of one load waited for
+  // per value (which cost more than a separate add).
   const uint PER_LANE = 8, RESULTS = C_ROWS * C_COLS;
   float residual_next[PER_LANE];
   // The output row and column of the first value of result[i][j].

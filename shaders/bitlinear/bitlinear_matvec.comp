@@ -118,9 +118,7 @@ float workgroup_sum(float v) {
 // subgroups (the strided grid's 1024 invocations on the H100; lavapipe's subgroups of 8 from 256)
 // the subgroups' values are read by the lanes of every subgroup (every gl_SubgroupSize-th value a
 // lane) and reduced by subgroup operations, instead of a loop in every invocation over every
-// subgroup's value. Measured on the H100 (bench_matvec_variants.py, 2026-11-23): 32 subgroups,
-// (1, 12288, 12288) 19.4 -> 18.6 us and (1, 16384, 16384) 33.8 -> 33.6 us; 16, (1, 8192, 8192)
-// 11.4 -> 11.6 us, so not there.
+// subgroup's value: faster from 32 subgroups a workgroup, not at 16 (docs/PERFORMANCE.md).
 bool subgroup_reductions() { return gl_NumSubgroups > 16; }
 float workgroup_max(float v) {
   v = subgroupMax(v);

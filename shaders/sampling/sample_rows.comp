@@ -25,7 +25,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "../quantize/quantize_common.glsl"
-#include "argmax_common.glsl"
+#include "../model/argmax_common.glsl"
 #include "sampling_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint PHASE = 0;
@@ -50,7 +50,7 @@ shared uint s_bins[BINS];
 shared uint s_subgroup_sums[64];
 shared bool s_last;
 
-#include "last_workgroup.glsl"
+#include "../model/last_workgroup.glsl"
 
 void select_digit(uint row, uint k) {
   const uint id = gl_LocalInvocationID.x;

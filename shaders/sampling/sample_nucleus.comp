@@ -62,7 +62,7 @@ shared uint s_subgroup_max[64];
 shared uint s_pick;
 shared bool s_last;
 
-#include "last_workgroup.glsl"
+#include "../model/last_workgroup.glsl"
 
 // W for value v of a row whose largest kept value is m.
 uint64_t weight(float v, float m, float t, float inverse) {

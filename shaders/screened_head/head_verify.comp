@@ -25,9 +25,9 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "../ops/ops_common.glsl"
-#include "argmax_common.glsl"
+#include "../model/argmax_common.glsl"
 #ifdef SAMPLE
-#include "sampling_common.glsl"
+#include "../sampling/sampling_common.glsl"
 #endif
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint IN_FLIGHT = 2;  // as linear_rows (the order does not depend on it)
@@ -56,7 +56,7 @@ shared uint s_rows[CHUNK];
 shared float partial_sum[256];
 shared bool s_last;
 #ifndef SAMPLE
-#include "last_workgroup.glsl"
+#include "../model/last_workgroup.glsl"
 #endif
 
 void main() {

@@ -27,7 +27,7 @@
 #include "../bitlinear/bitlinear_common.glsl"
 #ifdef SAMPLE
 #include "../quantize/quantize_common.glsl"
-#include "sampling_common.glsl"
+#include "../sampling/sampling_common.glsl"
 #endif
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint J = 1;  // 16-value vectors of a row a lane holds: ceil(Kp / 16 / subgroup size)

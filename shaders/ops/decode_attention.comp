@@ -15,7 +15,7 @@
 // D <= 256 and G <= 8 (decode_attention falls back otherwise), and G * SPLIT <= 256.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
-#include "../ops/rope_common.glsl"
+#include "rope_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint G = 1;  // query heads a KV head serves
 layout(std430, binding = 0) readonly buffer Q { float q[]; };          // [B, HQ, D]
@@ -39,8 +39,8 @@ layout(push_constant) uniform Push {
 // Keys a workgroup scores (16, 32 or 64; G * SPLIT <= 256), PARTS invocations a key.
 layout(constant_id = 1) const uint SPLIT = 32;
 // The head dimension D (D % 4 == 0, D <= 256), a specialization constant because it sizes the
-// per-invocation register arrays below: sized for 256 whatever D, 64-key workgroups took 255
-// registers on the H100 (one a multiprocessor), against 127 sized for D = 128 (two).
+// per-invocation register arrays below: sized for 256 whatever D, the workgroups take twice the
+// registers, and half as many share a multiprocessor.
 layout(constant_id = 2) const uint HEAD_DIM = 256;
 const uint PARTS = 256 / SPLIT;
 const uint MOST_VECTORS = (HEAD_DIM / 4 + PARTS - 1) / PARTS;  // vec4 of a key row one invocation scores

@@ -7,7 +7,7 @@
 // with rope as in shaders/ops/rope.comp (half-split, float64 angle tables [TABLE_ROWS, D / 2]).
 // Rows that would land past a cache's end are not written.
 #extension GL_GOOGLE_include_directive : require
-#include "../ops/rope_common.glsl"
+#include "rope_common.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer K { float k[]; };

@@ -1,0 +1,145 @@
+"""Argument helpers shared by the Python API: NumPy input to Tensors with its dtype checked, whole
+numbers that are not floats or bools, float32 parameters, and `out=` as NumPy's ufuncs take it."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from . import _core
+from ._core import DTypeError, Tensor
+
+_FLOATS = (np.float32, np.float16)
+
+
+def _tensor(x, name, device=None, dtypes=None):
+    """(Tensor, given_as_tensor): uploads NumPy input, checking its dtype first."""
+    if isinstance(x, Tensor):
+        return x, True
+    a = np.asarray(x)
+    if dtypes is not None and a.dtype not in [np.dtype(d) for d in dtypes]:
+        names = ", ".join(np.dtype(d).name for d in dtypes)
+        raise DTypeError(f"{name}: expected {names}, got {a.dtype}")
+    return Tensor.from_numpy(a, device), False
+
+
+def _integer(value, name):
+    """A whole number: Python or NumPy integers, not floats (which int() would cut silently) or
+    bools."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an integer, got {value!r}") from None
+
+
+def _count(value, name, least=1):
+    """A whole number of at least `least` (a size, a count), as _integer takes it."""
+    number = _integer(value, name)
+    if number < least:
+        raise _core.ArgumentError(f"{name}: expected an integer of at least {least}, got {number}")
+    return number
+
+
+def _matrix_shape(shape):
+    """(rows, cols) of a weight matrix: two whole numbers."""
+    if isinstance(shape, (str, bytes)) or np.ndim(shape) != 1 or len(shape) != 2:
+        raise _core.ShapeError(f"shape: expected (rows, cols), got {shape!r}")
+    return tuple(_count(d, "shape", 0) for d in shape)
+
+
+def _seed(seed):
+    """A random seed: an integer in [0, 2**64) (not a float, which int() would cut)."""
+    value = _count(seed, "seed", 0)
+    if value >= 2**64:
+        raise _core.ArgumentError("seed: expected an integer in [0, 2**64)")
+    return value
+
+
+def _like(value, device, name, dtypes=_FLOATS):
+    """`value` as a Tensor on `device`: Tensors as they are, other input uploaded (dtype checked)."""
+    return value if isinstance(value, Tensor) else _tensor(value, name, device, dtypes)[0]
+
+
+def _float32(value, device, name):
+    """A float32 parameter (a bias, a norm's weight): Tensors as they are, other real numbers cast
+    (bool, integers, floats); complex, object, text and time values raise DTypeError."""
+    if isinstance(value, Tensor):
+        return value
+    a = np.asarray(value)
+    if a.dtype.kind not in "biuf":
+        raise DTypeError(f"{name}: expected real numbers (cast to float32), got {a.dtype}")
+    return _like(a.astype(np.float32, copy=False), device, name)
+
+
+def _out(t, as_tensor):
+    """A result as the input came: a Tensor, or NumPy. Inside a recording graph results are always
+    Tensors: their values exist only once the graph runs."""
+    return t if as_tensor or _core._recording(t.device) else t.numpy()
+
+
+class _Outputs:
+    """`out=` as NumPy's ufuncs take it: one target per result (a tuple when there are several).
+
+    A Tensor target is written by the kernel itself (checked in the core); a NumPy target is
+    checked here before anything runs and filled once the call has succeeded, so a call that
+    raises leaves it untouched.
+    """
+
+    def __init__(self, out, specs):
+        self.specs = specs
+        if out is None:
+            self.targets = [None] * len(specs)
+            return
+        targets = list(out) if isinstance(out, tuple) else [out]
+        if len(targets) != len(specs):
+            names = ", ".join(name for name, _, _ in specs)
+            raise _core.ArgumentError(f"out: expected {len(specs)} target(s) ({names}), got {len(targets)}")
+        arrays = []
+        for target, (name, shape, dtype) in zip(targets, specs):
+            if target is None or isinstance(target, Tensor):
+                continue
+            if not isinstance(target, np.ndarray):
+                raise DTypeError(f"out ({name}): expected a NumPy array or a Tensor, "
+                                 f"got {type(target).__name__}")
+            if target.dtype != np.dtype(dtype):
+                raise DTypeError(f"out ({name}): expected {np.dtype(dtype).name}, got {target.dtype}")
+            if target.shape != tuple(shape):
+                raise _core.ShapeError(f"out ({name}): expected shape {tuple(shape)}, got {target.shape}")
+            if not (target.flags.c_contiguous and target.flags.writeable):
+                raise _core.ArgumentError(f"out ({name}): expected a writeable C-contiguous array")
+            if any(np.shares_memory(target, other) for other in arrays):
+                raise _core.ArgumentError("out: the outputs of one call must not overlap")
+            arrays.append(target)
+        self.targets = targets
+
+    def tensor(self, i):
+        """The Tensor target the core should write into, or None."""
+        target = self.targets[i]
+        return target if isinstance(target, Tensor) else None
+
+    def results(self, tensors, as_tensor):
+        """What the call returns: each target filled, or each result as the input came."""
+        values = []
+        for target, t in zip(self.targets, tensors):
+            if isinstance(target, np.ndarray):
+                if _core._recording(t.device):
+                    raise _core.ArgumentError("out: inside a recording graph, targets must be Tensors "
+                                              "(a NumPy array would be filled before the graph runs)")
+                values.append(t.numpy(out=target))
+            elif target is not None:
+                values.append(target)
+            else:
+                values.append(_out(t, as_tensor))
+        return values
+
+
+def _call(fn, x, name, out, *others):
+    """fn(x, *others, out) for an op whose result has x's shape and dtype; `others` are (value, name)
+    pairs taken onto x's device."""
+    t, as_tensor = _tensor(x, name, None, _FLOATS)
+    rest = [_like(v, t.device, n) for v, n in others]
+    outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
+    return outputs.results([fn(t, *rest, outputs.tensor(0))], as_tensor)[0]

@@ -1,0 +1,83 @@
+"""Activations and their backward passes, fused gates and dropout on the GPU.
+
+NumPy in, NumPy out; Tensor in, Tensor out; float32 or float16 (the output keeps the input's
+dtype; arithmetic is float32). `out=` takes a NumPy array or a Tensor. Formulas: docs/NUMERICS.md."""
+
+from __future__ import annotations
+
+from . import _core
+from ._args import _call, _seed
+
+__all__ = [
+    "gelu", "gelu_backward", "leaky_relu", "leaky_relu_backward", "relu", "relu2", "relu2_backward", "relu2_mul",
+    "relu_backward", "relu_dropout", "sigmoid", "sigmoid_backward", "silu", "silu_backward", "silu_mul", "swish",
+    "swish_backward", "tanh", "tanh_backward",
+]
+
+
+_A = _core.Activation
+
+
+def _activation(op, alpha=0.0):
+    def forward(x, *, out=None):
+        return _call(lambda t, o: _core.activation(t, op, alpha, o), x, "x", out)
+
+    def backward(grad_y, x, *, out=None):
+        return _call(lambda g, t, o: _core.activation_backward(g, t, op, alpha, o), grad_y,
+                     "grad_y", out, (x, "x"))
+    return forward, backward
+
+
+relu, relu_backward = _activation(_A.relu)
+relu2, relu2_backward = _activation(_A.relu2)
+silu, silu_backward = _activation(_A.silu)
+swish, swish_backward = silu, silu_backward
+sigmoid, sigmoid_backward = _activation(_A.sigmoid)
+tanh, tanh_backward = _activation(_A.tanh)
+for _f, _doc in [(relu, "max(x, 0)"), (relu2, "relu(x)^2 (squared ReLU)"),
+                 (silu, "x * sigmoid(x) (= swish)"), (sigmoid, "1 / (1 + exp(-x))"),
+                 (tanh, "tanh(x)")]:
+    _f.__doc__ = f"y = {_doc}, element-wise."
+
+
+def leaky_relu(x, alpha=0.01, *, out=None):
+    """y = x if x > 0 else alpha * x."""
+    return _activation(_A.leaky_relu, float(alpha))[0](x, out=out)
+
+
+def leaky_relu_backward(grad_y, x, alpha=0.01, *, out=None):
+    return _activation(_A.leaky_relu, float(alpha))[1](grad_y, x, out=out)
+
+
+def _gelu_op(approximate):
+    if approximate not in ("none", "tanh"):
+        raise _core.ArgumentError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")
+    return _A.gelu if approximate == "none" else _A.gelu_tanh
+
+
+def gelu(x, approximate="none", *, out=None):
+    """0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation."""
+    return _activation(_gelu_op(approximate))[0](x, out=out)
+
+
+def gelu_backward(grad_y, x, approximate="none", *, out=None):
+    return _activation(_gelu_op(approximate))[1](grad_y, x, out=out)
+
+
+def silu_mul(gate, up, *, out=None):
+    """SwiGLU: silu(gate) * up (gate and up of one shape and dtype)."""
+    return _call(lambda g, u, o: _core.gated_activation(g, u, _A.silu, o), gate, "gate", out,
+                 (up, "up"))
+
+
+def relu2_mul(gate, up, *, out=None):
+    """relu(gate)^2 * up: BitNet b1.58 2B4T's gated FFN."""
+    return _call(lambda g, u, o: _core.gated_activation(g, u, _A.relu2, o), gate, "gate", out,
+                 (up, "up"))
+
+
+def relu_dropout(x, p, seed=0, *, out=None):
+    """relu(x) with each value kept with probability 1 - p and scaled by 1 / (1 - p). The mask
+    comes from a counter-based hash of (seed, element index): the same on every device."""
+    seed = _seed(seed)
+    return _call(lambda t, o: _core.relu_dropout(t, float(p), seed, o), x, "x", out)

@@ -1,0 +1,124 @@
+"""Softmax, RMSNorm and LayerNorm on the GPU, forward and backward.
+
+NumPy in, NumPy out; Tensor in, Tensor out; float32 or float16 (results keep x's dtype, the
+norms' parameter gradients are float32; sums in float32, in a fixed order). Formulas:
+docs/NUMERICS.md."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from ._args import _FLOATS, _call, _float32, _integer, _like, _out, _Outputs, _tensor
+from ._core import Tensor
+
+__all__ = ["layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "softmax", "softmax_backward"]
+
+
+def _over_axis(fn, arrays, axis, out, name):
+    """fn(*arrays, out=...) along `axis` where that is not the last axis (None: over every element,
+    as scipy.special.softmax and jax.nn.softmax take it), or None where it is the last one. NumPy
+    inputs are computed with the axis moved last (or flattened) and the result moved back (a copy
+    each way). Tensors are flattened as views for axis=None, a Tensor target too, so the op writes
+    it directly; another axis raises UnsupportedError (a Tensor has no transpose of its axes yet).
+    An axis out of range raises ShapeError, as the reductions do; 0-d input is left to the op's own
+    checks."""
+    x = arrays[-1]
+    shape = tuple(x.shape) if isinstance(x, Tensor) else np.shape(x)
+    ndim = len(shape)
+    if ndim == 0:
+        return None
+    if axis is not None:
+        axis = _integer(axis, "axis")
+        if not -ndim <= axis < ndim:
+            raise _core.ShapeError(f"axis {axis} is out of bounds for shape {shape}")
+        axis %= ndim
+    if axis == ndim - 1 or (axis is None and ndim == 1):
+        return None
+    if any(isinstance(a, Tensor) for a in arrays):
+        if axis is not None or not all(isinstance(a, Tensor) for a in arrays):
+            raise _core.UnsupportedError("a Tensor is normalized over its last axis (axis=-1) or over every "
+                                         "element (axis=None, all operands Tensors) only")
+        outputs = _Outputs(out, [(name, shape, np.dtype(x.dtype))])  # checks a NumPy target
+        target = outputs.tensor(0)
+        if target is not None and tuple(target.shape) != shape:
+            raise _core.ShapeError(f"out ({name}): expected shape {shape}, got {tuple(target.shape)}")
+        flat = fn(*(a.reshape(1, -1) for a in arrays),  # views of the same memory
+                  out=None if target is None else target.reshape(1, -1)).reshape(shape)
+        if target is not None:
+            return target
+        return flat if out is None else outputs.results([flat], True)[0]
+    if axis is None:
+        moved = fn(*(np.ascontiguousarray(np.asarray(a)).reshape(1, -1) for a in arrays))
+        result = np.ascontiguousarray(moved.reshape(shape))
+    else:
+        moved = fn(*(np.ascontiguousarray(np.moveaxis(np.asarray(a), axis, -1)) for a in arrays))
+        result = np.ascontiguousarray(np.moveaxis(moved, -1, axis))
+    if out is None:
+        return result
+    _Outputs(out, [(name, result.shape, result.dtype)])  # checks a NumPy target
+    if isinstance(out, Tensor):
+        raise _core.UnsupportedError(f"out ({name}): a Tensor target needs axis=-1")
+    np.copyto(out, result)
+    return out
+
+
+def _row(op, x, weight, bias, eps, out, axis=-1):
+    moved = _over_axis(lambda a, out=None: _row(op, a, weight, bias, eps, out), [x], axis, out, "y")
+    if moved is not None:
+        return moved
+    t, as_tensor = _tensor(x, "x", None, _FLOATS)
+    w = None if weight is None else _float32(weight, t.device, "weight")
+    b = None if bias is None else _float32(bias, t.device, "bias")
+    outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
+    return outputs.results([_core.row_op(t, op, w, b, float(eps), outputs.tensor(0))], as_tensor)[0]
+
+
+def softmax(x, axis=-1, *, out=None):
+    """exp(x - max) / sum(exp(x - max)) along `axis` (numerically stable, float32 sums); axis=None
+    normalizes over every element."""
+    return _row(_core.RowOp.softmax, x, None, None, 0.0, out, axis)
+
+
+def softmax_backward(grad_y, x, axis=-1, *, out=None):
+    """grad_x of softmax(x) along `axis`: s (grad_y - sum(grad_y s)), s = softmax(x)."""
+    moved = _over_axis(softmax_backward, [grad_y, x], axis, out, "grad_x")
+    if moved is not None:
+        return moved
+    return _call(lambda g, t, o: _core.softmax_backward(g, t, o), grad_y, "grad_y", out, (x, "x"))
+
+
+def rms_norm(x, weight, eps=1e-6, *, out=None):
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (weight: [K], cast to float32)."""
+    return _row(_core.RowOp.rms_norm, x, weight, None, eps, out)
+
+
+def layer_norm(x, gamma, beta, eps=1e-5, *, out=None):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis (biased variance)."""
+    return _row(_core.RowOp.layer_norm, x, gamma, beta, eps, out)
+
+
+def _rows_sum(t):
+    while len(t.shape) > 1:
+        t = _core.reduce(t, 0, _core.ReduceOp.sum)
+    return t
+
+
+def rms_norm_backward(grad_y, x, weight, eps=1e-6):
+    """(grad_x, grad_weight) of rms_norm(x, weight, eps) over the last axis; grad_x in x's dtype,
+    grad_weight float32."""
+    tx, as_tensor = _tensor(x, "x", None, _FLOATS)
+    tg = _like(grad_y, tx.device, "grad_y")
+    r = _core.norm_backward(tg, tx, _float32(weight, tx.device, "weight"), float(eps), False)
+    return _out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor)
+
+
+def layer_norm_backward(grad_y, x, gamma, eps=1e-5):
+    """(grad_x, grad_gamma, grad_beta) of layer_norm(x, gamma, beta, eps) over the last axis;
+    grad_x in x's dtype, grad_gamma and grad_beta float32."""
+    tx, as_tensor = _tensor(x, "x", None, _FLOATS)
+    tg = _like(grad_y, tx.device, "grad_y")
+    r = _core.norm_backward(tg, tx, _float32(gamma, tx.device, "gamma"), float(eps), True)
+    grad_beta = _rows_sum(r.grad_sum)
+    return (_out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor),
+            _out(grad_beta, as_tensor))

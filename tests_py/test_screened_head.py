@@ -1,0 +1,252 @@
+"""The head read through its int8 screening copy: the same argmax and the same draws as the float
+head, bit for bit, on fresh heads, near ties and special values."""
+
+import numpy as np
+import pytest
+
+import bitnet_gpu as bg
+from bitnet_gpu import _core, reference
+from bitnet_gpu.models import screening_tables
+from bitnet_gpu.sampling import _sampling_params
+from conftest import device_tensor as _tensor, poisoned as _poisoned
+
+rng = np.random.default_rng()
+
+
+def _screened(h, head, out=None, high=None):
+    q, meta = screening_tables(head)
+    return _core.screened_argmax(_tensor(h), _tensor(head), _tensor(q), _tensor(meta), out, high)
+
+
+def _float_head_argmax(h, head):
+    return _core.argmax_rows(_core.linear_rows(_tensor(h), _tensor(head))).numpy()[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("v,k", [(1, 4), (7, 60), (33, 64), (1000, 16), (4097, 2560), (2100, 1028)])
+def test_screened_argmax_is_the_float_heads_argmax(dtype, v, k):
+    """The screened argmax gives the index argmax_rows gives on linear_rows' logits (the same
+    bits: the candidates are computed as linear_rows computes them), on fresh random heads."""
+    for _ in range(2):
+        head = rng.standard_normal((v, k)).astype(dtype)
+        h = rng.standard_normal((1, k)).astype(np.float32)
+        out, high = _poisoned((1,), np.int32), _poisoned((v,), np.float32)
+        _screened(h, head, out, high)
+        assert out.numpy()[0] == _float_head_argmax(h, head)
+        exact = h.astype(np.float64) @ head.astype(np.float64).T
+        # Each row's bracket holds its logit (the bracket is symmetric: its upper end tells), and
+        # is the reference's: float32 against float64 arithmetic on the same integer sums (within
+        # a thousandth of the bracket's half-width), but for those of h's 16-bit values that the
+        # GPU may round the other way, where its 32767 / max|h| is not correctly rounded (the
+        # H100's division): values of h * 32767 / max|h| within a few float32 ulps of a .5 tie.
+        # Each moves a row's middle by sigma_h sigma_v |q_vk|.
+        assert (high.numpy() >= exact[0]).all()
+        q, meta = screening_tables(head)
+        ref_low, ref_high = reference.screening_bracket(h, q, meta)
+        scaled = np.abs(h[0].astype(np.float64)) * 32767 / np.abs(h).max()
+        may_flip = np.abs(scaled % 1 - 0.5) <= 4 * 2.0**-24 * scaled + 1e-9
+        sigma_h = np.abs(h).max() / 32767
+        flips = sigma_h * meta[:, 0] * np.abs(q[:, :k][:, may_flip].astype(np.float64)).sum(axis=1)
+        slack = 1e-5 * np.abs(ref_high) + 1e-3 * (ref_high - ref_low) / 2 + 1.01 * flips
+        assert (np.abs(high.numpy() - ref_high) <= slack).all(), np.max(np.abs(high.numpy() - ref_high) / slack)
+        top2 = np.sort(exact[0])[-2:]
+        if v == 1 or top2[1] - top2[0] > 1e-3 * np.abs(exact).max():
+            assert out.numpy()[0] == np.argmax(exact)
+
+
+def _coarse_head(v, k):
+    """A head whose int8 copy orders rows wrongly: pairs of rows a hair apart, in random order,
+    and 40 rows with one huge value (coarse int8 steps, wide brackets)."""
+    base = rng.standard_normal((v // 2, k)).astype(np.float32)
+    head = np.concatenate([base, base + 1e-4 * rng.standard_normal(base.shape).astype(np.float32)])
+    head = head[rng.permutation(v)]
+    head[rng.integers(0, v, 40), rng.integers(0, k, 40)] = 300.0
+    return head
+
+
+def _hidden_with_outliers(k, outliers):
+    h = rng.standard_normal((1, k)).astype(np.float32)
+    if outliers:
+        h[0, rng.integers(0, k, 3)] *= 200.0
+    return h
+
+
+def test_screened_argmax_near_ties_and_coarse_rows():
+    """Rows whose int8 copies order them wrongly: pairs of rows a hair apart (the int8 copy of
+    the larger may be the smaller), exact duplicates (the first wins), rows with one huge
+    value (coarse int8 steps, wide brackets) and h with outliers."""
+    k, v = 256, 3000
+    head = _coarse_head(v, k)
+    for trial in range(6):
+        h = _hidden_with_outliers(k, trial % 2)
+        logits = h.astype(np.float64) @ head.astype(np.float64).T
+        best = int(np.argmax(logits))
+        head[(best + 17) % v] = head[best]  # an exact duplicate, before or after it
+        high = _poisoned((v,), np.float32)
+        assert _screened(h, head, high=high).numpy()[0] == _float_head_argmax(h, head)
+        assert (high.numpy() >= h.astype(np.float64) @ head.astype(np.float64).T).all()
+
+
+@pytest.mark.parametrize("case", ["nan_h", "inf_h", "nan_row", "zero_h", "tiny_h", "zero_head"])
+def test_screened_argmax_special_values(case):
+    """NaN and Inf follow np.argmax of the float head's logits (the first NaN wins), and h too
+    small to bracket falls back to checking every row exactly."""
+    v, k = 1500, 64
+    head = rng.standard_normal((v, k)).astype(np.float16)
+    h = rng.standard_normal((1, k)).astype(np.float32)
+    if case == "nan_h":
+        h[0, 5] = np.nan
+    elif case == "inf_h":
+        h[0, 9] = np.inf
+    elif case == "nan_row":
+        head[1234, 3] = np.nan
+    elif case == "zero_h":
+        h[:] = 0.0
+    elif case == "tiny_h":
+        h *= np.float32(1e-25)
+    elif case == "zero_head":
+        head[:] = 0.0
+    expected = _float_head_argmax(h, head)
+    assert _screened(h, head).numpy()[0] == expected
+    if case == "nan_row":
+        assert expected == 1234
+
+
+SAMPLINGS = [(0.0, None), (0.3, 1), (0.8, None), (0.8, 5), (1.0, 50), (3.0, None), (6.0, 40)]
+
+
+# With top-p: (temperature, top_k, top_p)
+NUCLEUS_SAMPLINGS = [(0.8, None, 0.9), (0.3, None, 0.5), (1.0, 50, 0.95), (3.0, None, 0.99), (0.8, None, 1e-6)]
+
+
+def _screened_draw(h, head, temperature, top_k, seed, step, exact=None, top_p=None):
+    q, meta = screening_tables(head)
+    params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0], top_p))
+    return _core.screened_sample(_tensor(h), _tensor(head), _tensor(q), _tensor(meta), params,
+                                 _tensor(np.array([step], np.int32)), 1, None, exact, top_p is not None).numpy()[0]
+
+
+def _float_head_draw(h, head, temperature, top_k, seed, step, top_p=None):
+    params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0], top_p))
+    return _core.sample_rows(_core.linear_rows(_tensor(h), _tensor(head)), params,
+                             _tensor(np.array([step], np.int32)), 1, None, top_p is not None).numpy()[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("v,k", [(1, 4), (7, 60), (1000, 16), (4097, 2560), (2100, 1028)])
+def test_screened_sample_is_the_float_heads_draw(dtype, v, k):
+    """The screened draw gives the index sample_rows draws from linear_rows' logits, bit for bit,
+    at temperatures 0 to 6 with and without top_k: its candidates' logits are linear_rows' (the
+    same bits), every other row is -inf, and the candidates are few (the screening prunes)."""
+    head = rng.standard_normal((v, k)).astype(dtype)
+    for temperature, top_k in SAMPLINGS:
+        h = rng.standard_normal((1, k)).astype(np.float32)
+        seed, step = int(rng.integers(0, 2**63)), int(rng.integers(0, 2**31))
+        exact = _poisoned((v,), np.float32)
+        drawn = _screened_draw(h, head, temperature, top_k, seed, step, exact)
+        assert drawn == _float_head_draw(h, head, temperature, top_k, seed, step)
+        logits = _core.linear_rows(_tensor(h), _tensor(head)).numpy()[0]
+        got = exact.numpy()
+        candidates = got != -np.inf
+        np.testing.assert_array_equal(got[candidates], logits[candidates])
+        assert candidates[drawn]
+        if top_k is not None and top_k < v:  # every kept logit is a candidate
+            assert candidates[reference.sampling_kept(logits, top_k)].all()
+        if v >= 1000:
+            assert candidates.sum() <= v // 4, candidates.sum()
+
+
+needs_int64_atomics = pytest.mark.skipif(not bg.default_device().info.features["int64_atomics"],
+                                         reason="top-p needs 64-bit integer atomics")
+
+
+@needs_int64_atomics
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("v,k,scale", [(1, 4, 1.0), (7, 60, 1.0), (1000, 16, 1.0), (4097, 2560, 1.0),
+                                       (4097, 2560, 0.02), (2100, 1028, 0.05)])
+def test_screened_top_p_is_the_float_heads_draw(dtype, v, k, scale):
+    """With top-p the screened draw gives the float head's draw bit for bit: without top_k its
+    candidates are the rows within 22.5 t of the largest lower end (the others' weights are 0),
+    and every row the nucleus keeps is one. scale shrinks the logits (to about 1 standard
+    deviation at 0.02 for K = 2560, as a trained model's are), so that many rows lie within reach
+    of the largest."""
+    head = (rng.standard_normal((v, k)) * scale).astype(dtype)
+    for temperature, top_k, top_p in NUCLEUS_SAMPLINGS:
+        h = rng.standard_normal((1, k)).astype(np.float32)
+        seed, step = int(rng.integers(0, 2**63)), int(rng.integers(0, 2**31))
+        exact = _poisoned((v,), np.float32)
+        drawn = _screened_draw(h, head, temperature, top_k, seed, step, exact, top_p)
+        assert drawn == _float_head_draw(h, head, temperature, top_k, seed, step, top_p)
+        logits = _core.linear_rows(_tensor(h), _tensor(head)).numpy()[0]
+        got = exact.numpy()
+        candidates = got != -np.inf
+        np.testing.assert_array_equal(got[candidates], logits[candidates])
+        assert candidates[reference.sampling_kept(logits, top_k, top_p, temperature)].all()
+        if k >= 1000 and scale == 1.0:
+            assert candidates.sum() <= v // 4, candidates.sum()
+
+
+def test_screened_sample_near_ties_and_special_values():
+    """Duplicated and near-duplicated rows, rows with a huge value, h with outliers: the same draws
+    as the float head's; NaN in h makes every row a candidate and raises as sample_rows does."""
+    k, v = 256, 3000
+    head = _coarse_head(v, k)
+    for trial in range(8):
+        h = _hidden_with_outliers(k, trial % 2)
+        temperature, top_k = SAMPLINGS[trial % len(SAMPLINGS)]
+        assert (_screened_draw(h, head, temperature, top_k, trial, 9) ==
+                _float_head_draw(h, head, temperature, top_k, trial, 9))
+    for value in (0.0, 1e-25):
+        h = np.full((1, k), value, np.float32)
+        assert _screened_draw(h, head, 0.8, 5, 1, 2) == _float_head_draw(h, head, 0.8, 5, 1, 2)
+    h = rng.standard_normal((1, k)).astype(np.float32)
+    h[0, 3] = np.nan
+    with pytest.raises(bg.ArgumentError, match=f"{v} NaN values"):
+        _screened_draw(h, head, 0.8, None, 1, 2)
+    with pytest.raises(bg.DTypeError, match="params"):
+        q, meta = screening_tables(head)
+        _core.screened_sample(_tensor(h), _tensor(head), _tensor(q), _tensor(meta),
+                              _tensor(np.zeros(4, np.uint32)), _tensor(np.zeros(1, np.int32)), 0)
+    h[0, 3] = 1.0
+    assert _screened_draw(h, head, 0.8, 5, 1, 2) == _float_head_draw(h, head, 0.8, 5, 1, 2)  # still usable
+
+
+def test_screened_argmax_rejects_bad_input():
+    head = rng.standard_normal((10, 8)).astype(np.float16)
+    q, meta = screening_tables(head)
+    h = rng.standard_normal((1, 8)).astype(np.float32)
+    with pytest.raises(bg.DTypeError):
+        _core.screened_argmax(_tensor(h.astype(np.float16)), _tensor(head), _tensor(q), _tensor(meta))
+    with pytest.raises(bg.DTypeError):
+        _core.screened_argmax(_tensor(h), _tensor(head), _tensor(q.view(np.uint8)), _tensor(meta))
+    with pytest.raises(bg.ShapeError, match=r"x \[1, K\]"):
+        _core.screened_argmax(_tensor(np.vstack([h, h])), _tensor(head), _tensor(q), _tensor(meta))
+    with pytest.raises(bg.ShapeError, match="head_q"):
+        _core.screened_argmax(_tensor(h), _tensor(head), _tensor(q[:, :8].copy()), _tensor(meta))
+    odd = rng.standard_normal((10, 7)).astype(np.float16)
+    q7, meta7 = screening_tables(odd)
+    with pytest.raises(bg.ArgumentError, match="K % 4 == 0"):
+        _core.screened_argmax(_tensor(h[:, :7]), _tensor(odd), _tensor(q7), _tensor(meta7))
+    assert not _core.screened_argmax_fits(bg.default_device(), 7)
+    assert not _core.screened_argmax_fits(bg.default_device(), 1 << 20)
+    with pytest.raises(bg.ShapeError):
+        screening_tables(np.zeros((3, 4), np.int8))
+    assert _screened(h, head).numpy()[0] == _float_head_argmax(h, head)  # still usable
+
+
+def test_screening_tables_bound_the_int8_error():
+    head = (rng.standard_normal((300, 100)) * rng.uniform(1e-3, 1e3, (300, 1))).astype(np.float32)
+    head[7, :] = 0.0
+    head[9, 4] = np.inf
+    q, meta = screening_tables(head)
+    assert q.shape == (300, 112) and q.dtype == np.int8 and not q[:, 100:].any()
+    assert np.abs(q).max() <= 127
+    e = head.astype(np.float64)
+    error = np.linalg.norm(e - meta[:, :1].astype(np.float64) * q[:, :100], axis=1)
+    finite = np.isfinite(e).all(axis=1)
+    assert (meta[finite, 1] >= error[finite]).all() and (meta[finite, 1] <= 1.01 * error[finite] + 1e-30).all()
+    assert (meta[finite, 2] >= np.linalg.norm(e[finite], axis=1)).all()
+    assert meta[7, 0] == 0 and meta[7, 1] == 0 and np.isinf(meta[9, 1:3]).all()
+    q7, meta7 = screening_tables(head, chunk_rows=7)  # 43 chunks over the threads: the same tables
+    np.testing.assert_array_equal(q7, q)
+    np.testing.assert_array_equal(meta7, meta)
