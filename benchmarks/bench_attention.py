@@ -1,6 +1,6 @@
 """Prefill attention: GPU time (Vulkan timestamps, the call recorded as a graph and timed as a
 whole) of causal grouped-query attention over T new tokens (20 query and 5 KV heads of 128, as in
-BitNet b1.58 2B4T, or of --head-dim values), float32, under settings of the BITNET_GPU_* tuning variables, beside PyTorch's
+BitNet b1.58 2B4T, or of --head-dim values), float32, under settings of the tuning knobs (docs/TUNING.md), beside PyTorch's
 scaled_dot_product_attention on the same GPU in the same run (float32, and float16 where its
 flash kernels run). Work is counted as the causal pairs' multiply-adds (2 * pairs * D each for
 the scores and the weighted values), so TFLOP/s compare kernels, not peaks. Parity: relative
@@ -8,7 +8,7 @@ error of the output against the NumPy reference (float64) for the first setting,
 the first KV head.
 
     python3 benchmarks/bench_attention.py [--json FILE] [--repeats N] [--tokens 512,2048] [--head-dim 128]
-        [--settings "default;BITNET_GPU_ATTENTION_TILE_KEYS=16"]
+        [--settings "default;attention_tile_keys=16"]
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import numpy as np
 
 import bitnet_gpu as bg
 from bitnet_gpu import reference as ref
-from bench_knobs import label, parse_settings  # benchmarks/bench_knobs.py
-from common import arguments, busy_gpu, torch_cuda, torch_time, warm_graph_seconds, write_results
+from common import label, parse_settings, arguments, busy_gpu, torch_cuda, torch_time, warm_graph_seconds, write_results
 
 HQ, HKV = 20, 5
 

@@ -66,15 +66,15 @@ def main():
                "accumulators_exact": exact, "weight_GBps": packed / t / 1e9, "variants": {}}
         if m <= 8:
             # the pre-passes before the strided matvec, and the strided matvec's two local sizes
-            settings = {f"pre-pass split={split}": {"BITNET_GPU_PREPARE_SPLIT": split, "BITNET_GPU_MATVEC_STRIDED": "0"}
-                        for split in ("0", "1")}
-            settings.update({f"strided {size}": {"BITNET_GPU_MATVEC_STRIDED": size} for size in ("512", "1024")})
+            settings = {f"pre-pass split={split:d}": {"prepare_split": split, "matvec_strided": 0}
+                        for split in (False, True)}
+            settings.update({f"strided {size}": {"matvec_strided": size} for size in (512, 1024)})
             for name, setting in settings.items():
                 row["variants"][name] = with_settings(
                     setting, lambda: gpu_time(device, lambda: bg.bitlinear(x, q), args.repeats)[0])
             for rows, unroll in MATVEC_SETTINGS:
                 row["variants"][f"matvec rows={rows} unroll={unroll}"] = with_settings(
-                    {"BITNET_GPU_MATVEC_ROWS": rows, "BITNET_GPU_MATVEC_UNROLL": unroll},
+                    {"matvec_rows": rows, "matvec_unroll": unroll},
                     lambda: gpu_time(device, lambda: bg.bitlinear(x, q, algorithm="matvec"), args.repeats)[0])
         else:
             if m <= 512 or device.info.type == "cpu":
@@ -87,7 +87,7 @@ def main():
                         row.setdefault("coopmat_parity", {})[tile] = [rel_t, exact_t]
                         return gpu_time(device, lambda: bg.bitlinear(x, q, algorithm="coopmat"),
                                         args.repeats)[0]
-                    row["variants"][f"coopmat {tile}"] = with_settings({"BITNET_GPU_COOPMAT_TILE": tile}, run)
+                    row["variants"][f"coopmat {tile}"] = with_settings({"coopmat_tile": tile}, run)
         if "copy_GBps" in results:
             row["fraction_of_copy"] = row["weight_GBps"] / results["copy_GBps"]
         if torch is not None:

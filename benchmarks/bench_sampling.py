@@ -1,4 +1,4 @@
-"""Drawing the next token on the GPU: bitnet_gpu.sample_logits (shaders/model/sample_rows.comp,
+"""Drawing the next token on the GPU: bitnet_gpu.sample_logits (shaders/sampling/sample_rows.comp,
 Gumbel-max over the top-k kept logits; sample_nucleus.comp for top-p) beside PyTorch's usual
 top-k / top-p sampling in the same run, and a sampled decode step's head: the float16 head and the
 draw against the screened draw.
@@ -31,7 +31,7 @@ import numpy as np
 import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.models import screening_tables
-from bitnet_gpu.ops import _sampling_params
+from bitnet_gpu.sampling import _sampling_params
 from common import arguments, by_kernel, profiled, timed_graph, torch_cuda, torch_time, write_results
 
 CASES = [(1, 128256), (8, 128256), (1, 32000)]

@@ -84,19 +84,38 @@ def busy_gpu(torch, seconds=0.3):
     torch.cuda.synchronize()
 
 
+def knob_settings(setting):
+    """{knob: value} from {name: text}: names as knobs (matvec_rows) or variables
+    (BITNET_GPU_MATVEC_ROWS), texts of digits as ints, others (a tile, 128x128) as they are."""
+    return {name.removeprefix("BITNET_GPU_").lower(): int(value) if str(value).isdigit() else value
+            for name, value in setting.items()}
+
+
 def with_settings(setting, fn):
-    """fn() with the environment variables of `setting` ({name: value}) set, the environment
-    restored afterwards."""
-    old = {name: os.environ.get(name) for name in setting}
-    os.environ.update(setting)
-    try:
+    """fn() under the tuning knobs of `setting` ({name: value}, see knob_settings), the knobs
+    before it restored afterwards."""
+    import bitnet_gpu as bg
+
+    with bg.tuning(**knob_settings(setting)):
         return fn()
-    finally:
-        for name, value in old.items():
-            if value is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = value
+
+
+def parse_settings(text):
+    """[{name: value}] from "default;matvec_rows=4;matvec_rows=4,matvec_unroll=2": settings separated by
+    ";", the knobs of one by ","; "default" sets none."""
+    settings = []
+    for item in text.split(";"):
+        item = item.strip()
+        if not item or item == "default":
+            settings.append({})
+            continue
+        settings.append(dict(pair.split("=", 1) for pair in item.split(",")))
+    return settings
+
+
+def label(setting):
+    """A setting as the tables name it."""
+    return ",".join(f"{k}={v}" for k, v in knob_settings(setting).items()) or "default"
 
 
 def write_results(path, results):

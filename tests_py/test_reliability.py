@@ -16,8 +16,8 @@ import bitnet_gpu as bg
 from bitnet_gpu import reference as ref
 from conftest import check_draws
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-import bench_soak  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks", "investigations"))
+import soak as bench_soak  # noqa: E402
 
 PROPERTY = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
