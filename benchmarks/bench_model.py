@@ -34,13 +34,20 @@ from common import arguments, median_wall, torch_copy_gbps, torch_cuda, write_re
 
 def op_kind(label):
     """Groups kernel labels: bitlinear pre-pass and matvec/matmul, norms, attention, ..."""
-    rules = [("bitlinear_prepare", "bitlinear: activation int8 pre-pass"),
-             ("bitlinear_(matvec|tiled|coopmat)|int8_interleave", "bitlinear: ternary matvec/matmul"),
-             ("row_op|row_ops", "rms_norm"), ("attention", "attention"), ("rope", "rope"),
-             ("binary", "residual add"),
-             ("gated|elementwise", "relu2 * up"), ("linear_rows", "LM head (float16)"),
-             ("head_screen", "LM head: int8 screening"), ("head_verify", "LM head: candidates, exactly"),
-             ("embedding", "embedding / gather"), ("argmax", "argmax")]
+    rules = [
+        ("bitlinear_prepare", "bitlinear: activation int8 pre-pass"),
+        ("bitlinear_(matvec|tiled|coopmat)|int8_interleave", "bitlinear: ternary matvec/matmul"),
+        ("row_op|row_ops", "rms_norm"),
+        ("attention", "attention"),
+        ("rope", "rope"),
+        ("binary", "residual add"),
+        ("gated|elementwise", "relu2 * up"),
+        ("linear_rows", "LM head (float16)"),
+        ("head_screen", "LM head: int8 screening"),
+        ("head_verify", "LM head: candidates, exactly"),
+        ("embedding", "embedding / gather"),
+        ("argmax", "argmax"),
+    ]
     for pattern, kind in rules:
         if re.search(pattern, label):
             return kind
@@ -62,13 +69,16 @@ DECODE_TOKEN = np.array([[17]], np.int32)
 def fill_cache(model, tokens):
     """Real keys and values in the cache for `tokens` random tokens (a prefill, seed 2), so decode
     steps can run at any context up to that; returns those token ids [1, tokens]."""
-    fill = np.random.default_rng(2).integers(0, model.config.vocab_size, (1, tokens)).astype(np.int32)
+    fill = (
+        np.random.default_rng(2).integers(0, model.config.vocab_size, (1, tokens)).astype(np.int32)
+    )
     model._step(fill, 0, "last")
     return fill
 
 
 def decode_step(model, context, batch=1):
-    """One decode step of DECODE_TOKEN for `batch` sequences after `context` cached tokens, as greedy
+    """One decode step of DECODE_TOKEN for `batch` sequences after `context` cached tokens, as
+    greedy
     generate() runs it (the next ids read back; through the screened head where
     model.screened_head and one sequence)."""
     ids = np.repeat(DECODE_TOKEN, batch, axis=0)
@@ -89,7 +99,9 @@ def generate_rate(model, prompt, tokens, chunk, repeats, **sampling):
     rates = []
     for _ in range(repeats):
         times = []
-        model.generate(prompt, tokens, callback=lambda step, ids: times.append(time.perf_counter()), **sampling)
+        model.generate(
+            prompt, tokens, callback=lambda step, ids: times.append(time.perf_counter()), **sampling
+        )
         rates.append((len(times) - 1) / (times[-1] - times[0]))
     return statistics.median(rates)
 
@@ -136,9 +148,22 @@ class TorchBitNet:
             return ((w.to(f16) - 1) * (1.0 / math.sqrt(cols))).contiguous()
 
         ones = lambda n: torch.ones(n, device=dev, dtype=f16)  # noqa: E731
-        self.layers = [dict(q=ternary(h, h), k=ternary(kv, h), v=ternary(kv, h), o=ternary(h, h),
-                            gate=ternary(i, h), up=ternary(i, h), down=ternary(h, i), n1=ones(h),
-                            n2=ones(h), sa=ones(h), sf=ones(i)) for _ in range(config.num_hidden_layers)]
+        self.layers = [
+            dict(
+                q=ternary(h, h),
+                k=ternary(kv, h),
+                v=ternary(kv, h),
+                o=ternary(h, h),
+                gate=ternary(i, h),
+                up=ternary(i, h),
+                down=ternary(h, i),
+                n1=ones(h),
+                n2=ones(h),
+                sa=ones(h),
+                sf=ones(i),
+            )
+            for _ in range(config.num_hidden_layers)
+        ]
         self.embed = torch.randn(config.vocab_size, h, device=dev, dtype=f16, generator=gen)
         self.norm = ones(h)
         shape = (config.num_hidden_layers, max_tokens, config.num_key_value_heads, config.head_dim)
@@ -147,12 +172,16 @@ class TorchBitNet:
         cos, sin = bg.rope_tables(np.arange(max_tokens), config.head_dim, config.rope_theta)
         self.cos = torch.tensor(cos, device=dev).to(f16)
         self.sin = torch.tensor(sin, device=dev).to(f16)
-        self.nbytes = sum(t.numel() * t.element_size() for layer in self.layers for t in layer.values()) \
+        self.nbytes = (
+            sum(t.numel() * t.element_size() for layer in self.layers for t in layer.values())
             + self.embed.numel() * 2
+        )
 
     def rms(self, x, w):
         x32 = x.float()
-        return (x32 * self.torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.c.rms_norm_eps)).to(x.dtype) * w
+        return (x32 * self.torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.c.rms_norm_eps)).to(
+            x.dtype
+        ) * w
 
     def lin(self, x, w):
         if self.quant:
@@ -178,29 +207,45 @@ class TorchBitNet:
             q = self.rope(self.lin(n, w["q"]).view(t, c.num_attention_heads, c.head_dim), positions)
             k = self.rope(self.lin(n, w["k"]).view(t, c.num_key_value_heads, c.head_dim), positions)
             v = self.lin(n, w["v"]).view(t, c.num_key_value_heads, c.head_dim)
-            self.kc[index, start:start + t] = k
-            self.vc[index, start:start + t] = v
-            keys = self.kc[index, :start + t].transpose(0, 1).repeat_interleave(group, 0)
-            values = self.vc[index, :start + t].transpose(0, 1).repeat_interleave(group, 0)
-            a = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys[None], values[None],
-                                               is_causal=t > 1)
+            self.kc[index, start : start + t] = k
+            self.vc[index, start : start + t] = v
+            keys = self.kc[index, : start + t].transpose(0, 1).repeat_interleave(group, 0)
+            values = self.vc[index, : start + t].transpose(0, 1).repeat_interleave(group, 0)
+            a = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], keys[None], values[None], is_causal=t > 1
+            )
             a = self.rms(a[0].transpose(0, 1).reshape(t, c.hidden_size), w["sa"])
             x = x + self.lin(a, w["o"])
             m = self.rms(x, w["n2"])
-            f = self.rms(torch.relu(self.lin(m, w["gate"])).square() * self.lin(m, w["up"]), w["sf"])
+            f = self.rms(
+                torch.relu(self.lin(m, w["gate"])).square() * self.lin(m, w["up"]), w["sf"]
+            )
             x = x + self.lin(f, w["down"])
         logits = F.linear(self.rms(x[-1:], self.norm), self.embed)
         return logits.argmax(-1)
 
 
 def main():
-    args = arguments(__doc__, lambda p: (
-        p.add_argument("--config", default="2b4t"),
-        p.add_argument("--contexts", default="128,2048"),
-        p.add_argument("--prefill", type=int, default=512),
-        p.add_argument("--steps", type=int, default=30),
-        p.add_argument("--generate", type=int, default=256, help="new tokens of the generate rows (0: none)"),
-        p.add_argument("--batches", default="2,4,8", help="batch sizes of the batched generate rows ('': none)")))
+    args = arguments(
+        __doc__,
+        lambda p: (
+            p.add_argument("--config", default="2b4t"),
+            p.add_argument("--contexts", default="128,2048"),
+            p.add_argument("--prefill", type=int, default=512),
+            p.add_argument("--steps", type=int, default=30),
+            p.add_argument(
+                "--generate",
+                type=int,
+                default=256,
+                help="new tokens of the generate rows (0: none)",
+            ),
+            p.add_argument(
+                "--batches",
+                default="2,4,8",
+                help="batch sizes of the batched generate rows ('': none)",
+            ),
+        ),
+    )
     contexts = [int(c) for c in args.contexts.split(",")]
     config = BitNetConfig.preset(args.config)
     device = bg.default_device()
@@ -221,21 +266,31 @@ def main():
     results["head_bytes"] = model.lm_head.nbytes
     results["kv_cache_bytes"] = model.cache_nbytes
     step_bytes = model.projection_nbytes + model.lm_head.nbytes
-    print(f"device {device.name}; config {args.config}: weights {model.nbytes / 1e9:.3f} GB "
-          f"(packed projections {model.projection_nbytes / 1e9:.3f} GB, float16 head "
-          f"{model.lm_head.nbytes / 1e9:.3f} GB), KV cache {model.cache_nbytes / 1e9:.3f} GB")
+    print(
+        f"device {device.name}; config {args.config}: weights {model.nbytes / 1e9:.3f} GB "
+        f"(packed projections {model.projection_nbytes / 1e9:.3f} GB, float16 head "
+        f"{model.lm_head.nbytes / 1e9:.3f} GB), KV cache {model.cache_nbytes / 1e9:.3f} GB"
+    )
     if copy_gbps:
-        print(f"copy bandwidth {copy_gbps:.0f} GB/s: limit {model.projection_nbytes / copy_gbps / 1e3:.0f} us/token "
-              f"for the packed projections, {step_bytes / copy_gbps / 1e3:.0f} us with the head")
+        print(
+            f"copy bandwidth {copy_gbps:.0f} GB/s: limit "
+            f"{model.projection_nbytes / copy_gbps / 1e3:.0f} us/token "
+            f"for the packed projections, {step_bytes / copy_gbps / 1e3:.0f} us with the head"
+        )
 
     start = time.perf_counter()
     decode_step(model, contexts[0])()
-    results["first_decode_step_seconds"] = time.perf_counter() - start  # with the screening copy built
+    results["first_decode_step_seconds"] = (
+        time.perf_counter() - start
+    )  # with the screening copy built
     results["screening_bytes"] = model.screening_nbytes
     results["decode_memory_in_use_bytes"] = device.memory_stats()["in_use_bytes"] - before
     if model.screened_head:
-        print(f"head screening copy {model.screening_nbytes / 1e9:.3f} GB, built with the first decode step "
-              f"({results['first_decode_step_seconds']:.1f} s)")
+        print(
+            f"head screening copy {model.screening_nbytes / 1e9:.3f} GB, built with the first "
+            f"decode step "
+            f"({results['first_decode_step_seconds']:.1f} s)"
+        )
     peer = TorchBitNet(torch, config, max_tokens) if torch else None
     if peer:
         peer.step(torch.tensor(fill[0], device="cuda"), 0)
@@ -245,8 +300,15 @@ def main():
         wall = median_wall(step, args.steps)
         gpu = gpu_seconds(model, step, args.steps)
         ops = split(per_op(model, step))
-        row = {"phase": "decode", "context": context, "wall_s": wall, "gpu_s": gpu,
-               "tokens_per_s": 1 / wall, "split_s": ops, "screened_head": model.screened_head}
+        row = {
+            "phase": "decode",
+            "context": context,
+            "wall_s": wall,
+            "gpu_s": gpu,
+            "tokens_per_s": 1 / wall,
+            "split_s": ops,
+            "screened_head": model.screened_head,
+        }
         if model.screened_head:  # the same step with the float16 head and argmax_rows
             model.screened_head = False
             step()
@@ -258,8 +320,12 @@ def main():
             step()
         if copy_gbps:
             limit = model.projection_nbytes / (copy_gbps * 1e9)
-            row.update(limit_s=limit, limit_with_head_s=step_bytes / (copy_gbps * 1e9),
-                       gpu_over_limit=gpu / limit, wall_over_limit=wall / limit)
+            row.update(
+                limit_s=limit,
+                limit_with_head_s=step_bytes / (copy_gbps * 1e9),
+                gpu_over_limit=gpu / limit,
+                wall_over_limit=wall / limit,
+            )
         if peer:
             ids = torch.tensor([17], device="cuda")
             torch_step = lambda: peer.step(ids, context).item()  # noqa: E731
@@ -271,48 +337,93 @@ def main():
             row["speedup_vs_torch_plain"] = row["torch_plain_wall_s"] / wall
             peer.quant = True
         results["rows"].append(row)
-        print(f"decode, context {context}: {1 / wall:.0f} tokens/s ({wall * 1e6:.0f} us wall, "
-              f"{gpu * 1e6:.0f} us GPU)" + (f"; {row['gpu_over_limit']:.2f}x the limit (GPU), "
-                                           f"{row['wall_over_limit']:.2f}x (wall)" if copy_gbps else "")
-              + (f"; PyTorch eager float16 {row['torch_wall_s'] * 1e6:.0f} us "
-                 f"({row['speedup_vs_torch']:.2f}x), without activation quant "
-                 f"{row['torch_plain_wall_s'] * 1e6:.0f} us ({row['speedup_vs_torch_plain']:.2f}x)" if peer else ""))
+        print(
+            f"decode, context {context}: {1 / wall:.0f} tokens/s ({wall * 1e6:.0f} us wall, "
+            f"{gpu * 1e6:.0f} us GPU)"
+            + (
+                f"; {row['gpu_over_limit']:.2f}x the limit (GPU), "
+                f"{row['wall_over_limit']:.2f}x (wall)"
+                if copy_gbps
+                else ""
+            )
+            + (
+                f"; PyTorch eager float16 {row['torch_wall_s'] * 1e6:.0f} us "
+                f"({row['speedup_vs_torch']:.2f}x), without activation quant "
+                f"{row['torch_plain_wall_s'] * 1e6:.0f} us ({row['speedup_vs_torch_plain']:.2f}x)"
+                if peer
+                else ""
+            )
+        )
         total = sum(ops.values())
         for kind, seconds in ops.items():
             print(f"    {kind:40s} {seconds * 1e6:9.1f} us  {100 * seconds / total:5.1f}%")
         if "float_head_gpu_s" in row:
-            print(f"    with the float16 head instead: {1 / row['float_head_wall_s']:.0f} tokens/s "
-                  f"({row['float_head_wall_s'] * 1e6:.0f} us wall, {row['float_head_gpu_s'] * 1e6:.0f} us GPU; head "
-                  f"{row['float_head_split_s'].get('LM head (float16)', 0) * 1e6:.1f} us, argmax "
-                  f"{row['float_head_split_s'].get('argmax', 0) * 1e6:.1f} us per op)")
+            print(
+                f"    with the float16 head instead: {1 / row['float_head_wall_s']:.0f} tokens/s "
+                f"({row['float_head_wall_s'] * 1e6:.0f} us wall, "
+                f"{row['float_head_gpu_s'] * 1e6:.0f} us GPU; head "
+                f"{row['float_head_split_s'].get('LM head (float16)', 0) * 1e6:.1f} us, argmax "
+                f"{row['float_head_split_s'].get('argmax', 0) * 1e6:.1f} us per op)"
+            )
 
     if args.generate:
         prompt = fill[0, :GENERATE_PROMPT]
         chunk = model.decode_chunk
         repeats = max(3, args.repeats // 4)
         rates = {c: generate_rate(model, prompt, args.generate, c, repeats) for c in (chunk, 1)}
-        sampled = {c: generate_rate(model, prompt, args.generate, c, repeats, **SAMPLING) for c in (chunk, 1)}
-        nucleus = ({c: generate_rate(model, prompt, args.generate, c, repeats, **NUCLEUS) for c in (chunk, 1)}
-                   if model.device.info.features["int64_atomics"] else None)
+        sampled = {
+            c: generate_rate(model, prompt, args.generate, c, repeats, **SAMPLING)
+            for c in (chunk, 1)
+        }
+        nucleus = (
+            {
+                c: generate_rate(model, prompt, args.generate, c, repeats, **NUCLEUS)
+                for c in (chunk, 1)
+            }
+            if model.device.info.features["int64_atomics"]
+            else None
+        )
         model.decode_chunk = chunk
-        row = {"phase": "generate", "prompt": GENERATE_PROMPT, "tokens": args.generate, "decode_chunk": chunk,
-               "tokens_per_s": rates[chunk], "one_step_a_replay_tokens_per_s": rates[1],
-               "sampling": SAMPLING, "sampled_tokens_per_s": sampled[chunk],
-               "sampled_one_step_a_replay_tokens_per_s": sampled[1]}
+        row = {
+            "phase": "generate",
+            "prompt": GENERATE_PROMPT,
+            "tokens": args.generate,
+            "decode_chunk": chunk,
+            "tokens_per_s": rates[chunk],
+            "one_step_a_replay_tokens_per_s": rates[1],
+            "sampling": SAMPLING,
+            "sampled_tokens_per_s": sampled[chunk],
+            "sampled_one_step_a_replay_tokens_per_s": sampled[1],
+        }
         if nucleus:
-            row.update({"nucleus_sampling": NUCLEUS, "nucleus_tokens_per_s": nucleus[chunk],
-                        "nucleus_one_step_a_replay_tokens_per_s": nucleus[1]})
+            row.update(
+                {
+                    "nucleus_sampling": NUCLEUS,
+                    "nucleus_tokens_per_s": nucleus[chunk],
+                    "nucleus_one_step_a_replay_tokens_per_s": nucleus[1],
+                }
+            )
         results["rows"].append(row)
-        print(f"generate {args.generate} tokens after {GENERATE_PROMPT} (greedy): {rates[chunk]:.0f} tokens/s with "
-              f"{chunk} steps a replay, {rates[1]:.0f} with one ({rates[chunk] / rates[1]:.3f}x); sampled "
-              f"({SAMPLING}, drawn on the GPU): {sampled[chunk]:.0f} tokens/s with {chunk} steps a replay, "
-              f"{sampled[1]:.0f} with one"
-              + (f"; with top-p {NUCLEUS['top_p']} too: {nucleus[chunk]:.0f} / {nucleus[1]:.0f}"
-                 if nucleus else ""))
+        print(
+            f"generate {args.generate} tokens after {GENERATE_PROMPT} (greedy): "
+            f"{rates[chunk]:.0f} tokens/s with "
+            f"{chunk} steps a replay, {rates[1]:.0f} with one ({rates[chunk] / rates[1]:.3f}x); "
+            f"sampled "
+            f"({SAMPLING}, drawn on the GPU): {sampled[chunk]:.0f} tokens/s with {chunk} steps a "
+            f"replay, "
+            f"{sampled[1]:.0f} with one"
+            + (
+                f"; with top-p {NUCLEUS['top_p']} too: {nucleus[chunk]:.0f} / {nucleus[1]:.0f}"
+                if nucleus
+                else ""
+            )
+        )
         # Batches of sequences (the float16 head: screening is for one sequence), greedy and
         # sampled, tokens/s over all sequences.
         for batch in [int(b) for b in args.batches.split(",") if b]:
-            prompts = np.random.default_rng(3).integers(0, config.vocab_size, (batch, GENERATE_PROMPT))
+            prompts = np.random.default_rng(3).integers(
+                0, config.vocab_size, (batch, GENERATE_PROMPT)
+            )
             greedy = batch * generate_rate(model, prompts, args.generate, chunk, repeats)
             drawn = batch * generate_rate(model, prompts, args.generate, chunk, repeats, **SAMPLING)
             # One greedy decode step of the batch after GENERATE_PROMPT tokens: GPU time, per op.
@@ -320,29 +431,55 @@ def main():
             step()
             gpu = gpu_seconds(model, step, args.steps)
             ops = split(per_op(model, step))
-            results["rows"].append({"phase": "generate_batch", "batch": batch, "prompt": GENERATE_PROMPT,
-                                    "tokens": args.generate, "decode_chunk": chunk, "tokens_per_s": greedy,
-                                    "sampled_tokens_per_s": drawn, "sampling": SAMPLING,
-                                    "decode_step_gpu_s": gpu, "decode_step_split_s": ops})
-            print(f"generate {args.generate} tokens after {GENERATE_PROMPT} for {batch} sequences: {greedy:.0f} "
-                  f"tokens/s greedy, {drawn:.0f} sampled, over all sequences ({greedy / rates[chunk]:.2f}x and "
-                  f"{drawn / sampled[chunk]:.2f}x one sequence's); a greedy decode step {gpu * 1e6:.0f} us GPU")
+            results["rows"].append(
+                {
+                    "phase": "generate_batch",
+                    "batch": batch,
+                    "prompt": GENERATE_PROMPT,
+                    "tokens": args.generate,
+                    "decode_chunk": chunk,
+                    "tokens_per_s": greedy,
+                    "sampled_tokens_per_s": drawn,
+                    "sampling": SAMPLING,
+                    "decode_step_gpu_s": gpu,
+                    "decode_step_split_s": ops,
+                }
+            )
+            print(
+                f"generate {args.generate} tokens after {GENERATE_PROMPT} for {batch} sequences: "
+                f"{greedy:.0f} "
+                f"tokens/s greedy, {drawn:.0f} sampled, over all sequences "
+                f"({greedy / rates[chunk]:.2f}x and "
+                f"{drawn / sampled[chunk]:.2f}x one sequence's); a greedy decode step "
+                f"{gpu * 1e6:.0f} us GPU"
+            )
             for kind, seconds in ops.items():
                 print(f"    {kind:40s} {seconds * 1e6:9.1f} us")
             model._caches.pop(batch, None)  # the batch's KV cache and graphs, before the next
             model.reset_graphs()
 
     if args.prefill:
-        prompt = np.random.default_rng(1).integers(0, config.vocab_size, (1, args.prefill)).astype(np.int32)
+        prompt = (
+            np.random.default_rng(1)
+            .integers(0, config.vocab_size, (1, args.prefill))
+            .astype(np.int32)
+        )
 
         def prefill():
             return model._step(prompt, 0, "last")["next"].numpy()
+
         prefill()
         wall = median_wall(prefill, max(3, args.repeats // 2))
         gpu = gpu_seconds(model, prefill, 3)
         ops = split(per_op(model, prefill))
-        row = {"phase": "prefill", "tokens": args.prefill, "wall_s": wall, "gpu_s": gpu,
-               "tokens_per_s": args.prefill / wall, "split_s": ops}
+        row = {
+            "phase": "prefill",
+            "tokens": args.prefill,
+            "wall_s": wall,
+            "gpu_s": gpu,
+            "tokens_per_s": args.prefill / wall,
+            "split_s": ops,
+        }
         if peer:
             ids = torch.tensor(prompt[0], device="cuda")
             torch_prefill = lambda: peer.step(ids, 0).item()  # noqa: E731
@@ -350,19 +487,31 @@ def main():
             row["torch_wall_s"] = median_wall(torch_prefill, max(3, args.repeats // 2))
             row["speedup_vs_torch"] = row["torch_wall_s"] / wall
         results["rows"].append(row)
-        print(f"prefill {args.prefill} tokens: {args.prefill / wall:.0f} tokens/s ({wall * 1e3:.2f} ms wall, "
-              f"{gpu * 1e3:.2f} ms GPU)" + (f"; PyTorch eager float16 {row['torch_wall_s'] * 1e3:.2f} ms "
-                                            f"({row['speedup_vs_torch']:.2f}x)" if peer else ""))
+        print(
+            f"prefill {args.prefill} tokens: {args.prefill / wall:.0f} tokens/s ({wall * 1e3:.2f} "
+            f"ms wall, "
+            f"{gpu * 1e3:.2f} ms GPU)"
+            + (
+                f"; PyTorch eager float16 {row['torch_wall_s'] * 1e3:.2f} ms "
+                f"({row['speedup_vs_torch']:.2f}x)"
+                if peer
+                else ""
+            )
+        )
         total = sum(ops.values())
         for kind, seconds in ops.items():
             print(f"    {kind:40s} {seconds * 1e6:9.1f} us  {100 * seconds / total:5.1f}%")
 
     stats = device.memory_stats()
     results["device_memory_in_use_bytes"] = stats["in_use_bytes"] - before
-    print(f"GPU memory in use by bitnet_gpu: {results['decode_memory_in_use_bytes'] / 1e9:.3f} GB while "
-          f"decoding (weights, KV cache, one decode graph); {results['device_memory_in_use_bytes'] / 1e9:.3f} GB "
-          f"with the prefill graph"
-          + (f"; PyTorch float16 weights {peer.nbytes / 1e9:.3f} GB" if peer else ""))
+    print(
+        f"GPU memory in use by bitnet_gpu: {results['decode_memory_in_use_bytes'] / 1e9:.3f} GB "
+        f"while "
+        f"decoding (weights, KV cache, one decode graph); "
+        f"{results['device_memory_in_use_bytes'] / 1e9:.3f} GB "
+        f"with the prefill graph"
+        + (f"; PyTorch float16 weights {peer.nbytes / 1e9:.3f} GB" if peer else "")
+    )
     if peer:
         results["torch_weights_bytes"] = peer.nbytes
     write_results(args.json, results)

@@ -15,7 +15,14 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from common import arguments, profiled, torch_copy_gbps, torch_cuda, torch_time, write_results  # benchmarks/common.py
+from common import (
+    arguments,
+    profiled,
+    torch_copy_gbps,
+    torch_cuda,
+    torch_time,
+    write_results,
+)  # benchmarks/common.py
 
 
 def main():
@@ -31,11 +38,17 @@ def main():
     y = device.empty((n,), np.float32)
     m = bg.Tensor.from_numpy(rng.standard_normal((rows, k), dtype=np.float32))
     my = device.empty((rows, k), np.float32)
-    mg = bg.Tensor.from_numpy(rng.standard_normal((rows, k), dtype=np.float32))  # a separate gradient
+    mg = bg.Tensor.from_numpy(
+        rng.standard_normal((rows, k), dtype=np.float32)
+    )  # a separate gradient
     w = bg.Tensor.from_numpy(np.ones(k, np.float32))
     b = bg.Tensor.from_numpy(np.zeros(k, np.float32))
-    results = {"device": device.name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": [],
-               "torch": None if torch is None else torch.__version__}
+    results = {
+        "device": device.name,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "rows": [],
+        "torch": None if torch is None else torch.__version__,
+    }
     if torch is not None:
         results["copy_GBps"] = torch_copy_gbps(torch, args.repeats)
         tx, tup = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
@@ -76,6 +89,7 @@ def main():
 
         def rms_backward():
             return torch.autograd.grad(out_r, tmr, tg, retain_graph=True)
+
     rt = 256 if small else 4096  # rope over a 4096-token prefill's queries
     rx = bg.Tensor.from_numpy(rng.standard_normal((rt, hq, hd), dtype=np.float32))
     ry = device.empty((rt, hq, hd), np.float32)
@@ -90,49 +104,129 @@ def main():
             return torch.autograd.grad(out_l, [tl, tw2, tb2], tg, retain_graph=True)
 
         def torch_rope():
-            a_, b_ = trx[..., : hd // 2], trx[..., hd // 2:]
+            a_, b_ = trx[..., : hd // 2], trx[..., hd // 2 :]
             return torch.cat([a_ * cos_ - b_ * sin_, a_ * sin_ + b_ * cos_], -1)
+
     cases = [
         ("add", (n,), 12 * n, lambda: bg.add(x, up, out=y), lambda: ta_ + tb_),
-        ("attention decode", (1, ctx, hq, hkv, hd), 2 * ctx * hkv * hd * 4,
-         lambda: bg.attention(aq, ak, av, out=ao),
-         lambda: F.scaled_dot_product_attention(tq_, tk_, tv_, enable_gqa=True)),
-        ("attention prefill", (512, 512, hq, hkv, hd), 4 * (2 * 512 * hq * hd + 2 * 512 * hkv * hd),
-         lambda: bg.attention(pq, pk, pk, out=po),
-         lambda: F.scaled_dot_product_attention(pq_, pk_, pk_, is_causal=True, enable_gqa=True)),
-        ("attention prefill", (2048, 2048, hq, hkv, hd), 4 * (2 * 2048 * hq * hd + 2 * 2048 * hkv * hd),
-         lambda: bg.attention(lq, lk, lk, out=lo),
-         lambda: F.scaled_dot_product_attention(lq_, lk_, lk_, is_causal=True, enable_gqa=True)),
-        ("sum over rows", (rows, k), 4 * rows * k, lambda: bg.sum(m, axis=1),
-         lambda: tm.sum(-1)),
-        ("max over rows", (rows, k), 4 * rows * k, lambda: bg.max(m, axis=1),
-         lambda: tm.amax(-1)),
-        ("transpose", (rows, k), 8 * rows * k, lambda: bg.transpose(m, out=mt),
-         lambda: tm.t().contiguous()),
-        ("matmul fp32 (TF32 off)", (mm, mm, mm), 12 * mm * mm, lambda: bg.matmul(ma, ma, out=mc),
-         lambda: ta_mm @ ta_mm),
-        ("rms_norm backward", (rows, k), 12 * rows * k,
-         lambda: bg.rms_norm_backward(mg, m, w), lambda: rms_backward()),
-        ("softmax backward", (rows, k), 12 * rows * k, lambda: bg.softmax_backward(mg, m, out=my),
-         lambda: torch._softmax_backward_data(tg, tm, -1, torch.float32)),
-        ("layer_norm backward", (rows, k), 12 * rows * k, lambda: bg.layer_norm_backward(mg, m, w),
-         lambda: layer_backward()),
-        ("rope", (rt, hq, hd), 8 * rt * hq * hd, lambda: bg.rope(rx, rpos, out=ry), lambda: torch_rope()),
+        (
+            "attention decode",
+            (1, ctx, hq, hkv, hd),
+            2 * ctx * hkv * hd * 4,
+            lambda: bg.attention(aq, ak, av, out=ao),
+            lambda: F.scaled_dot_product_attention(tq_, tk_, tv_, enable_gqa=True),
+        ),
+        (
+            "attention prefill",
+            (512, 512, hq, hkv, hd),
+            4 * (2 * 512 * hq * hd + 2 * 512 * hkv * hd),
+            lambda: bg.attention(pq, pk, pk, out=po),
+            lambda: F.scaled_dot_product_attention(pq_, pk_, pk_, is_causal=True, enable_gqa=True),
+        ),
+        (
+            "attention prefill",
+            (2048, 2048, hq, hkv, hd),
+            4 * (2 * 2048 * hq * hd + 2 * 2048 * hkv * hd),
+            lambda: bg.attention(lq, lk, lk, out=lo),
+            lambda: F.scaled_dot_product_attention(lq_, lk_, lk_, is_causal=True, enable_gqa=True),
+        ),
+        ("sum over rows", (rows, k), 4 * rows * k, lambda: bg.sum(m, axis=1), lambda: tm.sum(-1)),
+        ("max over rows", (rows, k), 4 * rows * k, lambda: bg.max(m, axis=1), lambda: tm.amax(-1)),
+        (
+            "transpose",
+            (rows, k),
+            8 * rows * k,
+            lambda: bg.transpose(m, out=mt),
+            lambda: tm.t().contiguous(),
+        ),
+        (
+            "matmul fp32 (TF32 off)",
+            (mm, mm, mm),
+            12 * mm * mm,
+            lambda: bg.matmul(ma, ma, out=mc),
+            lambda: ta_mm @ ta_mm,
+        ),
+        (
+            "rms_norm backward",
+            (rows, k),
+            12 * rows * k,
+            lambda: bg.rms_norm_backward(mg, m, w),
+            lambda: rms_backward(),
+        ),
+        (
+            "softmax backward",
+            (rows, k),
+            12 * rows * k,
+            lambda: bg.softmax_backward(mg, m, out=my),
+            lambda: torch._softmax_backward_data(tg, tm, -1, torch.float32),
+        ),
+        (
+            "layer_norm backward",
+            (rows, k),
+            12 * rows * k,
+            lambda: bg.layer_norm_backward(mg, m, w),
+            lambda: layer_backward(),
+        ),
+        (
+            "rope",
+            (rt, hq, hd),
+            8 * rt * hq * hd,
+            lambda: bg.rope(rx, rpos, out=ry),
+            lambda: torch_rope(),
+        ),
         ("relu", (n,), 8 * n, lambda: bg.relu(x, out=y), lambda: F.relu(tx)),
         ("gelu", (n,), 8 * n, lambda: bg.gelu(x, out=y), lambda: F.gelu(tx)),
-        ("gelu tanh", (n,), 8 * n, lambda: bg.gelu(x, "tanh", out=y), lambda: F.gelu(tx, approximate="tanh")),
+        (
+            "gelu tanh",
+            (n,),
+            8 * n,
+            lambda: bg.gelu(x, "tanh", out=y),
+            lambda: F.gelu(tx, approximate="tanh"),
+        ),
         ("silu", (n,), 8 * n, lambda: bg.silu(x, out=y), lambda: F.silu(tx)),
-        ("silu backward", (n,), 12 * n, lambda: bg.silu_backward(up, x, out=y),
-         lambda: torch.ops.aten.silu_backward(tup, tx)),
+        (
+            "silu backward",
+            (n,),
+            12 * n,
+            lambda: bg.silu_backward(up, x, out=y),
+            lambda: torch.ops.aten.silu_backward(tup, tx),
+        ),
         ("silu_mul", (n,), 12 * n, lambda: bg.silu_mul(x, up, out=y), lambda: F.silu(tx) * tup),
-        ("relu2_mul", (n,), 12 * n, lambda: bg.relu2_mul(x, up, out=y), lambda: torch.square(F.relu(tx)) * tup),
-        ("relu_dropout p=0.1", (n,), 8 * n, lambda: bg.relu_dropout(x, 0.1, seed=1, out=y),
-         lambda: F.dropout(F.relu(tx), 0.1)),
-        ("softmax", (rows, k), 8 * rows * k, lambda: bg.softmax(m, out=my), lambda: torch.softmax(tm, -1)),
-        ("rms_norm", (rows, k), 8 * rows * k, lambda: bg.rms_norm(m, w, out=my),
-         lambda: F.rms_norm(tm, (k,), tw, 1e-6)),
-        ("layer_norm", (rows, k), 8 * rows * k, lambda: bg.layer_norm(m, w, b, out=my),
-         lambda: F.layer_norm(tm, (k,), tw, tb, 1e-5)),
+        (
+            "relu2_mul",
+            (n,),
+            12 * n,
+            lambda: bg.relu2_mul(x, up, out=y),
+            lambda: torch.square(F.relu(tx)) * tup,
+        ),
+        (
+            "relu_dropout p=0.1",
+            (n,),
+            8 * n,
+            lambda: bg.relu_dropout(x, 0.1, seed=1, out=y),
+            lambda: F.dropout(F.relu(tx), 0.1),
+        ),
+        (
+            "softmax",
+            (rows, k),
+            8 * rows * k,
+            lambda: bg.softmax(m, out=my),
+            lambda: torch.softmax(tm, -1),
+        ),
+        (
+            "rms_norm",
+            (rows, k),
+            8 * rows * k,
+            lambda: bg.rms_norm(m, w, out=my),
+            lambda: F.rms_norm(tm, (k,), tw, 1e-6),
+        ),
+        (
+            "layer_norm",
+            (rows, k),
+            8 * rows * k,
+            lambda: bg.layer_norm(m, w, b, out=my),
+            lambda: F.layer_norm(tm, (k,), tw, tb, 1e-5),
+        ),
     ]
     if small:  # a 512-token prefill takes seconds on a CPU device
         cases = [c for c in cases if c[0] != "attention prefill"]
@@ -144,13 +238,26 @@ def main():
             row["torch_s"] = torch_time(torch, theirs, args.repeats)
             row["speedup_vs_torch"] = row["torch_s"] / t
         results["rows"].append(row)
-    print(f"\n{device.name}: GPU time (Vulkan timestamps)"
-          + (f" vs torch {results['torch']} (CUDA events); copy {results['copy_GBps']:.0f} GB/s" if torch else ""))
-    print(f"{'op':>20s} {'shape':>26s} {'GPU us':>9s} {'GB/s':>8s} {'of copy':>8s} {'torch us':>9s} {'ratio':>7s}")
+    print(
+        f"\n{device.name}: GPU time (Vulkan timestamps)"
+        + (
+            f" vs torch {results['torch']} (CUDA events); copy {results['copy_GBps']:.0f} GB/s"
+            if torch
+            else ""
+        )
+    )
+    print(
+        f"{'op':>20s} {'shape':>26s} {'GPU us':>9s} {'GB/s':>8s} {'of copy':>8s} {'torch us':>9s} "
+        f"{'ratio':>7s}"
+    )
     for r in results["rows"]:
-        print(f"{r['op']:>20s} {str(tuple(r['shape'])):>26s} {r['gpu_s'] * 1e6:9.1f} {r['GBps']:8.0f} "
-              f"{r.get('fraction_of_copy', float('nan')):8.1%} {r.get('torch_s', float('nan')) * 1e6:9.1f} "
-              f"{r.get('speedup_vs_torch', float('nan')):6.2f}x")
+        print(
+            f"{r['op']:>20s} {str(tuple(r['shape'])):>26s} {r['gpu_s'] * 1e6:9.1f} "
+            f"{r['GBps']:8.0f} "
+            f"{r.get('fraction_of_copy', float('nan')):8.1%} "
+            f"{r.get('torch_s', float('nan')) * 1e6:9.1f} "
+            f"{r.get('speedup_vs_torch', float('nan')):6.2f}x"
+        )
     write_results(args.json, results)
 
 

@@ -14,22 +14,37 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from common import (arguments, by_kernel, profiled, torch_copy_gbps, torch_cuda, torch_time,
-                    write_results)  # benchmarks/common.py
+from common import (
+    arguments,
+    by_kernel,
+    profiled,
+    torch_copy_gbps,
+    torch_cuda,
+    torch_time,
+    write_results,
+)  # benchmarks/common.py
 
 
 def main():
-    args = arguments(__doc__, lambda parser: parser.add_argument(
-        "--small", action="store_true", help="sizes for CPU devices (lavapipe)"))
+    args = arguments(
+        __doc__,
+        lambda parser: parser.add_argument(
+            "--small", action="store_true", help="sizes for CPU devices (lavapipe)"
+        ),
+    )
     device = bg.default_device()
     torch = torch_cuda()
     small = args.small or device.info.type == "cpu"
     weight_sizes = [(1024, 1024), (2048, 2048)] if small else [(4096, 4096), (16384, 16384)]
     act_sizes = [(1024, 1024), (1, 16384)] if small else [(4096, 4096), (1, 16384)]
     rng = np.random.default_rng(0)
-    results = {"device": device.name, "driver": device.info.driver_info,
-               "torch": None if torch is None else torch.__version__,
-               "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": []}
+    results = {
+        "device": device.name,
+        "driver": device.info.driver_info,
+        "torch": None if torch is None else torch.__version__,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "rows": [],
+    }
 
     copy_gbps = None
     if torch is not None:
@@ -47,8 +62,14 @@ def main():
     def measure(op, shape, fn, minimum, torch_fn):
         """A result row: GPU time of fn(), GB/s over `minimum` bytes, and torch_fn() when given."""
         t, timings = profiled(bg, device, fn, args.repeats)
-        row = {"op": op, "shape": list(shape), "gpu_s": t, "kernels": by_kernel(timings),
-               "GBps_over_minimum": minimum / t / 1e9, "fraction_of_copy": minimum / t / 1e9 / copy_gbps}
+        row = {
+            "op": op,
+            "shape": list(shape),
+            "gpu_s": t,
+            "kernels": by_kernel(timings),
+            "GBps_over_minimum": minimum / t / 1e9,
+            "fraction_of_copy": minimum / t / 1e9 / copy_gbps,
+        }
         if torch_fn is not None:
             row["torch_s"] = torch_time(torch, torch_fn, args.repeats)
             row["speedup_vs_torch"] = row["torch_s"] / t
@@ -64,8 +85,13 @@ def main():
 
         # The global mean needs a first read of W before any weight can be rounded: two reads of W
         # and one write of the packed weights are the fewest bytes without a grid-wide sync.
-        measure("quantize_weights", (n, k), lambda: bg.quantize_weights(w),
-                2 * n * k * 4 + n * k // 4 + 4, None if torch is None else torch_weights)
+        measure(
+            "quantize_weights",
+            (n, k),
+            lambda: bg.quantize_weights(w),
+            2 * n * k * 4 + n * k // 4 + 4,
+            None if torch is None else torch_weights,
+        )
 
     for n, k in act_sizes:
         x = bg.Tensor.from_numpy(rng.standard_normal((n, k), dtype=np.float32), device)
@@ -75,20 +101,36 @@ def main():
             s = 127.0 / tx.abs().amax(dim=-1, keepdim=True).clamp(min=1e-5)
             return (tx * s).round().clamp(-128, 127).to(torch.int8), s
 
-        measure("quantize_activations", (n, k), lambda: bg.quantize_activations(x),
-                n * k * 4 + n * k + n * 4, None if torch is None else torch_activations)
+        measure(
+            "quantize_activations",
+            (n, k),
+            lambda: bg.quantize_activations(x),
+            n * k * 4 + n * k + n * 4,
+            None if torch is None else torch_activations,
+        )
 
-    print(f"\n{device.name}: quantization, GPU time (Vulkan timestamps)"
-          + (f" vs torch {results['torch']} eager (CUDA events)" if torch else ""))
-    print(f"copy bandwidth ceiling: {copy_gbps:.0f} GB/s "
-          f"({'torch device copy' if torch else 'copy_vec4 kernel'}, read + write)")
-    print(f"{'op':22s} {'shape':>14s} {'GPU us':>10s} {'GB/s':>8s} {'of copy':>8s} "
-          f"{'torch us':>10s} {'speedup':>8s}")
+    print(
+        f"\n{device.name}: quantization, GPU time (Vulkan timestamps)"
+        + (f" vs torch {results['torch']} eager (CUDA events)" if torch else "")
+    )
+    print(
+        f"copy bandwidth ceiling: {copy_gbps:.0f} GB/s "
+        f"({'torch device copy' if torch else 'copy_vec4 kernel'}, read + write)"
+    )
+    print(
+        f"{'op':22s} {'shape':>14s} {'GPU us':>10s} {'GB/s':>8s} {'of copy':>8s} "
+        f"{'torch us':>10s} {'speedup':>8s}"
+    )
     for r in results["rows"]:
-        torch_cols = (f"{r['torch_s'] * 1e6:10.1f} {r['speedup_vs_torch']:7.2f}x"
-                      if "torch_s" in r else f"{'-':>10s} {'-':>8s}")
-        print(f"{r['op']:22s} {str(tuple(r['shape'])):>14s} {r['gpu_s'] * 1e6:10.1f} "
-              f"{r['GBps_over_minimum']:8.1f} {r['fraction_of_copy']:8.1%} {torch_cols}")
+        torch_cols = (
+            f"{r['torch_s'] * 1e6:10.1f} {r['speedup_vs_torch']:7.2f}x"
+            if "torch_s" in r
+            else f"{'-':>10s} {'-':>8s}"
+        )
+        print(
+            f"{r['op']:22s} {str(tuple(r['shape'])):>14s} {r['gpu_s'] * 1e6:10.1f} "
+            f"{r['GBps_over_minimum']:8.1f} {r['fraction_of_copy']:8.1%} {torch_cols}"
+        )
     write_results(args.json, results)
 
 

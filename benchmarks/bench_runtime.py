@@ -47,7 +47,8 @@ def dispatch_overhead(device, results):
         "immediate_gpu_us": gpu_immediate * 1e6,
         "sequence_of_1000_wall_us_per_dispatch": wall_sequence * 1e6,
         "sequence_of_1000_gpu_us_per_dispatch": statistics.median(gpu) * 1e6,
-        "sequence_of_1000_gpu_us_per_dispatch_timestamp_each": statistics.median(gpu_timed_each) * 1e6,
+        "sequence_of_1000_gpu_us_per_dispatch_timestamp_each": statistics.median(gpu_timed_each)
+        * 1e6,
     }
 
 
@@ -71,21 +72,26 @@ def transfers(device, nbytes, repeats, results, torch):
         pageable = torch.from_numpy(host)
         pinned = pageable.pin_memory()
         gpu = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-        rows["torch upload (pinned)"] = nbytes / torch_time(
-            torch, lambda: gpu.copy_(pinned, non_blocking=True), repeats) / 1e9
-        rows["torch upload (pageable)"] = nbytes / torch_time(
-            torch, lambda: gpu.copy_(pageable), repeats) / 1e9
-        rows["torch download (pinned)"] = nbytes / torch_time(
-            torch, lambda: pinned.copy_(gpu, non_blocking=True), repeats) / 1e9
-        rows["torch download (pageable)"] = nbytes / torch_time(
-            torch, lambda: pageable.copy_(gpu), repeats) / 1e9
+        rows["torch upload (pinned)"] = (
+            nbytes / torch_time(torch, lambda: gpu.copy_(pinned, non_blocking=True), repeats) / 1e9
+        )
+        rows["torch upload (pageable)"] = (
+            nbytes / torch_time(torch, lambda: gpu.copy_(pageable), repeats) / 1e9
+        )
+        rows["torch download (pinned)"] = (
+            nbytes / torch_time(torch, lambda: pinned.copy_(gpu, non_blocking=True), repeats) / 1e9
+        )
+        rows["torch download (pageable)"] = (
+            nbytes / torch_time(torch, lambda: pageable.copy_(gpu), repeats) / 1e9
+        )
     results["transfers_GBps"] = rows
 
 
 def device_copy(device, nbytes, repeats, results, torch):
     words = nbytes // 16
     src = bg.Tensor.from_numpy(
-        np.random.default_rng(1).integers(0, 2**32, size=(words, 4), dtype=np.uint32), device)
+        np.random.default_rng(1).integers(0, 2**32, size=(words, 4), dtype=np.uint32), device
+    )
     dst = device.empty((words, 4), np.uint32)
     local = 256
     copy = bg.builtin_kernel("copy_vec4", device, {0: local})
@@ -104,15 +110,20 @@ def device_copy(device, nbytes, repeats, results, torch):
     if torch is not None:
         a = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
         b = torch.empty_like(a)
-        rows["torch device-to-device copy"] = 2 * nbytes / torch_time(
-            torch, lambda: b.copy_(a), repeats) / 1e9
+        rows["torch device-to-device copy"] = (
+            2 * nbytes / torch_time(torch, lambda: b.copy_(a), repeats) / 1e9
+        )
     results["device_copy_GBps"] = rows  # bytes read plus bytes written
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mib", type=int, default=None,
-                        help="transfer and copy size (default 512, 64 on CPU devices)")
+    parser.add_argument(
+        "--size-mib",
+        type=int,
+        default=None,
+        help="transfer and copy size (default 512, 64 on CPU devices)",
+    )
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", default=None, help="where to write the results")
     args = parser.parse_args()
@@ -122,9 +133,12 @@ def main():
     size_mib = args.size_mib or (64 if device.info.type == "cpu" else 512)
     nbytes = size_mib * 2**20
     results = {
-        "device": device.name, "device_type": device.info.type,
+        "device": device.name,
+        "device_type": device.info.type,
         "driver": f"{device.info.driver_name} {device.info.driver_info}",
-        "vulkan": device.info.vulkan_version, "host": platform.node(), "size_bytes": nbytes,
+        "vulkan": device.info.vulkan_version,
+        "host": platform.node(),
+        "size_bytes": nbytes,
         "torch": None if torch is None else f"{torch.__version__} {torch.cuda.get_device_name()}",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
@@ -132,17 +146,25 @@ def main():
     transfers(device, nbytes, max(3, args.repeats // 4), results, torch)
     device_copy(device, nbytes, args.repeats, results, torch)
 
-    print(f"\n{device.name} ({results['driver']}), {size_mib} MiB buffers"
-          + (f"; peer: torch {results['torch']}" if torch else "; no CUDA PyTorch here"))
+    print(
+        f"\n{device.name} ({results['driver']}), {size_mib} MiB buffers"
+        + (f"; peer: torch {results['torch']}" if torch else "; no CUDA PyTorch here")
+    )
     print(f"{'dispatch overhead':40s} {'GPU us':>10s} {'wall us':>10s}")
     d = results["dispatch"]
-    print(f"{'  empty kernel, called immediately':40s} {d['immediate_gpu_us']:10.2f} "
-          f"{d['immediate_wall_us']:10.2f}")
-    print(f"{'  per dispatch, 1000 in one sequence':40s} "
-          f"{d['sequence_of_1000_gpu_us_per_dispatch']:10.2f} "
-          f"{d['sequence_of_1000_wall_us_per_dispatch']:10.2f}")
-    print(f"{'  same, with a timestamp after each op':40s} "
-          f"{d['sequence_of_1000_gpu_us_per_dispatch_timestamp_each']:10.2f}")
+    print(
+        f"{'  empty kernel, called immediately':40s} {d['immediate_gpu_us']:10.2f} "
+        f"{d['immediate_wall_us']:10.2f}"
+    )
+    print(
+        f"{'  per dispatch, 1000 in one sequence':40s} "
+        f"{d['sequence_of_1000_gpu_us_per_dispatch']:10.2f} "
+        f"{d['sequence_of_1000_wall_us_per_dispatch']:10.2f}"
+    )
+    print(
+        f"{'  same, with a timestamp after each op':40s} "
+        f"{d['sequence_of_1000_gpu_us_per_dispatch_timestamp_each']:10.2f}"
+    )
     print(f"{'host <-> device':40s} {'GB/s':>10s}")
     for name, value in results["transfers_GBps"].items():
         print(f"  {name:38s} {value:10.2f}")

@@ -3,7 +3,8 @@ Gumbel-max over the top-k kept logits; sample_nucleus.comp for top-p) beside PyT
 top-k / top-p sampling in the same run, and a sampled decode step's head: the float16 head and the
 draw against the screened draw.
 
-    python3 benchmarks/bench_sampling.py [--repeats 10] [--json FILE] [--vocab 128256] [--hidden 2560]
+    python3 benchmarks/bench_sampling.py [--repeats 10] [--json FILE] [--vocab 128256] [--hidden
+    2560]
 
 Logits N(0, 3) float32 of (rows, vocab) with the 2B4T vocabulary and a smaller one; temperature
 0.8 and top_k None, 50 and 1000, top_p 0.9 without and with top_k 50. Ours: _core.sample_rows
@@ -32,7 +33,15 @@ import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.models import screening_tables
 from bitnet_gpu.sampling import _sampling_params
-from common import arguments, by_kernel, profiled, timed_graph, torch_cuda, torch_time, write_results
+from common import (
+    arguments,
+    by_kernel,
+    profiled,
+    timed_graph,
+    torch_cuda,
+    torch_time,
+    write_results,
+)
 
 CASES = [(1, 128256), (8, 128256), (1, 32000)]
 SETTINGS = [(None, None), (50, None), (1000, None), (None, 0.9), (50, 0.9)]  # (top_k, top_p)
@@ -43,7 +52,9 @@ def agreement(logits, drawn, top_k, seed, step, top_p=None):
     """(equal, near ties): rows drawing the reference's index, and rows whose index differs where
     the reference's two scores lie within 1e-6 relative or the nucleus rule within
     reference.NUCLEUS_MARGIN (anything else raises)."""
-    differences = reference.sampling_differences(logits, drawn, TEMPERATURE, top_k, seed, step, top_p)
+    differences = reference.sampling_differences(
+        logits, drawn, TEMPERATURE, top_k, seed, step, top_p
+    )
     for m, got, want, kept, best, gap in differences:
         if not (kept and gap <= 1e-6 * (1 + abs(best))):
             raise AssertionError(f"row {m}: drew {got} instead of {want} (score gap {gap})")
@@ -60,42 +71,66 @@ def head_rows(args, device, torch, rng):
     rows = []
     nucleus = device.info.features["int64_atomics"]
     for state, spread in enumerate([1.0, 1.0, 3.0 / np.sqrt(k)]):
-        h_np = (rng.standard_normal((1, k), np.float32) * (1 + 0.1 * rng.standard_normal(k, np.float32))).astype(np.float32)
+        h_np = (
+            rng.standard_normal((1, k), np.float32) * (1 + 0.1 * rng.standard_normal(k, np.float32))
+        ).astype(np.float32)
         h = bg.Tensor.from_numpy(h_np * np.float32(spread), device)
-        for top_k, top_p in [(None, None), (50, None)] + ([(None, 0.9), (50, 0.9)] if nucleus else []):
-            params = bg.Tensor.from_numpy(_sampling_params(TEMPERATURE, top_k, 5 + state, v, top_p), device)
+        for top_k, top_p in [(None, None), (50, None)] + (
+            [(None, 0.9), (50, 0.9)] if nucleus else []
+        ):
+            params = bg.Tensor.from_numpy(
+                _sampling_params(TEMPERATURE, top_k, 5 + state, v, top_p), device
+            )
             by_p = top_p is not None
 
             def float_head():
                 return _core.sample_rows(_core.linear_rows(h, head), params, start, 0, None, by_p)
 
             def screened():
-                return _core.screened_sample(h, head, head_q, head_meta, params, start, 0, None, None, by_p)
+                return _core.screened_sample(
+                    h, head, head_q, head_meta, params, start, 0, None, None, by_p
+                )
 
             exact = bg.Tensor.from_numpy(np.zeros(v, np.float32), device)
-            screened_id = int(_core.screened_sample(h, head, head_q, head_meta, params, start, 0, None, exact,
-                                                    by_p).numpy()[0])
+            screened_id = int(
+                _core.screened_sample(
+                    h, head, head_q, head_meta, params, start, 0, None, exact, by_p
+                ).numpy()[0]
+            )
             float_id = int(float_head().numpy()[0])
-            row = {"state": state, "logit_spread": "random" if spread == 1.0 else "3", "top_k": top_k,
-                   "top_p": top_p, "screened_id": screened_id, "float_head_id": float_id,
-                   "candidates": int(np.isfinite(exact.numpy()).sum())}
+            row = {
+                "state": state,
+                "logit_spread": "random" if spread == 1.0 else "3",
+                "top_k": top_k,
+                "top_p": top_p,
+                "screened_id": screened_id,
+                "float_head_id": float_id,
+                "candidates": int(np.isfinite(exact.numpy()).sum()),
+            }
             for name, fn in (("float_head", float_head), ("screened", screened)):
                 row[name + "_gpu_s"] = timed_graph(bg, device, fn, args.repeats)[0]
                 row[name + "_kernels_s"] = by_kernel(profiled(bg, device, fn, 3)[1])
             row["speedup"] = row["float_head_gpu_s"] / row["screened_gpu_s"]
             rows.append(row)
-            print(f"head {v} x {k}, state {state} ({row['logit_spread']}), top_k {top_k}, top_p {top_p}: "
-                  f"screened draw {row['screened_gpu_s'] * 1e6:.1f} us "
-                  f"({row['candidates']} candidates) against the float16 head and the draw "
-                  f"{row['float_head_gpu_s'] * 1e6:.1f} us: {row['speedup']:.2f}x; ids {screened_id} / {float_id}"
-                  + ("" if screened_id == float_id else "  MISMATCH"))
+            print(
+                f"head {v} x {k}, state {state} ({row['logit_spread']}), top_k {top_k}, top_p "
+                f"{top_p}: "
+                f"screened draw {row['screened_gpu_s'] * 1e6:.1f} us "
+                f"({row['candidates']} candidates) against the float16 head and the draw "
+                f"{row['float_head_gpu_s'] * 1e6:.1f} us: {row['speedup']:.2f}x; ids "
+                f"{screened_id} / {float_id}" + ("" if screened_id == float_id else "  MISMATCH")
+            )
     return rows
 
 
 def main():
-    args = arguments(__doc__, lambda p: (
-        p.add_argument("--vocab", type=int, default=128256),
-        p.add_argument("--hidden", type=int, default=2560)))
+    args = arguments(
+        __doc__,
+        lambda p: (
+            p.add_argument("--vocab", type=int, default=128256),
+            p.add_argument("--hidden", type=int, default=2560),
+        ),
+    )
     device = bg.default_device()
     torch = torch_cuda()
     rng = np.random.default_rng(0)
@@ -110,7 +145,9 @@ def main():
         for top_k, top_p in SETTINGS:
             if top_p is not None and not device.info.features["int64_atomics"]:
                 continue
-            params = bg.Tensor.from_numpy(_sampling_params(TEMPERATURE, top_k, 5, vocab, top_p), device)
+            params = bg.Tensor.from_numpy(
+                _sampling_params(TEMPERATURE, top_k, 5, vocab, top_p), device
+            )
 
             def draw():
                 return _core.sample_rows(logits, params, start, 0, None, top_p is not None)
@@ -118,9 +155,18 @@ def main():
             equal, near = agreement(logits_np, draw().numpy(), top_k, 5, 17, top_p)
             seconds, _ = timed_graph(bg, device, draw, args.repeats)
             _, timings = profiled(bg, device, draw, 3)
-            row = {"rows": rows, "vocab": vocab, "top_k": top_k, "top_p": top_p, "gpu_s": seconds,
-                   "kernels_s": by_kernel(timings), "equal_to_reference": equal, "near_ties": near}
+            row = {
+                "rows": rows,
+                "vocab": vocab,
+                "top_k": top_k,
+                "top_p": top_p,
+                "gpu_s": seconds,
+                "kernels_s": by_kernel(timings),
+                "equal_to_reference": equal,
+                "near_ties": near,
+            }
             if torch:
+
                 def torch_draw():
                     x = logits_t / TEMPERATURE
                     if top_k is not None:
@@ -136,9 +182,15 @@ def main():
                 row["torch_s"] = torch_time(torch, torch_draw, args.repeats)
                 row["speedup_vs_torch"] = row["torch_s"] / seconds
             results["rows"].append(row)
-            print(f"({rows}, {vocab}) top_k {top_k}, top_p {top_p}: {seconds * 1e6:.1f} us"
-                  + (f", PyTorch {row['torch_s'] * 1e6:.1f} us ({row['speedup_vs_torch']:.2f}x)" if torch else "")
-                  + f"; ids: {equal} the reference's, {near} near ties")
+            print(
+                f"({rows}, {vocab}) top_k {top_k}, top_p {top_p}: {seconds * 1e6:.1f} us"
+                + (
+                    f", PyTorch {row['torch_s'] * 1e6:.1f} us ({row['speedup_vs_torch']:.2f}x)"
+                    if torch
+                    else ""
+                )
+                + f"; ids: {equal} the reference's, {near} near ties"
+            )
     results["head"] = head_rows(args, device, torch, rng)
     write_results(args.json, results)
 

@@ -23,7 +23,8 @@ def torch_cuda():
 
 
 def glslang():
-    """The glslangValidator to compile probe shaders with ($GLSLANG_VALIDATOR, else the PATH's), or None."""
+    """The glslangValidator to compile probe shaders with ($GLSLANG_VALIDATOR, else the PATH's),
+    or None."""
     return os.environ.get("GLSLANG_VALIDATOR") or shutil.which("glslangValidator")
 
 
@@ -69,7 +70,8 @@ def median_wall(fn, repeats):
 
 
 def keep_running(fn, seconds=2.0):
-    """Calls fn() for `seconds`: the GPU's clocks up before a timing (an idle H100 sits at 345 MHz)."""
+    """Calls fn() for `seconds`: the GPU's clocks up before a timing (an idle H100 sits at 345
+    MHz)."""
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         fn()
@@ -87,8 +89,10 @@ def busy_gpu(torch, seconds=0.3):
 def knob_settings(setting):
     """{knob: value} from {name: text}: names as knobs (matvec_rows) or variables
     (BITNET_GPU_MATVEC_ROWS), texts of digits as ints, others (a tile, 128x128) as they are."""
-    return {name.removeprefix("BITNET_GPU_").lower(): int(value) if str(value).isdigit() else value
-            for name, value in setting.items()}
+    return {
+        name.removeprefix("BITNET_GPU_").lower(): int(value) if str(value).isdigit() else value
+        for name, value in setting.items()
+    }
 
 
 def with_settings(setting, fn):
@@ -101,7 +105,8 @@ def with_settings(setting, fn):
 
 
 def parse_settings(text):
-    """[{name: value}] from "default;matvec_rows=4;matvec_rows=4,matvec_unroll=2": settings separated by
+    """[{name: value}] from "default;matvec_rows=4;matvec_rows=4,matvec_unroll=2": settings
+    separated by
     ";", the knobs of one by ","; "default" sets none."""
     settings = []
     for item in text.split(";"):
@@ -129,6 +134,7 @@ def write_results(path, results):
 def arguments(doc, extra=None):
     """The benchmark scripts' command line: --repeats, --json, and whatever `extra(parser)` adds."""
     import argparse
+
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", default=None)

@@ -1,7 +1,8 @@
 """Plots a bench_bitlinear.py JSON: GPU time per shape for bitnet_gpu, cuBLAS float16 and
 torch._int_mm (log scale), with bitnet_gpu's speedup over float16 above each group.
 
-    python3 benchmarks/plot_bitlinear.py benchmarks/results/bitlinear-h100.json benchmarks/bitlinear-h100.png
+    python3 benchmarks/plot_bitlinear.py benchmarks/results/bitlinear-h100.json
+    benchmarks/bitlinear-h100.png
 
 Needs matplotlib (pip install ".[bench]").
 """
@@ -23,9 +24,11 @@ def main(source, target):
         results = json.load(f)
     rows = results["rows"]
     labels = [f"M={m}\nK={k}\nN={n}" for m, k, n in (r["shape"] for r in rows)]
-    series = [("bitnet_gpu (ternary x int8, Vulkan)", "gpu_s", "#1f77b4"),
-              ("cuBLAS float16 (torch linear)", "cublas_fp16_s", "#ff7f0e"),
-              ("torch._int_mm (int8)", "torch_int_mm_s", "#2ca02c")]
+    series = [
+        ("bitnet_gpu (ternary x int8, Vulkan)", "gpu_s", "#1f77b4"),
+        ("cuBLAS float16 (torch linear)", "cublas_fp16_s", "#ff7f0e"),
+        ("torch._int_mm (int8)", "torch_int_mm_s", "#2ca02c"),
+    ]
     x = np.arange(len(rows))
     width = 0.27
     fig, ax = plt.subplots(figsize=(12, 5.5))
@@ -39,8 +42,11 @@ def main(source, target):
     ax.set_yscale("log")
     ax.set_ylabel("GPU time per call (us, log scale)")
     ax.set_xticks(x, labels, fontsize=8)
-    ax.set_title(f"BitLinear on {results['device']}: GPU time (Vulkan timestamps vs CUDA events); "
-                 "label = speedup over cuBLAS float16", fontsize=10)
+    ax.set_title(
+        f"BitLinear on {results['device']}: GPU time (Vulkan timestamps vs CUDA events); "
+        "label = speedup over cuBLAS float16",
+        fontsize=10,
+    )
     ax.legend(fontsize=9, loc="upper left")
     ax.grid(axis="y", which="both", alpha=0.3)
     fig.tight_layout()

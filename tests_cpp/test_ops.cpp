@@ -7,8 +7,8 @@
 #include "ops/dispatch.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/model.hpp"
-#include "ops/sampling.hpp"
 #include "ops/quantize.hpp"
+#include "ops/sampling.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/graph.hpp"
@@ -47,7 +47,8 @@ TEST(TensorSegment, FillsTheGpuAndStaysBounded) {
 namespace {
 
 Tensor from_values(const std::shared_ptr<Device>& device, const std::vector<float>& values) {
-  Tensor t = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(values.size())}, DType::float32);
+  Tensor t = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(values.size())},
+                           DType::float32);
   t.upload(values.data(), values.size() * sizeof(float));
   return t;
 }
@@ -177,7 +178,8 @@ TEST(Sampling, TopPReplaysResetTheLargestKey) {
   if (!device->feature("int64_atomics")) GTEST_SKIP() << "no 64-bit integer atomics";
   // Row 0: 3000 values in [-1, 1] and 5 at 2500; row 1 the same values shifted by 100, its 5 at 7.
   std::vector<float> values(6000);
-  for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * static_cast<float>(i)) + (i >= 3000 ? 100.0f : 0.0f);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = std::sin(0.37f * static_cast<float>(i)) + (i >= 3000 ? 100.0f : 0.0f);
   values[2500] = 5.0f;
   values[3007] = 105.0f;
   Tensor logits = from_values(device, values).reshaped({2, 3000});

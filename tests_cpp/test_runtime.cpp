@@ -145,7 +145,8 @@ TEST(Tensor, RejectsBadShapesAndSizes) {
   EXPECT_THROW(Tensor::empty(device(), std::vector<int64_t>{-1}, DType::float32), ShapeError);
   EXPECT_THROW(Tensor::empty(device(), std::vector<int64_t>{1ll << 40, 1ll << 40}, DType::float32),
                ShapeError);
-  EXPECT_THROW(Tensor::empty(device(), std::vector<int64_t>{1ll << 50}, DType::float32), OutOfMemory);
+  EXPECT_THROW(Tensor::empty(device(), std::vector<int64_t>{1ll << 50}, DType::float32),
+               OutOfMemory);
   Tensor tensor = Tensor::empty(device(), std::vector<int64_t>{4}, DType::float32);
   float values[3] = {};
   EXPECT_THROW(tensor.upload(values, sizeof values), ShapeError);
@@ -164,9 +165,11 @@ TEST(Reflection, ReadsTheShaderInterface) {
   ASSERT_TRUE(interface.local_size_spec_ids[0].has_value());
   EXPECT_EQ(*interface.local_size_spec_ids[0], 0u);
   EXPECT_THROW(reflect_spirv(words, "not_main"), ArgumentError);
-  // Blocks aliasing bindings 5, 6 and 7 (float and vec4 views): still 8 bindings, the outputs written.
+  // Blocks aliasing bindings 5, 6 and 7 (float and vec4 views): still 8 bindings, the outputs
+  // written.
   KernelInterface coopmat = reflect_spirv(shaders::registry().at("bitlinear_coopmat"), "main");
-  EXPECT_EQ(coopmat.binding_writable, (std::vector<bool>{false, false, false, false, false, false, true, true}));
+  EXPECT_EQ(coopmat.binding_writable,
+            (std::vector<bool>{false, false, false, false, false, false, true, true}));
   std::vector<uint32_t> garbage = {1, 2, 3, 4, 5, 6};
   EXPECT_THROW(reflect_spirv(garbage, "main"), ArgumentError);
   std::vector<uint32_t> truncated(words.begin(), words.begin() + words.size() / 2);
@@ -248,7 +251,8 @@ TEST(Sequence, CopiesAndFills) {
   auto values = random_floats(1000, 9);
   Tensor source = upload(values);
   Tensor middle = Tensor::empty(device(), std::vector<int64_t>{1000}, DType::float32);
-  Tensor result = Tensor::empty(device(), std::vector<int64_t>{1000}, DType::float32, Placement::host);
+  Tensor result =
+      Tensor::empty(device(), std::vector<int64_t>{1000}, DType::float32, Placement::host);
   Sequence sequence(device(), Timing::off);
   sequence.fill(middle.binding(), 0x7fc00000u);
   sequence.copy(source.binding(), middle.binding());

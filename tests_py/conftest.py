@@ -69,11 +69,16 @@ def check_draws(logits, drawn, temperature, top_k, seed, step, top_p=None):
     rule lies within reference.NUCLEUS_MARGIN of keeping a value more or fewer; a drawn index is
     always a kept one. Returns how many rows differed."""
     from bitnet_gpu import reference
-    differences = reference.sampling_differences(logits, drawn, temperature, top_k, seed, step, top_p)
+
+    differences = reference.sampling_differences(
+        logits, drawn, temperature, top_k, seed, step, top_p
+    )
     for m, got, want, kept, best, gap in differences:
         assert kept, f"row {m}: drew {got}, not a kept index"
         slack = 1e-6 * (1 + abs(best)) + 4e-5 * min(float(np.float32(temperature)), 1.0)
-        assert gap <= slack, f"row {m}: drew {got} instead of {want}, its score {gap!r} below the best ({best!r})"
+        assert gap <= slack, (
+            f"row {m}: drew {got} instead of {want}, its score {gap!r} below the best ({best!r})"
+        )
     return len(differences)
 
 
@@ -106,7 +111,10 @@ def check_logits(logits, ref, ties):
         first = near[0] if near.size else ref.shape[1]
         if first > 0:
             error = rel(logits[b, :first], ref[b, :first])
-            assert error <= 1e-4, f"sequence {b}: relative error {error:.2e} over its {first} tokens before a near tie"
+            assert error <= 1e-4, (
+                f"sequence {b}: relative error {error:.2e} over its {first} tokens before a near "
+                f"tie"
+            )
             strict += 1
         error = rel(logits[b], ref[b])
         assert error <= 5e-2, f"sequence {b}: relative error {error:.2e}"

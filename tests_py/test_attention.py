@@ -11,12 +11,23 @@ from conftest import rel
 
 
 def qkv(rng, tq, l, hq, hkv, d, dtype=np.float32, scale=1.0):
-    return tuple((rng.standard_normal(s) * scale).astype(dtype)
-                 for s in [(tq, hq, d), (l, hkv, d), (l, hkv, d)])
+    return tuple(
+        (rng.standard_normal(s) * scale).astype(dtype)
+        for s in [(tq, hq, d), (l, hkv, d), (l, hkv, d)]
+    )
 
 
-@pytest.mark.parametrize("tq,l,hq,hkv,d", [(1, 1, 1, 1, 1), (5, 5, 4, 2, 16), (1, 33, 20, 5, 128),
-                                           (7, 7, 3, 3, 33), (3, 4500, 2, 1, 8), (2, 2049, 4, 4, 256)])
+@pytest.mark.parametrize(
+    "tq,l,hq,hkv,d",
+    [
+        (1, 1, 1, 1, 1),
+        (5, 5, 4, 2, 16),
+        (1, 33, 20, 5, 128),
+        (7, 7, 3, 3, 33),
+        (3, 4500, 2, 1, 8),
+        (2, 2049, 4, 4, 256),
+    ],
+)
 @pytest.mark.parametrize("causal", [True, False])
 def test_attention_parity(device, rng, tq, l, hq, hkv, d, causal):
     q, k, v = qkv(rng, tq, l, hq, hkv, d)
@@ -36,8 +47,11 @@ def test_attention_float16_tensors_and_extremes(device, rng):
     # 1e-5 plus 2 u times that magnitude (the worst of 300 seeds reached 0.28 of the second term;
     # 1e-5 alone failed for 5 of them, up to 5.3e-5, seed 13093089362076369457 in CI).
     q, k, v = qkv(rng, 2, 50, 2, 1, 8, scale=30.0)
-    magnitude = np.einsum("thd,lhd->thl", np.abs(q.astype(np.float64)),
-                          np.abs(np.repeat(k, 2, axis=1).astype(np.float64))).max() / np.sqrt(8)
+    magnitude = np.einsum(
+        "thd,lhd->thl",
+        np.abs(q.astype(np.float64)),
+        np.abs(np.repeat(k, 2, axis=1).astype(np.float64)),
+    ).max() / np.sqrt(8)
     tolerance = 1e-5 + 2 * 2.0**-24 * magnitude
     assert rel(bg.attention(q, k, v), ref.attention(q, k, v)) <= tolerance
 
@@ -95,9 +109,9 @@ def test_kv_cache_decode_equals_full_attention(device, rng):
         assert rel(got, ref.attention(q[:prompt], k[:prompt], v[:prompt])) <= 1e-5
     full = ref.attention(q, k, v)
     for step in range(prompt, prompt + steps):  # one token at a time, as in decoding
-        cache.append(0, k[step:step + 1], v[step:step + 1])
-        got = cache.attention(0, q[step:step + 1])
-        assert rel(got, full[step:step + 1]) <= 1e-5
+        cache.append(0, k[step : step + 1], v[step : step + 1])
+        got = cache.attention(0, q[step : step + 1])
+        assert rel(got, full[step : step + 1]) <= 1e-5
     with pytest.raises(bg.ShapeError, match="max_tokens"):
         cache.append(0, k[:1], v[:1])
     cache.reset()
@@ -110,7 +124,9 @@ def test_kv_cache_decode_equals_full_attention(device, rng):
     assert cache.lengths == [0, 0]
 
 
-@pytest.mark.parametrize("args", [(0, 8, 1, 8), (1, 0, 1, 8), (1, 8, 0, 8), (1, 8, 1, 0), (-1, 8, 1, 8)])
+@pytest.mark.parametrize(
+    "args", [(0, 8, 1, 8), (1, 0, 1, 8), (1, 8, 0, 8), (1, 8, 1, 0), (-1, 8, 1, 8)]
+)
 def test_kv_cache_sizes_are_checked(device, args):
     with pytest.raises(bg.ArgumentError, match="expected an integer of at least 1"):
         bg.KVCache(*args)
@@ -119,9 +135,17 @@ def test_kv_cache_sizes_are_checked(device, args):
 
 
 @pytest.mark.parametrize("split", [False, True])
-@pytest.mark.parametrize("tq,l,hq,hkv,d,causal", [(1, 600, 20, 5, 128, True), (3, 1000, 4, 2, 33, True),
-                                                  (2, 257, 2, 1, 256, False), (1, 1, 1, 1, 8, True),
-                                                  (8, 4100, 2, 2, 16, True), (2, 9000, 2, 1, 64, True)])
+@pytest.mark.parametrize(
+    "tq,l,hq,hkv,d,causal",
+    [
+        (1, 600, 20, 5, 128, True),
+        (3, 1000, 4, 2, 33, True),
+        (2, 257, 2, 1, 256, False),
+        (1, 1, 1, 1, 8, True),
+        (8, 4100, 2, 2, 16, True),
+        (2, 9000, 2, 1, 64, True),
+    ],
+)
 def test_split_key_attention_matches(device, rng, tune, split, tq, l, hq, hkv, d, causal):
     """Decode attention with the keys split over workgroups and merged, against the reference."""
     tune(attention_split=split)
@@ -131,12 +155,22 @@ def test_split_key_attention_matches(device, rng, tune, split, tq, l, hq, hkv, d
 
 
 @pytest.mark.parametrize("tiled,tile_keys", [(False, None), (True, None), (True, 8), (True, 16)])
-@pytest.mark.parametrize("tq,l,hq,hkv,d,causal", [(16, 16, 4, 2, 16, True), (33, 33, 3, 1, 128, True),
-                                                  (17, 50, 2, 2, 33, False), (100, 130, 4, 4, 64, True),
-                                                  (1, 5, 2, 1, 8, True), (40, 40, 2, 1, 7, True),
-                                                  (65, 97, 8, 2, 128, True), (300, 2100, 2, 1, 128, True),
-                                                  (33, 40, 2, 1, 256, True), (20, 70, 2, 2, 130, False),
-                                                  (50, 300, 4, 2, 200, True)])
+@pytest.mark.parametrize(
+    "tq,l,hq,hkv,d,causal",
+    [
+        (16, 16, 4, 2, 16, True),
+        (33, 33, 3, 1, 128, True),
+        (17, 50, 2, 2, 33, False),
+        (100, 130, 4, 4, 64, True),
+        (1, 5, 2, 1, 8, True),
+        (40, 40, 2, 1, 7, True),
+        (65, 97, 8, 2, 128, True),
+        (300, 2100, 2, 1, 128, True),
+        (33, 40, 2, 1, 256, True),
+        (20, 70, 2, 2, 130, False),
+        (50, 300, 4, 2, 200, True),
+    ],
+)
 def test_tiled_attention_matches(device, rng, tune, tiled, tile_keys, tq, l, hq, hkv, d, causal):
     """Prefill attention with blocks of 32 queries (16 above D = 128) sharing key tiles (D <= 256;
     the default from 16 queries a sequence; tiles of 8, 16 or the most keys that fit) and without,
@@ -158,7 +192,9 @@ def test_tile_keys_setting_is_checked(device, rng, tune):
     for d, shared_bytes in [(128, 20608), (256, 34880)]:
         q, k, v = qkv(rng, 32, 32, 2, 1, d)
         if shared_bytes > device.info.max_shared_memory:
-            with pytest.raises(bg.ArgumentError, match=f"{shared_bytes} bytes are over this device's"):
+            with pytest.raises(
+                bg.ArgumentError, match=f"{shared_bytes} bytes are over this device's"
+            ):
                 bg.attention(q, k, v)
         else:
             assert rel(bg.attention(q, k, v), ref.attention(q, k, v)) <= 1e-5

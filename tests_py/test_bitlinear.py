@@ -29,7 +29,8 @@ def paths(device, m):
     dots = [False] + ([True] if device.info.features["integer_dot_product"] else [])
     algorithms = (["matvec"] if m <= 8 else []) + ["tiled"]
     return [(a, d) for a in algorithms for d in dots] + (
-        [("coopmat", None)] if tensor_cores(device) else [])
+        [("coopmat", None)] if tensor_cores(device) else []
+    )
 
 
 def check(x, q, bias, y, acc):
@@ -45,19 +46,35 @@ def check(x, q, bias, y, acc):
     assert np.linalg.norm(y - ry) <= 1e-6 * np.linalg.norm(terms)
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 17, 33), (3, 4097, 7), (1, 2560, 257),
-                                   (8, 1000, 64), (17, 33, 65), (64, 64, 64), (130, 300, 70),
-                                   (1, 16384, 5), (2, 16400, 3), (5, 16399, 9)])
+@pytest.mark.parametrize(
+    "m,k,n",
+    [
+        (1, 1, 1),
+        (1, 17, 33),
+        (3, 4097, 7),
+        (1, 2560, 257),
+        (8, 1000, 64),
+        (17, 33, 65),
+        (64, 64, 64),
+        (130, 300, 70),
+        (1, 16384, 5),
+        (2, 16400, 3),
+        (5, 16399, 9),
+    ],
+)
 def test_bitlinear_parity_on_every_path(device, rng, m, k, n):
     x, q, bias = case(rng, m, k, n)
     for algorithm, hardware in paths(device, m):
-        y, acc = bg.bitlinear(x, q, bias, return_accumulator=True, algorithm=algorithm,
-                              _hardware_dot=hardware)
+        y, acc = bg.bitlinear(
+            x, q, bias, return_accumulator=True, algorithm=algorithm, _hardware_dot=hardware
+        )
         check(x, q, bias, y, acc)
 
 
 @pytest.mark.parametrize("fused", [False, True])
-@pytest.mark.parametrize("m,k,n", [(1, 4, 1), (3, 2560, 6912), (8, 1000, 33), (1, 8192, 40), (2, 4096, 9)])
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 4, 1), (3, 2560, 6912), (8, 1000, 33), (1, 8192, 40), (2, 4096, 9)]
+)
 def test_matvec_with_and_without_its_own_pre_pass(device, rng, tune, fused, m, k, n):
     """Up to 8 float32 rows: each matvec workgroup quantizes them itself (fused_matvec, the default
     where they fit in shared memory) or a pre-pass does; both exact."""
@@ -72,7 +89,9 @@ def test_matvec_with_and_without_its_own_pre_pass(device, rng, tune, fused, m, k
 
 
 @pytest.mark.parametrize("local_size", [256, 512, 1024])
-@pytest.mark.parametrize("m,k,n", [(1, 16384, 33), (1, 12292, 4097), (2, 4100, 77), (3, 1028, 5), (1, 4, 1)])
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 16384, 33), (1, 12292, 4097), (2, 4100, 77), (3, 1028, 5), (1, 4, 1)]
+)
 def test_strided_matvec(device, rng, tune, local_size, m, k, n):
     """The fused matvec on one round of large workgroups dealing the rows out subgroup by subgroup
     (matvec_strided, the local size): exact, bit for bit the separate pre-pass's y,
@@ -83,9 +102,17 @@ def test_strided_matvec(device, rng, tune, local_size, m, k, n):
     separate = bg.bitlinear(x, q, bias, return_accumulator=True)
     up = rng.standard_normal((m, k)).astype(np.float32)
     residual = rng.standard_normal((m, n)).astype(np.float32)
-    group = lambda: bg._core.bitlinear_group(bg.Tensor.from_numpy(x), bg.Tensor.from_numpy(up), None, 1e-5,
-                                             [q._core],
-                                             [bg.Tensor.from_numpy(residual)])[0].numpy()
+
+    def group():
+        return bg._core.bitlinear_group(
+            bg.Tensor.from_numpy(x),
+            bg.Tensor.from_numpy(up),
+            None,
+            1e-5,
+            [q._core],
+            [bg.Tensor.from_numpy(residual)],
+        )[0].numpy()
+
     separate_group = group()
     tune(fused_matvec=True, matvec_strided=local_size)
     for groups in [1, 3]:
@@ -107,14 +134,29 @@ def fused_matvec_paths(rng, x, q, bias):
     (m, k), n = x.shape, q.shape[0]
     norm = rng.uniform(0.5, 1.5, k).astype(np.float32)
     residual = rng.standard_normal((m, n)).astype(np.float32)
-    gate_up = [bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32)) for _ in range(2)]
+    gate_up = [
+        bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32)) for _ in range(2)
+    ]
 
     def run():
         y, acc = bg.bitlinear(x, q, bias, return_accumulator=True)
-        group = bg._core.bitlinear_group(bg.Tensor.from_numpy(x), None, bg.Tensor.from_numpy(norm), 1e-5,
-                                         [q._core], [bg.Tensor.from_numpy(residual)])[0].numpy()
-        gated = bg._core.bitlinear_group(bg.Tensor.from_numpy(x), None, bg.Tensor.from_numpy(norm), 1e-5,
-                                         [w._core for w in gate_up], [None, None], True)[0].numpy()
+        group = bg._core.bitlinear_group(
+            bg.Tensor.from_numpy(x),
+            None,
+            bg.Tensor.from_numpy(norm),
+            1e-5,
+            [q._core],
+            [bg.Tensor.from_numpy(residual)],
+        )[0].numpy()
+        gated = bg._core.bitlinear_group(
+            bg.Tensor.from_numpy(x),
+            None,
+            bg.Tensor.from_numpy(norm),
+            1e-5,
+            [w._core for w in gate_up],
+            [None, None],
+            True,
+        )[0].numpy()
         return y, acc, group, gated
 
     return run
@@ -134,25 +176,48 @@ def fused_matches_separate(rng, tune, x, q, bias, settings):
 
 
 @pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.parametrize("m,k,n,strided", [(1, 4096, 70, 0), (2, 2048, 33, 0), (1, 16384, 9, 1024),
-                                           (3, 1000, 7, 0), (1, 64, 1, 0), (1, 8192, 40, 512),
-                                           (2, 6912, 33, 0)])
+@pytest.mark.parametrize(
+    "m,k,n,strided",
+    [
+        (1, 4096, 70, 0),
+        (2, 2048, 33, 0),
+        (1, 16384, 9, 1024),
+        (3, 1000, 7, 0),
+        (1, 64, 1, 0),
+        (1, 8192, 40, 512),
+        (2, 6912, 33, 0),
+    ],
+)
 def test_matvec_masked_codes(device, rng, tune, masked, m, k, n, strided):
     """The fused matvec with the weights' codes masked in place and multiplied as unsigned bytes
-    into four accumulators (matvec_masked, the default for one row) or shifted down: exact, and bit for bit the separate pre-pass's y, with bias, accumulators, a fused norm with
-    a residual, and the gated output of a gate/up pair, on both grids, with activations at +-127 (the largest
+    into four accumulators (matvec_masked, the default for one row) or shifted down: exact, and
+    bit for bit the separate pre-pass's y, with bias, accumulators, a fused norm with
+    a residual, and the gated output of a gate/up pair, on both grids, with activations at +-127
+    (the largest
     partial sums)."""
     x, q, bias = case(rng, m, k, n)
     x[:, ::3] = np.abs(x).max()  # many activations at the extremes
     x[:, 1::3] = -np.abs(x).max()
-    fused_matches_separate(rng, tune, x, q, bias, {"matvec_strided": strided, "matvec_masked": masked})
+    fused_matches_separate(
+        rng, tune, x, q, bias, {"matvec_strided": strided, "matvec_masked": masked}
+    )
     with pytest.raises(bg.ArgumentError, match="matvec_masked=2"):
         tune(matvec_masked=2)
 
 
-@pytest.mark.parametrize("m,k,expected", [(1, 16384, "strided"), (2, 8192, "strided"), (1, 6912, "strided"),
-                                          (1, 4096, "fused"), (2, 4096, "fused"), (3, 4096, "pre-pass"),
-                                          (4, 8192, "pre-pass"), (1, 16400, "pre-pass")])
+@pytest.mark.parametrize(
+    "m,k,expected",
+    [
+        (1, 16384, "strided"),
+        (2, 8192, "strided"),
+        (1, 6912, "strided"),
+        (1, 4096, "fused"),
+        (2, 4096, "fused"),
+        (3, 4096, "pre-pass"),
+        (4, 8192, "pre-pass"),
+        (1, 16400, "pre-pass"),
+    ],
+)
 def test_matvec_default_grid(device, rng, m, k, expected):
     """Which matvec runs by default: strided (one fused dispatch) for one or two float32 rows of
     6912 to 16384 values where the multiprocessor count is known (the H100), else the ordinary
@@ -166,9 +231,15 @@ def test_matvec_default_grid(device, rng, m, k, expected):
         expected = "fused" if m * k <= (16384 if m <= 2 else 8192) else "pre-pass"
     if expected == "pre-pass":
         assert kernels[-1].startswith("bitlinear_matvec") and not kernels[-1].endswith("_fused")
-        assert all(name.startswith("bitlinear_prepare") for name in kernels[:-1]) and len(kernels) >= 2
+        assert (
+            all(name.startswith("bitlinear_prepare") for name in kernels[:-1]) and len(kernels) >= 2
+        )
     else:
-        assert len(kernels) == 1 and kernels[0].startswith("bitlinear_matvec") and kernels[0].endswith("_fused")
+        assert (
+            len(kernels) == 1
+            and kernels[0].startswith("bitlinear_matvec")
+            and kernels[0].endswith("_fused")
+        )
 
 
 def test_fused_matvec_limit_setting(device, rng, tune):
@@ -181,7 +252,9 @@ def test_fused_matvec_limit_setting(device, rng, tune):
         with bg.profile(device) as p:
             result = bg.bitlinear(x, q, bias, return_accumulator=True)
         check(x, q, bias, *result)
-        kernels = [name for name, _ in p.timings if name.startswith("bitlinear")]  # not the copies back
+        kernels = [
+            name for name, _ in p.timings if name.startswith("bitlinear")
+        ]  # not the copies back
         assert kernels[-1].endswith("_fused") == fused and len(kernels) == (1 if fused else 2)
     with pytest.raises(bg.ArgumentError, match="fused_matvec_most=0"):
         tune(fused_matvec_most=0)
@@ -217,15 +290,27 @@ def test_matvec_rows_setting_is_checked(device, rng, tune):
 
 
 @pytest.mark.parametrize("split", [False, True])
-@pytest.mark.parametrize("m,k,n,algorithm", [(1, 4096, 9, "matvec"), (3, 16400, 5, "matvec"),
-                                             (2, 2052, 7, None), (20, 4100, 6, "tiled"),
-                                             (1, 4097, 3, None), (8, 8, 4, None)])
+@pytest.mark.parametrize(
+    "m,k,n,algorithm",
+    [
+        (1, 4096, 9, "matvec"),
+        (3, 16400, 5, "matvec"),
+        (2, 2052, 7, None),
+        (20, 4100, 6, "tiled"),
+        (1, 4097, 3, None),
+        (8, 8, 4, None),
+    ],
+)
 def test_both_pre_passes(device, rng, tune, split, m, k, n, algorithm):
     """The one-workgroup-a-row pre-pass and the chunked one (decode) give identical results."""
     tune(prepare_split=split)
     x, q, bias = case(rng, m, k, n, np.float16 if k == 2052 else np.float32)
-    check(x.astype(np.float32), q, bias,
-          *bg.bitlinear(x, q, bias, return_accumulator=True, algorithm=algorithm))
+    check(
+        x.astype(np.float32),
+        q,
+        bias,
+        *bg.bitlinear(x, q, bias, return_accumulator=True, algorithm=algorithm),
+    )
     bad = x.copy()
     bad[m - 1, k - 1], bad[0, 0] = np.nan, np.inf
     with pytest.raises(ValueError, match="2 NaN or Inf values"):
@@ -281,9 +366,21 @@ def test_bitlinear_errors(device, rng):
     check(x, q, bias, *bg.bitlinear(x, q, bias, return_accumulator=True))
 
 
-@pytest.mark.parametrize("m,k,n,g", [(1, 256, 33, 64), (3, 96, 7, 32), (17, 70, 9, 7), (1, 4097, 5, 17),
-                                     (8, 2560, 257, 128), (1000, 64, 9, 16), (2, 33, 3, 33), (1, 48, 1, 1),
-                                     (9, 4096, 3, 4096), (1, 192, 5, 192)])
+@pytest.mark.parametrize(
+    "m,k,n,g",
+    [
+        (1, 256, 33, 64),
+        (3, 96, 7, 32),
+        (17, 70, 9, 7),
+        (1, 4097, 5, 17),
+        (8, 2560, 257, 128),
+        (1000, 64, 9, 16),
+        (2, 33, 3, 33),
+        (1, 48, 1, 1),
+        (9, 4096, 3, 4096),
+        (1, 192, 5, 192),
+    ],
+)
 def test_bitlinear_with_one_scale_per_group(device, rng, m, k, n, g):
     """Weights with group_size = g: y = sum_g gamma[:, g] acc_g / s within 1e-5 of the float64
     reference (NUMERICS.md's matmul tolerance: the lanes add their float sums in their own order),
@@ -293,7 +390,9 @@ def test_bitlinear_with_one_scale_per_group(device, rng, m, k, n, g):
     groups of 16-weight multiples (in whole 64-weight vectors or not) and
     groups that split a 16-weight word; odd N (two rows a subgroup);
     poisoned out= targets, with and without bias, float16 x."""
-    w = rng.standard_normal((n, k)).astype(np.float32) * rng.uniform(0.5, 2.0, (n, 1)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32) * rng.uniform(0.5, 2.0, (n, 1)).astype(
+        np.float32
+    )
     q = bg.quantize_weights(w, group_size=g)
     assert q.scale.shape == (n, k // g)
     bias = rng.standard_normal(n).astype(np.float32)
@@ -307,8 +406,11 @@ def test_bitlinear_with_one_scale_per_group(device, rng, m, k, n, g):
         assert np.array_equal(acc, racc)
         # the magnitudes the kernel adds in float: sum_k |x_q[k] W_q[n, k]| gamma[n, group of k] / s
         xq = np.abs(bg.quantize_activations(np.asarray(x, np.float32))[0].astype(np.float64))
-        per_group = np.einsum("mgj,ngj->mng", xq.reshape(m, k // g, g),
-                              np.abs(q.unpack().reshape(n, k // g, g).astype(np.float64)))
+        per_group = np.einsum(
+            "mgj,ngj->mng",
+            xq.reshape(m, k // g, g),
+            np.abs(q.unpack().reshape(n, k // g, g).astype(np.float64)),
+        )
         terms = (per_group * q.scale[None].astype(np.float64)).sum(-1) / s[:, None]
         assert np.linalg.norm(y - ry) <= 1e-5 * max(np.linalg.norm(ry), np.linalg.norm(terms))
         assert (np.abs(y - ry) <= 1e-5 * (terms + (0 if b is None else np.abs(b))) + 1e-30).all()
@@ -325,11 +427,13 @@ def test_group_scales_change_the_result_as_the_formula_says(device, rng):
     x = rng.standard_normal((1, k)).astype(np.float32)
     y, y3 = bg.bitlinear(x, q), bg.bitlinear(x, q3)
     xq, s = bg.quantize_activations(x)
-    acc2 = xq[:, 2 * g:3 * g].astype(np.int64) @ q.unpack()[:, 2 * g:3 * g].T.astype(np.int64)
+    acc2 = xq[:, 2 * g : 3 * g].astype(np.int64) @ q.unpack()[:, 2 * g : 3 * g].T.astype(np.int64)
     np.testing.assert_allclose(y3 - y, 2 * q.scale[:, 2] * acc2 / s[:, None], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("m,k,n,g", [(1, 48, 5, 16), (3, 70, 9, 7), (17, 256, 33, 64), (2, 33, 1, 1)])
+@pytest.mark.parametrize(
+    "m,k,n,g", [(1, 48, 5, 16), (3, 70, 9, 7), (17, 256, 33, 64), (2, 33, 1, 1)]
+)
 def test_backward_input_with_one_scale_per_group(device, rng, m, k, n, g):
     """grad_x = grad_y @ (W_q * gamma[n, k // g]) for group weights, within 1e-5 of the float64
     reference (and of the layer's backward_input)."""
@@ -347,8 +451,9 @@ def test_group_scaled_weights_in_mixed_precision_matmul(device, rng):
     """int8 x ternary products do not depend on the scales: group weights give the exact int32."""
     q = bg.quantize_weights(rng.standard_normal((9, 96)).astype(np.float32), group_size=32)
     a = rng.integers(-128, 128, (5, 96), dtype=np.int8)
-    np.testing.assert_array_equal(bg.mixed_precision_matmul(a, q),
-                                  a.astype(np.int64) @ q.unpack().T.astype(np.int64))
+    np.testing.assert_array_equal(
+        bg.mixed_precision_matmul(a, q), a.astype(np.int64) @ q.unpack().T.astype(np.int64)
+    )
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 33, 7), (70, 129, 65)])
@@ -381,14 +486,19 @@ def check_tensor_cores(rng, m, k, n):
     check(x, q, bias, *bg.bitlinear(x, q, bias, return_accumulator=True, algorithm="coopmat"))
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    assert np.array_equal(bg.mixed_precision_matmul(a, b, algorithm="coopmat"), ref.exact_int_matmul(a, b))
+    assert np.array_equal(
+        bg.mixed_precision_matmul(a, b, algorithm="coopmat"), ref.exact_int_matmul(a, b)
+    )
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
-@pytest.mark.parametrize("tile", ["128x128", "64x64", "64x128", "128x256", "256x128",
-                                  "64x128x128", "128x128x128", "64x256x128"])
-@pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700),
-                                   (2048, 2560, 6912)])
+@pytest.mark.parametrize(
+    "tile",
+    ["128x128", "64x64", "64x128", "128x256", "256x128", "64x128x128", "128x128x128", "64x256x128"],
+)
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700), (2048, 2560, 6912)]
+)
 def test_tensor_core_path_every_tile(device, rng, tune, tile, m, k, n):
     """The cooperative-matrix kernel (GPU only): edges of every tile size, exact accumulators."""
     tune(coopmat_tile=tile)
@@ -396,9 +506,19 @@ def test_tensor_core_path_every_tile(device, rng, tune, tile, m, k, n):
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
-@pytest.mark.parametrize("tile,subgroup_rows", [("256x128", 4), ("256x128", 8), ("128x256", 1),
-                                                ("128x128x128", 4), ("64x128", 4), ("128x128", 2),
-                                                ("128x128x128", 2), ("256x128", 2)])
+@pytest.mark.parametrize(
+    "tile,subgroup_rows",
+    [
+        ("256x128", 4),
+        ("256x128", 8),
+        ("128x256", 1),
+        ("128x128x128", 4),
+        ("64x128", 4),
+        ("128x128", 2),
+        ("128x128x128", 2),
+        ("256x128", 2),
+    ],
+)
 @pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700)])
 def test_tensor_core_subgroup_layouts(device, rng, tune, tile, subgroup_rows, m, k, n):
     """The 8 subgroups split a tile rows x (8 / rows) (coopmat_subgroup_rows, GPU only)."""
@@ -409,8 +529,9 @@ def test_tensor_core_subgroup_layouts(device, rng, tune, tile, subgroup_rows, m,
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
 @pytest.mark.parametrize("depth", [1, 2])
 @pytest.mark.parametrize("tile", ["256x128", "64x128", "128x128x128", "128x128"])
-@pytest.mark.parametrize("m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700), (70, 200, 130),
-                                   (20, 448, 30)])
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700), (70, 200, 130), (20, 448, 30)]
+)
 def test_tensor_core_loads_steps_ahead(device, rng, tune, depth, tile, m, k, n):
     """coopmat_depth (GPU only): one K step (K = 16), numbers of steps that are and are
     not multiples of the depth, a partial last step; exact accumulators."""
@@ -419,12 +540,23 @@ def test_tensor_core_loads_steps_ahead(device, rng, tune, depth, tile, m, k, n):
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
-@pytest.mark.parametrize("m,k,n", [(128, 300, 640), (512, 300, 2560), (512, 300, 6912), (1030, 77, 129),
-                                   (1030, 77, 2600), (100, 77, 17000), (256, 256, 256)])
+@pytest.mark.parametrize(
+    "m,k,n",
+    [
+        (128, 300, 640),
+        (512, 300, 2560),
+        (512, 300, 6912),
+        (1030, 77, 129),
+        (1030, 77, 2600),
+        (100, 77, 17000),
+        (256, 256, 256),
+    ],
+)
 def test_tensor_core_automatic_tile(device, rng, m, k, n):
     """The tile chosen from the multiprocessor count (GPU only; on the H100 these shapes take the
     64, 128 and 256-row tiles, (100, 77, 17000) the 128 x 128 tile with K steps of 64, two
-    workgroups a multiprocessor, and (256, 256, 256) whole tiles, FULL_TILES): exact accumulators."""
+    workgroups a multiprocessor, and (256, 256, 256) whole tiles, FULL_TILES): exact
+    accumulators."""
     check_tensor_cores(rng, m, k, n)
 
 
@@ -466,11 +598,20 @@ def test_bitlinear_layer(device, rng):
     assert layer.nbytes == 48 * 16 + 4 and "BitLinear(in_features=64" in repr(layer)
     x = rng.standard_normal((3, 64)).astype(np.float32)
     y = layer(x)
-    check(x, layer.weight, layer.bias, y, bg.bitlinear(x, layer.weight, layer.bias,
-                                                       return_accumulator=True)[1])
+    check(
+        x,
+        layer.weight,
+        layer.bias,
+        y,
+        bg.bitlinear(x, layer.weight, layer.bias, return_accumulator=True)[1],
+    )
     w = rng.standard_normal((10, 64)).astype(np.float32)
-    a, b = bg.nn.BitLinear.from_float(w), bg.nn.BitLinear.from_packed(
-        bg.quantize_weights(w).packed(), bg.quantize_weights(w).scale, (10, 64))
+    a, b = (
+        bg.nn.BitLinear.from_float(w),
+        bg.nn.BitLinear.from_packed(
+            bg.quantize_weights(w).packed(), bg.quantize_weights(w).scale, (10, 64)
+        ),
+    )
     assert np.array_equal(a(x), b(x)) and a.bias is None
     assert layer.backward_input(np.ones((3, 48), np.float32)).shape == (3, 64)
     with pytest.raises(ValueError):
@@ -504,8 +645,9 @@ def test_bitlinear_layer_bias_stays_in_step_with_its_device_copy(device, rng):
 def test_reference_integer_matmul_is_exact_on_both_routes(rng):
     a = rng.integers(-128, 128, (5, 300), dtype=np.int8)
     b = rng.integers(-1, 2, (300, 4), dtype=np.int8)
-    expected = [[sum(int(a[i, t]) * int(b[t, j]) for t in range(300)) for j in range(4)]
-                for i in range(5)]
+    expected = [
+        [sum(int(a[i, t]) * int(b[t, j]) for t in range(300)) for j in range(4)] for i in range(5)
+    ]
     assert ref.exact_int_matmul(a, b).tolist() == expected  # float64 BLAS route
     big = np.array([[2**40, 3]], np.int64), np.array([[2**20 + 1], [5]], np.int64)
     assert ref.exact_int_matmul(*big).tolist() == [[2**60 + 2**40 + 15]]  # int64 route
@@ -516,7 +658,10 @@ def test_bitlinear_out_targets(device, rng):
     expected_y, expected_acc = bg.bitlinear(x, q, bias, return_accumulator=True)
     y_out = np.full((3, 9), np.nan, np.float32)
     assert bg.bitlinear(x, q, bias, out=y_out) is y_out and np.array_equal(y_out, expected_y)
-    ty, tacc = bg.Tensor.from_numpy(y_out * 0 + 7), bg.Tensor.from_numpy(np.full((3, 9), -5, np.int32))
+    ty, tacc = (
+        bg.Tensor.from_numpy(y_out * 0 + 7),
+        bg.Tensor.from_numpy(np.full((3, 9), -5, np.int32)),
+    )
     got = bg.bitlinear(bg.Tensor.from_numpy(x), q, bias, return_accumulator=True, out=(ty, tacc))
     assert got[0] is ty and got[1] is tacc
     assert np.array_equal(ty.numpy(), expected_y) and np.array_equal(tacc.numpy(), expected_acc)
@@ -532,12 +677,23 @@ def test_bitlinear_out_targets(device, rng):
 
 
 @pytest.mark.parametrize("prefetch", [False, True])
-@pytest.mark.parametrize("m,k,n,strided", [(1, 2560, 70, 0), (2, 2048, 33, 0), (1, 16384, 9, 1024),
-                                           (3, 1000, 7, 0), (1, 64, 1, 0), (1, 6912, 40, 512)])
+@pytest.mark.parametrize(
+    "m,k,n,strided",
+    [
+        (1, 2560, 70, 0),
+        (2, 2048, 33, 0),
+        (1, 16384, 9, 1024),
+        (3, 1000, 7, 0),
+        (1, 64, 1, 0),
+        (1, 6912, 40, 512),
+    ],
+)
 def test_matvec_prefetch(device, rng, tune, prefetch, m, k, n, strided):
     """The fused matvec with each subgroup's first weights requested before the pre-pass
     (matvec_prefetch, by default only for rows of up to 4096 values) or not:
     exact, and bit for bit the separate pre-pass's y, with bias, accumulators, a fused norm with a
     residual and the gated output of a gate/up pair, on both grids."""
     x, q, bias = case(rng, m, k, n)
-    fused_matches_separate(rng, tune, x, q, bias, {"matvec_strided": strided, "matvec_prefetch": prefetch})
+    fused_matches_separate(
+        rng, tune, x, q, bias, {"matvec_strided": strided, "matvec_prefetch": prefetch}
+    )

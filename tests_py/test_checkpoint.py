@@ -10,7 +10,13 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import reference
 from bitnet_gpu.checkpoint import load_safetensors, save_safetensors
-from bitnet_gpu.models import BitNetConfig, BitNetModel, PROJECTIONS, unpack_hf_ternary, weight_names
+from bitnet_gpu.models import (
+    BitNetConfig,
+    BitNetModel,
+    PROJECTIONS,
+    unpack_hf_ternary,
+    weight_names,
+)
 from conftest import check_logits
 
 rng = np.random.default_rng()
@@ -22,9 +28,13 @@ def _tiny(**changes):
 
 def _float_weights(config, seed=0):
     r = np.random.default_rng(seed)
-    return {name: (r.standard_normal(shape).astype(np.float32) * (0.02 if len(shape) == 2 else 1)
-                   + (1 if len(shape) == 1 else 0)).astype(np.float32)
-            for name, shape in weight_names(config).items()}
+    return {
+        name: (
+            r.standard_normal(shape).astype(np.float32) * (0.02 if len(shape) == 2 else 1)
+            + (1 if len(shape) == 1 else 0)
+        ).astype(np.float32)
+        for name, shape in weight_names(config).items()
+    }
 
 
 def _pack_hf(values):
@@ -32,7 +42,7 @@ def _pack_hf(values):
     quarter = values.shape[0] // 4
     packed = np.zeros((quarter, values.shape[1]), np.uint8)
     for i in range(4):
-        packed |= ((values[i * quarter:(i + 1) * quarter] + 1).astype(np.uint8) << (2 * i))
+        packed |= (values[i * quarter : (i + 1) * quarter] + 1).astype(np.uint8) << (2 * i)
     return packed
 
 
@@ -57,7 +67,7 @@ def test_hf_packed_weights_load_with_their_scales(tmp_path):
     packed = {}
     expect = {}
     for name, w in weights.items():
-        module = name[:-len(".weight")]
+        module = name[: -len(".weight")]
         if w.ndim == 2 and "embed" not in name and "lm_head" not in name:
             values = rng.integers(-1, 2, w.shape).astype(np.int8)
             packed[name] = _pack_hf(values)
@@ -65,9 +75,10 @@ def test_hf_packed_weights_load_with_their_scales(tmp_path):
             expect[module] = values
         else:
             packed[name] = w
-    np.testing.assert_array_equal(unpack_hf_ternary(packed["model.layers.0.mlp.up_proj.weight"],
-                                                    config.intermediate_size),
-                                  expect["model.layers.0.mlp.up_proj"])
+    np.testing.assert_array_equal(
+        unpack_hf_ternary(packed["model.layers.0.mlp.up_proj.weight"], config.intermediate_size),
+        expect["model.layers.0.mlp.up_proj"],
+    )
     model = BitNetModel.from_weights(packed, config)
     params = model.reference_params()
     for module, short in PROJECTIONS:
@@ -78,12 +89,21 @@ def test_hf_packed_weights_load_with_their_scales(tmp_path):
     # The same weights from a safetensors file (with config.json beside it) give the same logits.
     save_safetensors(tmp_path / "model.safetensors", packed)
     with open(tmp_path / "config.json", "w") as f:
-        json.dump({"hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
-                   "num_hidden_layers": config.num_hidden_layers, "vocab_size": config.vocab_size,
-                   "num_attention_heads": config.num_attention_heads, "rope_theta": config.rope_theta,
-                   "num_key_value_heads": config.num_key_value_heads, "model_type": "bitnet",
-                   "max_position_embeddings": config.max_position_embeddings,
-                   "tie_word_embeddings": True}, f)
+        json.dump(
+            {
+                "hidden_size": config.hidden_size,
+                "intermediate_size": config.intermediate_size,
+                "num_hidden_layers": config.num_hidden_layers,
+                "vocab_size": config.vocab_size,
+                "num_attention_heads": config.num_attention_heads,
+                "rope_theta": config.rope_theta,
+                "num_key_value_heads": config.num_key_value_heads,
+                "model_type": "bitnet",
+                "max_position_embeddings": config.max_position_embeddings,
+                "tie_word_embeddings": True,
+            },
+            f,
+        )
     from_file = BitNetModel.from_weights(tmp_path)
     ids = rng.integers(0, config.vocab_size, (1, 5))
     np.testing.assert_array_equal(from_file.forward(ids), model.forward(ids))
@@ -97,15 +117,20 @@ def test_missing_and_misshapen_tensors_are_named():
     with pytest.raises(bg.ShapeError) as info:
         BitNetModel.from_weights(weights, config)
     assert "missing model.layers.1.mlp.down_proj.weight" in str(info.value)
-    assert "model.layers.0.self_attn.k_proj.weight: expected shape (32, 64), got (3, 3)" in str(info.value)
+    assert "model.layers.0.self_attn.k_proj.weight: expected shape (32, 64), got (3, 3)" in str(
+        info.value
+    )
     weights = _float_weights(config)
-    weights["model.layers.0.mlp.up_proj.weight"] = np.zeros((config.intermediate_size // 4, config.hidden_size),
-                                                            np.uint8)
+    weights["model.layers.0.mlp.up_proj.weight"] = np.zeros(
+        (config.intermediate_size // 4, config.hidden_size), np.uint8
+    )
     with pytest.raises(bg.ShapeError, match="weight_scale"):
         BitNetModel.from_weights(weights, config)
     weights = _float_weights(config)  # complex values are not cut to their real part
     weights["model.norm.weight"] = weights["model.norm.weight"].astype(np.complex64)
-    weights["model.layers.0.mlp.gate_proj.weight"] = weights["model.layers.0.mlp.gate_proj.weight"].astype(np.complex64)
+    weights["model.layers.0.mlp.gate_proj.weight"] = weights[
+        "model.layers.0.mlp.gate_proj.weight"
+    ].astype(np.complex64)
     with pytest.raises(bg.ShapeError) as info:
         BitNetModel.from_weights(weights, config)
     assert "model.norm.weight: expected real numbers, got dtype complex64" in str(info.value)
@@ -113,8 +138,12 @@ def test_missing_and_misshapen_tensors_are_named():
 
 
 def test_safetensors_round_trip_and_bfloat16(tmp_path):
-    arrays = {"a": rng.standard_normal((3, 5)).astype(np.float32), "b": np.arange(7, dtype=np.int8),
-              "c": np.zeros((0, 2), np.float16), "d": rng.integers(0, 255, (4,)).astype(np.uint8)}
+    arrays = {
+        "a": rng.standard_normal((3, 5)).astype(np.float32),
+        "b": np.arange(7, dtype=np.int8),
+        "c": np.zeros((0, 2), np.float16),
+        "d": rng.integers(0, 255, (4,)).astype(np.uint8),
+    }
     save_safetensors(tmp_path / "x.safetensors", arrays, {"format": "np"})
     back = load_safetensors(tmp_path / "x.safetensors")
     assert set(back) == set(arrays)
@@ -134,22 +163,31 @@ def test_safetensors_round_trip_and_bfloat16(tmp_path):
         load_safetensors(tmp_path / "bad.safetensors")
 
 
-@pytest.mark.parametrize("header,message", [
-    ([1, 2], "header is not a JSON object"),
-    ({"w": 5}, "not an object"),
-    ({"w": {"shape": [1], "data_offsets": [0, 4]}}, "no dtype name"),
-    ({"w": {"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}}, "no dtype name"),
-    ({"w": {"dtype": "F32", "shape": ["a"], "data_offsets": [0, 4]}}, "shape that is not"),
-    ({"w": {"dtype": "F32", "shape": [-1, -1], "data_offsets": [0, 4]}}, "shape that is not"),
-    ({"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}}, "shape that is not"),  # not cut to 1
-    ({"w": {"dtype": "F32", "shape": 3, "data_offsets": [0, 4]}}, "shape that is not"),
-    ({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-8, -4]}}, "data_offsets"),  # not the header's bytes
-    ({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}, "data_offsets"),
-    ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, "past the end"),
-    ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, "4 bytes for F32"),
-    ({"w": {"dtype": "BF16", "shape": [-2], "data_offsets": [0, 4]}}, "shape that is not"),
-    (None, "header of 1000 bytes in a file of"),
-])
+@pytest.mark.parametrize(
+    "header,message",
+    [
+        ([1, 2], "header is not a JSON object"),
+        ({"w": 5}, "not an object"),
+        ({"w": {"shape": [1], "data_offsets": [0, 4]}}, "no dtype name"),
+        ({"w": {"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}}, "no dtype name"),
+        ({"w": {"dtype": "F32", "shape": ["a"], "data_offsets": [0, 4]}}, "shape that is not"),
+        ({"w": {"dtype": "F32", "shape": [-1, -1], "data_offsets": [0, 4]}}, "shape that is not"),
+        (
+            {"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}},
+            "shape that is not",
+        ),  # not cut to 1
+        ({"w": {"dtype": "F32", "shape": 3, "data_offsets": [0, 4]}}, "shape that is not"),
+        (
+            {"w": {"dtype": "F32", "shape": [1], "data_offsets": [-8, -4]}},
+            "data_offsets",
+        ),  # not the header's bytes
+        ({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}, "data_offsets"),
+        ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, "past the end"),
+        ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, "4 bytes for F32"),
+        ({"w": {"dtype": "BF16", "shape": [-2], "data_offsets": [0, 4]}}, "shape that is not"),
+        (None, "header of 1000 bytes in a file of"),
+    ],
+)
 def test_malformed_safetensors_files_name_what_is_wrong(tmp_path, header, message):
     """A file that does not follow the format raises ArgumentError naming the file and what is
     wrong with it, never an AttributeError or a silent misreading."""

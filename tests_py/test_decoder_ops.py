@@ -28,8 +28,9 @@ def test_embedding_rejects_ids_out_of_range():
         _core.embedding(table, _tensor(np.array([0, 5, -1, 4], np.int32)))
     with pytest.raises(bg.DTypeError):
         _core.embedding(table, _tensor(np.array([0], np.int64)))
-    np.testing.assert_array_equal(_core.embedding(table, _tensor(np.array([4], np.int32))).numpy(),
-                                  table.numpy()[[4]])
+    np.testing.assert_array_equal(
+        _core.embedding(table, _tensor(np.array([4], np.int32))).numpy(), table.numpy()[[4]]
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -45,9 +46,9 @@ def test_linear_rows(dtype, m, k, n):
 
 def test_argmax_rows_follows_numpy():
     x = rng.standard_normal((6, 1000)).astype(np.float32)
-    x[1, [3, 700]] = 50.0            # equal maxima: the first
+    x[1, [3, 700]] = 50.0  # equal maxima: the first
     x[2, :] = -np.inf
-    x[3, [10, 20]] = np.nan           # NaN wins, the first one
+    x[3, [10, 20]] = np.nan  # NaN wins, the first one
     x[4, :] = 0.0
     x[5, 999] = 1e30
     out = _poisoned((6,), np.int32)
@@ -61,17 +62,19 @@ def test_argmax_rows_follows_numpy():
 
 def test_argmax_over_many_chunks():
     x = rng.standard_normal((3, 4096 * 3 + 7)).astype(np.float32)
-    x[0, [5000, 9000]] = 80.0   # equal maxima in two chunks: the first
+    x[0, [5000, 9000]] = 80.0  # equal maxima in two chunks: the first
     x[1, -1] = np.inf
     x[2, [100, 8200]] = np.nan  # the first NaN, in the first chunk
     np.testing.assert_array_equal(_core.argmax_rows(_tensor(x)).numpy(), np.argmax(x, axis=1))
-    vocab = rng.standard_normal((3, 128256)).astype(np.float32)  # 126 chunks of 1024, the last partial
-    vocab[0, [128255, 1023, 1024]] = 9.0   # equal maxima across chunk edges: the first
-    vocab[1, -1] = np.nan                   # the NaN in the last, partial chunk
+    vocab = rng.standard_normal((3, 128256)).astype(
+        np.float32
+    )  # 126 chunks of 1024, the last partial
+    vocab[0, [128255, 1023, 1024]] = 9.0  # equal maxima across chunk edges: the first
+    vocab[1, -1] = np.nan  # the NaN in the last, partial chunk
     vocab[2, :] = -np.inf
-    np.testing.assert_array_equal(_core.argmax_rows(_tensor(vocab)).numpy(), np.argmax(vocab, axis=1))
-
-
+    np.testing.assert_array_equal(
+        _core.argmax_rows(_tensor(vocab)).numpy(), np.argmax(vocab, axis=1)
+    )
 
 
 @pytest.mark.parametrize("batch,tokens,start", [(1, 1, 0), (2, 3, 9), (3, 1, 62)])
@@ -83,8 +86,16 @@ def test_rope_append(batch, tokens, start):
     cos, sin = bg.rope_tables(np.arange(rows), d, 10000.0)
     k_cache = _tensor(np.full((batch, rows, hkv, d), 7, np.float32))
     v_cache = _tensor(np.full((batch, rows, hkv, d), 7, np.float32))
-    q_out = _core.rope_append(_tensor(q), _tensor(k), _tensor(v), _tensor(cos), _tensor(sin),
-                              _tensor(np.array([start], np.int32)), k_cache, v_cache)
+    q_out = _core.rope_append(
+        _tensor(q),
+        _tensor(k),
+        _tensor(v),
+        _tensor(cos),
+        _tensor(sin),
+        _tensor(np.array([start], np.int32)),
+        k_cache,
+        v_cache,
+    )
     pos = start + np.arange(batch * tokens) % tokens
     assert rel(q_out.numpy(), reference.rope(q, pos, 10000.0)) <= 1e-5
     kc, vc = k_cache.numpy(), v_cache.numpy()
@@ -111,16 +122,32 @@ def _decode_attention_reference(q, k, v, k_cache, v_cache, start, theta):
         vc[:, start] = v
     keys = min(start + 1, rows)
     qr = reference.rope(q, pos, theta)
-    out = np.stack([reference.attention(qr[b:b + 1], kc[b], vc[b], causal=False, kv_length=keys)[0]
-                    for b in range(batch)])
+    out = np.stack(
+        [
+            reference.attention(qr[b : b + 1], kc[b], vc[b], causal=False, kv_length=keys)[0]
+            for b in range(batch)
+        ]
+    )
     return out, kc, vc
 
 
 @pytest.mark.parametrize("fused", [True, False])
-@pytest.mark.parametrize("batch,hq,hkv,d,rows,start", [
-    (1, 1, 1, 4, 1, 0), (1, 4, 1, 16, 64, 0), (2, 8, 2, 128, 100, 31), (3, 20, 5, 128, 130, 32),
-    (1, 6, 2, 36, 70, 69), (2, 8, 1, 256, 40, 33), (1, 3, 3, 6, 9, 5), (1, 16, 1, 8, 33, 20),
-    (1, 16, 2, 8, 1100, 1090), (2, 4, 1, 16, 2300, 2299), (1, 8, 1, 4, 8300, 8250)])
+@pytest.mark.parametrize(
+    "batch,hq,hkv,d,rows,start",
+    [
+        (1, 1, 1, 4, 1, 0),
+        (1, 4, 1, 16, 64, 0),
+        (2, 8, 2, 128, 100, 31),
+        (3, 20, 5, 128, 130, 32),
+        (1, 6, 2, 36, 70, 69),
+        (2, 8, 1, 256, 40, 33),
+        (1, 3, 3, 6, 9, 5),
+        (1, 16, 1, 8, 33, 20),
+        (1, 16, 2, 8, 1100, 1090),
+        (2, 4, 1, 16, 2300, 2299),
+        (1, 8, 1, 4, 8300, 8250),
+    ],
+)
 def test_decode_attention(tune, fused, batch, hq, hkv, d, rows, start):
     """rope + KV append + attention in one dispatch (where D % 4 == 0, D <= 256 and HQ / HKV <= 8;
     (6, 3) and 16 query heads a KV head take the two-op path; 258 splits of 8 heads merge in 5
@@ -132,12 +159,20 @@ def test_decode_attention(tune, fused, batch, hq, hkv, d, rows, start):
     v = rng.standard_normal((batch, hkv, d)).astype(np.float32)
     k_host = rng.standard_normal((batch, rows, hkv, d)).astype(np.float32)
     v_host = rng.standard_normal((batch, rows, hkv, d)).astype(np.float32)
-    k_host[:, start + 1:] = np.nan  # rows past the new key are never read
-    v_host[:, start + 1:] = np.nan
+    k_host[:, start + 1 :] = np.nan  # rows past the new key are never read
+    v_host[:, start + 1 :] = np.nan
     cos, sin = bg.rope_tables(np.arange(rows), d, 500000.0)
     k_cache, v_cache = _tensor(k_host), _tensor(v_host)
-    out = _core.decode_attention(_tensor(q), _tensor(k), _tensor(v), _tensor(cos), _tensor(sin),
-                                 _tensor(np.array([start], np.int32)), k_cache, v_cache)
+    out = _core.decode_attention(
+        _tensor(q),
+        _tensor(k),
+        _tensor(v),
+        _tensor(cos),
+        _tensor(sin),
+        _tensor(np.array([start], np.int32)),
+        k_cache,
+        v_cache,
+    )
     ref, kc, vc = _decode_attention_reference(q, k, v, k_host, v_host, start, 500000.0)
     assert out.shape == (batch, hq, d)
     assert rel(out.numpy(), ref) <= 1e-5
@@ -147,9 +182,16 @@ def test_decode_attention(tune, fused, batch, hq, hkv, d, rows, start):
 
 
 @pytest.mark.parametrize("split", [16, 64])
-@pytest.mark.parametrize("batch,hq,hkv,d,rows,start", [
-    (1, 4, 1, 16, 64, 0), (3, 20, 5, 128, 130, 32), (1, 8, 4, 36, 70, 69), (2, 4, 1, 256, 300, 250),
-    (1, 8, 1, 8, 200, 150)])
+@pytest.mark.parametrize(
+    "batch,hq,hkv,d,rows,start",
+    [
+        (1, 4, 1, 16, 64, 0),
+        (3, 20, 5, 128, 130, 32),
+        (1, 8, 4, 36, 70, 69),
+        (2, 4, 1, 256, 300, 250),
+        (1, 8, 1, 8, 200, 150),
+    ],
+)
 def test_decode_attention_with_other_split_sizes(tune, split, batch, hq, hkv, d, rows, start):
     """16 and 64 keys a workgroup (decode_split; 64 only where G * 64 <= 256, the last case keeps
     32) against NumPy, the untouched cache rows poisoned."""
@@ -171,14 +213,20 @@ def test_decode_attention_replays_at_growing_lengths():
         k_in = graph.input("k", (batch, hkv, d), np.float32)
         v_in = graph.input("v", (batch, hkv, d), np.float32)
         start = graph.input("start", (1,), np.int32)
-        graph.output("out", _core.decode_attention(q_in, k_in, v_in, _tensor(cos), _tensor(sin), start,
-                                                   k_cache, v_cache))
+        graph.output(
+            "out",
+            _core.decode_attention(
+                q_in, k_in, v_in, _tensor(cos), _tensor(sin), start, k_cache, v_cache
+            ),
+        )
     for position in [0, 1, 2, 31, 32, 33, 64, 99]:
         q = rng.standard_normal((batch, hq, d)).astype(np.float32)
         k = rng.standard_normal((batch, hkv, d)).astype(np.float32)
         v = rng.standard_normal((batch, hkv, d)).astype(np.float32)
         out = graph.run(q=q, k=k, v=v, start=np.array([position], np.int32), numpy=True)["out"]
-        ref, k_host, v_host = _decode_attention_reference(q, k, v, k_host, v_host, position, 10000.0)
+        ref, k_host, v_host = _decode_attention_reference(
+            q, k, v, k_host, v_host, position, 10000.0
+        )
         assert rel(out, ref) <= 1e-5, position
 
 
@@ -190,12 +238,18 @@ def test_decode_attention_rejects_bad_input():
     with pytest.raises(bg.DTypeError, match="start"):
         _core.decode_attention(q, kv, kv, cos, sin, _tensor(np.array([3], np.uint32)), cache, cache)
     with pytest.raises(bg.ShapeError):
-        _core.decode_attention(q, kv, kv, cos, sin, start, _tensor(np.zeros((1, 16, 4, 8), np.float32)), cache)
+        _core.decode_attention(
+            q, kv, kv, cos, sin, start, _tensor(np.zeros((1, 16, 4, 8), np.float32)), cache
+        )
     with pytest.raises(bg.DTypeError, match="q"):
-        _core.decode_attention(_tensor(np.zeros((1, 4, 8), np.float16)), kv, kv, cos, sin, start, cache, cache)
+        _core.decode_attention(
+            _tensor(np.zeros((1, 4, 8), np.float16)), kv, kv, cos, sin, start, cache, cache
+        )
 
 
-@pytest.mark.parametrize("m,k", [(1, 64), (3, 2560), (2, 4096), (8, 1000), (1, 4100), (2, 8192), (8, 4096)])
+@pytest.mark.parametrize(
+    "m,k", [(1, 64), (3, 2560), (2, 4096), (8, 1000), (1, 4100), (2, 8192), (8, 4096)]
+)
 @pytest.mark.parametrize("gated_in", [False, True])
 def test_gated_output_equals_gate_and_up(m, k, gated_in):
     """bitlinear_group(..., gated_output=True) gives relu(g)^2 * u of the two products it replaces,
@@ -205,14 +259,18 @@ def test_gated_output_equals_gate_and_up(m, k, gated_in):
     x = _tensor(rng.standard_normal((m, k)).astype(np.float32))
     up = _tensor(rng.standard_normal((m, k)).astype(np.float32)) if gated_in else None
     norm_w = _tensor(rng.uniform(0.5, 1.5, k).astype(np.float32))
-    gate_w, up_w = (bg.quantize_weights(rng.standard_normal((40, k)).astype(np.float32))._core for _ in range(2))
+    gate_w, up_w = (
+        bg.quantize_weights(rng.standard_normal((40, k)).astype(np.float32))._core for _ in range(2)
+    )
     down_w = bg.quantize_weights(rng.standard_normal((5, 40)).astype(np.float32))._core
     g, u = _core.bitlinear_group(x, up, norm_w, 1e-5, [gate_w, up_w], [None, None])
     (h,) = _core.bitlinear_group(x, up, norm_w, 1e-5, [gate_w, up_w], [None, None], True)
     gv, uv = g.numpy(), u.numpy()
     r = np.maximum(gv, np.float32(0))
     np.testing.assert_array_equal(h.numpy(), r * r * uv)
-    sub = _tensor(rng.uniform(0.5, 1.5, 40).astype(np.float32))  # the down matvec fuses norm (and gating)
+    sub = _tensor(
+        rng.uniform(0.5, 1.5, 40).astype(np.float32)
+    )  # the down matvec fuses norm (and gating)
     (y_pair,) = _core.bitlinear_group(g, u, sub, 1e-5, [down_w], [None])
     (y_gated,) = _core.bitlinear_group(h, None, sub, 1e-5, [down_w], [None])
     np.testing.assert_array_equal(y_gated.numpy(), y_pair.numpy())
@@ -230,7 +288,10 @@ def test_fused_matvec_equals_the_separate_pre_pass(tune, m, k, gated):
     x = _tensor(rng.standard_normal((m, k)).astype(np.float32))
     up = _tensor(rng.standard_normal((m, k)).astype(np.float32)) if gated else None
     norm_w = _tensor(rng.uniform(0.5, 1.5, k).astype(np.float32))
-    weights = [bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32))._core for n in (1, 300, 37)]
+    weights = [
+        bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32))._core
+        for n in (1, 300, 37)
+    ]
     residual = _tensor(rng.standard_normal((m, 300)).astype(np.float32))
     calls = [(weights, [None] * 3), (weights[:2], [None, None]), (weights[1:2], [residual])]
     results = {}
@@ -247,9 +308,21 @@ def test_fused_matvec_equals_the_separate_pre_pass(tune, m, k, gated):
         _core.bitlinear_group(_tensor(bad), None, norm_w, 1e-5, weights, [None] * 3)
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 16, 1), (1, 64, 33), (3, 2560, 129), (8, 6912, 65), (1, 16384, 17),
-                                   (2, 20000, 9), (9, 64, 33), (130, 300, 200), (257, 2560, 129),
-                                   (256, 256, 256)])
+@pytest.mark.parametrize(
+    "m,k,n",
+    [
+        (1, 16, 1),
+        (1, 64, 33),
+        (3, 2560, 129),
+        (8, 6912, 65),
+        (1, 16384, 17),
+        (2, 20000, 9),
+        (9, 64, 33),
+        (130, 300, 200),
+        (257, 2560, 129),
+        (256, 256, 256),
+    ],
+)
 def test_the_residual_is_added_bit_for_bit(m, k, n):
     """bitlinear_group's [M, N] residual: up to 8 rows (decode) the matvec adds it, with its own
     pre-pass (K <= 8192 values), after the split pre-pass (K = 16384) or on the unfused path
@@ -257,7 +330,8 @@ def test_the_residual_is_added_bit_for_bit(m, k, n):
     16-byte vectors where N % 4 == 0, without bounds tests for whole tiles: (256, 256, 256)). Each
     is bit for bit the float32 sum of the
     output and the residual (on the H100 the compiler had contracted the scaling's division and
-    the addition into one FMA, in the tensor-core kernel and then in the matvec: one rounding off)."""
+    the addition into one FMA, in the tensor-core kernel and then in the matvec: one rounding
+    off)."""
     x = _tensor(rng.standard_normal((m, k)).astype(np.float32))
     w = bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32))._core
     residual = rng.standard_normal((m, n)).astype(np.float32)
@@ -278,8 +352,14 @@ def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
     norm_w = rng.uniform(0.5, 1.5, k).astype(np.float32)
     weights = [bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32)) for n in (7, 33)]
     residual = rng.standard_normal((m, 33)).astype(np.float32)
-    ys = _core.bitlinear_group(_tensor(x), _tensor(up) if gated else None, _tensor(norm_w), 1e-5,
-                               [w._core for w in weights], [None, _tensor(residual)])
+    ys = _core.bitlinear_group(
+        _tensor(x),
+        _tensor(up) if gated else None,
+        _tensor(norm_w),
+        1e-5,
+        [w._core for w in weights],
+        [None, _tensor(residual)],
+    )
     v = (reference.activation("relu2", x) * up).astype(np.float32) if gated else x
     v = reference.rms_norm(v, norm_w, 1e-5).astype(np.float32)
     for i, w in enumerate(weights):
@@ -298,9 +378,13 @@ def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
             bound = near_ties[r] * gamma / scale[r] + 1e-5 * np.abs(y_ref[r]).max() + 1e-6
             assert err[r].max() <= bound, f"row {r}: {near_ties[r]} near ties"
     with pytest.raises(bg.ShapeError):
-        _core.bitlinear_group(_tensor(x), None, _tensor(norm_w[:-1]), 1e-5, [weights[0]._core], [None])
+        _core.bitlinear_group(
+            _tensor(x), None, _tensor(norm_w[:-1]), 1e-5, [weights[0]._core], [None]
+        )
     with pytest.raises(bg.ShapeError):
-        _core.bitlinear_group(_tensor(x), None, None, 1e-5, [weights[1]._core], [_tensor(residual[:, :5])])
+        _core.bitlinear_group(
+            _tensor(x), None, None, 1e-5, [weights[1]._core], [_tensor(residual[:, :5])]
+        )
     bad = x.copy()
     bad[0, 0] = np.nan
     with pytest.raises(bg.ArgumentError, match="NaN"):
@@ -309,8 +393,17 @@ def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
 
 @pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("batch,tokens,start,rows", [(1, 1, 0, 8), (2, 1, 600, 1024), (1, 7, 30, 64),
-                                                     (2, 33, 0, 40), (3, 9, 4, 300), (2, 20, 17, 64)])
+@pytest.mark.parametrize(
+    "batch,tokens,start,rows",
+    [
+        (1, 1, 0, 8),
+        (2, 1, 600, 1024),
+        (1, 7, 30, 64),
+        (2, 33, 0, 40),
+        (3, 9, 4, 300),
+        (2, 20, 17, 64),
+    ],
+)
 def test_attention_cached_matches_full_attention(tune, tiled, dtype, batch, tokens, start, rows):
     """Prefill and decode over batched caches, with the query-block kernel (where more than 8
     tokens a sequence would not take the split path) and with the one-query kernel."""
@@ -320,9 +413,12 @@ def test_attention_cached_matches_full_attention(tune, tiled, dtype, batch, toke
     v_all = rng.standard_normal((batch, rows, hkv, d)).astype(dtype)
     q = rng.standard_normal((batch * tokens, hq, d)).astype(dtype)
     out = _poisoned(q.shape, dtype)
-    _core.attention_cached(_tensor(q), _tensor(k_all), _tensor(v_all), _tensor(np.array([start], np.int32)),
-                           True, out)
+    _core.attention_cached(
+        _tensor(q), _tensor(k_all), _tensor(v_all), _tensor(np.array([start], np.int32)), True, out
+    )
     length = start + tokens
     for b in range(batch):
-        ref = reference.attention(q[b * tokens:(b + 1) * tokens], k_all[b, :length], v_all[b, :length], True)
-        assert rel(out.numpy()[b * tokens:(b + 1) * tokens], ref) <= FLOAT_TOL[dtype]
+        ref = reference.attention(
+            q[b * tokens : (b + 1) * tokens], k_all[b, :length], v_all[b, :length], True
+        )
+        assert rel(out.numpy()[b * tokens : (b + 1) * tokens], ref) <= FLOAT_TOL[dtype]

@@ -8,16 +8,27 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import _core
 
-FEATURES = {"float16", "int8", "storage8", "storage16", "integer_dot_product",
-            "cooperative_matrix", "external_memory_host", "timestamps", "pipeline_statistics",
-            "subgroup_shuffle8", "int64_atomics"}
+FEATURES = {
+    "float16",
+    "int8",
+    "storage8",
+    "storage16",
+    "integer_dot_product",
+    "cooperative_matrix",
+    "external_memory_host",
+    "timestamps",
+    "pipeline_statistics",
+    "subgroup_shuffle8",
+    "int64_atomics",
+}
 NVIDIA_PROPRIETARY, MESA_LLVMPIPE = 4, 13  # VkDriverId values (vulkan_core.h)
 
 
 def run_python(code, **env):
     full_env = dict(os.environ, **env)
-    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_validation_layer_is_on_when_asked():
@@ -35,7 +46,11 @@ def test_devices_describe_capabilities():
         assert info.subgroup_size > 0 and info.max_workgroup_invocations >= 128
         assert info.max_storage_buffer_range > 0 and info.max_shared_memory > 0
         # VK_NV_shader_sm_builtins' count where the driver has it (NVIDIA's does), else 0
-        assert info.multiprocessors > 0 if info.driver_id == NVIDIA_PROPRIETARY else info.multiprocessors >= 0
+        assert (
+            info.multiprocessors > 0
+            if info.driver_id == NVIDIA_PROPRIETARY
+            else info.multiprocessors >= 0
+        )
         # VkDriverId, which the kernels' choices go by: lavapipe is MESA_LLVMPIPE
         assert (info.driver_id == MESA_LLVMPIPE) == (info.driver_name == "llvmpipe")
         assert FEATURES <= set(info.features)
@@ -54,12 +69,15 @@ def test_default_device_is_shared_and_explicit_devices_are_new(device):
 
 def test_environment_chooses_the_device():
     name = bg.devices()[0].name
-    out = run_python("import bitnet_gpu as bg; print(bg.default_device().name)",
-                     BITNET_GPU_DEVICE=name[:5].lower())
+    out = run_python(
+        "import bitnet_gpu as bg; print(bg.default_device().name)",
+        BITNET_GPU_DEVICE=name[:5].lower(),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == name
-    out = run_python("import bitnet_gpu as bg; bg.default_device()",
-                     BITNET_GPU_DEVICE="no such device anywhere")
+    out = run_python(
+        "import bitnet_gpu as bg; bg.default_device()", BITNET_GPU_DEVICE="no such device anywhere"
+    )
     assert out.returncode != 0 and "matches no device" in out.stderr
 
 
@@ -79,22 +97,26 @@ def test_memory_pool_reuses_blocks_and_trims():
 
 def test_synchronize_and_info_cli(device):
     device.synchronize()
-    out = subprocess.run([sys.executable, "-m", "bitnet_gpu", "info"], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "bitnet_gpu", "info"], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert device.name in out.stdout and "features:" in out.stdout
 
 
 def test_demo_passes():
-    out = subprocess.run([sys.executable, "-m", "bitnet_gpu", "demo"], capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "bitnet_gpu", "demo"], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "demo passed" in out.stdout and "FAIL" not in out.stdout
 
 
 def test_pipeline_cache_is_saved_and_loaded_by_the_next_process(tmp_path):
-    code = ("import bitnet_gpu as bg; d = bg.default_device(); "
-            "bg.builtin_kernel('axpy', d, {0: 32}); print(d.pipeline_cache_loaded_bytes)")
+    code = (
+        "import bitnet_gpu as bg; d = bg.default_device(); "
+        "bg.builtin_kernel('axpy', d, {0: 32}); print(d.pipeline_cache_loaded_bytes)"
+    )
     first = run_python(code, BITNET_GPU_CACHE_DIR=str(tmp_path))
     assert first.returncode == 0, first.stderr
     files = list(tmp_path.glob("pipelines-*.bin"))
@@ -141,7 +163,9 @@ def test_small_blocks_share_slabs_and_keep_their_own_bytes():
 
 
 def test_memory_slabs_can_be_switched_off():
-    code = ("import bitnet_gpu as bg, numpy as np; d = bg.default_device(); "
-            "t = [d.empty((100,), np.float32) for _ in range(5)]; print(d.memory_stats()['slab_bytes'])")
+    code = (
+        "import bitnet_gpu as bg, numpy as np; d = bg.default_device(); "
+        "t = [d.empty((100,), np.float32) for _ in range(5)]; print(d.memory_stats()['slab_bytes'])"
+    )
     assert run_python(code, BITNET_GPU_MEMORY_SLABS="0").stdout.split() == ["0"]
     assert int(run_python(code).stdout.split()[0]) > 0

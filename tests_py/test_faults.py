@@ -32,7 +32,9 @@ def test_failed_allocation_is_out_of_memory_and_leaks_nothing(device, rng):
     in_use = device.memory_stats()["in_use_bytes"]
     # A new slab and its retry after trim() fail, then memory of the block's own and its retry.
     _core._arm_fault("allocation:1:4")
-    with pytest.raises(bg.OutOfMemory, match="out of memory on device .*VK_ERROR_OUT_OF_DEVICE_MEMORY"):
+    with pytest.raises(
+        bg.OutOfMemory, match="out of memory on device .*VK_ERROR_OUT_OF_DEVICE_MEMORY"
+    ):
         bg.quantize_activations(x, device=device)
     assert _core._faults_injected() == 4
     assert device.memory_stats()["in_use_bytes"] == in_use
@@ -51,7 +53,10 @@ def test_one_failed_allocation_is_retried_after_trimming(device, rng):
 
 @pytest.mark.parametrize("nth", [1, 2, 3])
 def test_failed_submission_out_of_memory_keeps_the_device(device, rng, nth):
-    x, w = rng.standard_normal((3, 64)).astype(np.float32), rng.standard_normal((5, 64)).astype(np.float32)
+    x, w = (
+        rng.standard_normal((3, 64)).astype(np.float32),
+        rng.standard_normal((5, 64)).astype(np.float32),
+    )
     q = bg.quantize_weights(w, device=device)
     expected = bg.bitlinear(x, q)
     _core._arm_fault(f"submission:{nth}:1:out_of_host_memory")
@@ -93,17 +98,28 @@ def test_bad_switch_is_an_argument_error():
 
 
 def test_environment_switch_gives_a_clean_exception_in_a_new_process(tmp_path):
-    script = ("import numpy as np, bitnet_gpu as bg\n"
-              "try:\n"
-              "    bg.Tensor.from_numpy(np.ones(1000, np.float32))\n"
-              "except bg.OutOfMemory as e:\n"
-              "    print('OutOfMemory:', e)\n"
-              "    print(bg.quantize_activations(np.ones((1, 4), np.float32))[0])\n")
+    script = (
+        "import numpy as np, bitnet_gpu as bg\n"
+        "try:\n"
+        "    bg.Tensor.from_numpy(np.ones(1000, np.float32))\n"
+        "except bg.OutOfMemory as e:\n"
+        "    print('OutOfMemory:', e)\n"
+        "    print(bg.quantize_activations(np.ones((1, 4), np.float32))[0])\n"
+    )
     package_root = os.path.dirname(os.path.dirname(bg.__file__))  # this very build of bitnet_gpu
     # 4: a new slab and its retry, then memory of the block's own and its retry (MemoryPool).
-    env = dict(os.environ, BITNET_GPU_FAULT="allocation:1:4",
-               PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)
+    env = dict(
+        os.environ,
+        BITNET_GPU_FAULT="allocation:1:4",
+        PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]),
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     assert "OutOfMemory: out of memory" in run.stdout and "[[127 127 127 127]]" in run.stdout

@@ -10,8 +10,11 @@ rng = np.random.default_rng()
 
 
 def _poison(t):
-    t.copy_from(np.full(t.shape, np.nan, t.dtype) if np.dtype(t.dtype).kind == "f"
-                else np.full(t.shape, -7, t.dtype))
+    t.copy_from(
+        np.full(t.shape, np.nan, t.dtype)
+        if np.dtype(t.dtype).kind == "f"
+        else np.full(t.shape, -7, t.dtype)
+    )
 
 
 def _norm_linear_graph(device, m, k, n):
@@ -87,8 +90,11 @@ def test_one_graph_records_many_ops_and_user_kernels():
     with g:
         x = g.input("x", (1000,))
         y = g.input("y", (1000,))
-        kernel.dispatch((4, 1, 1), [x, y], np.array([1000, 0], np.uint32).tobytes()[:4]
-                        + np.array([2.0], np.float32).tobytes())
+        kernel.dispatch(
+            (4, 1, 1),
+            [x, y],
+            np.array([1000, 0], np.uint32).tobytes()[:4] + np.array([2.0], np.float32).tobytes(),
+        )
         z = bg.relu(y)
         g.output("z", z)
     assert g.op_count == 2
@@ -167,6 +173,7 @@ def test_numpy_out_targets_are_refused_inside_a_graph():
 
 def test_graphs_record_per_thread():
     import threading
+
     device = bg.default_device()
     g = device.graph()
     results = {}
@@ -176,11 +183,14 @@ def test_graphs_record_per_thread():
 
         def other():  # another thread runs ops at once while this one records
             results["y"] = bg.relu(np.array([-2.0, 3.0], np.float32))
+
         t = threading.Thread(target=other)
         t.start()
         t.join(30)
     np.testing.assert_array_equal(results["y"], [0, 3])
-    np.testing.assert_array_equal(g.run(x=np.array([4.0, -4.0], np.float32), numpy=True)["y"], [4, 0])
+    np.testing.assert_array_equal(
+        g.run(x=np.array([4.0, -4.0], np.float32), numpy=True)["y"], [4, 0]
+    )
 
 
 def test_tensor_reshape_and_copy_from():

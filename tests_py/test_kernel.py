@@ -19,8 +19,11 @@ def glsl_to_spirv(tmp_path, source):
     path = tmp_path / "kernel.comp"
     path.write_text(source)
     out = tmp_path / "kernel.spv"
-    subprocess.run([compiler, "-V", "--target-env", "vulkan1.2", "-o", str(out), str(path)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [compiler, "-V", "--target-env", "vulkan1.2", "-o", str(out), str(path)],
+        check=True,
+        capture_output=True,
+    )
     return out.read_bytes()
 
 
@@ -42,21 +45,32 @@ def test_kernel_statistics_come_from_the_driver_where_it_reports_them(device, tm
     assert stats and all(isinstance(name, str) and name for name in stats)
     assert all(isinstance(v, (bool, int, float)) for v in stats.values())
     # Every pipeline is built with its statistics captured, built-in and user kernels alike.
-    user = bg.Kernel(device, glsl_to_spirv(tmp_path, """
+    user = bg.Kernel(
+        device,
+        glsl_to_spirv(
+            tmp_path,
+            """
         #version 450
         layout(local_size_x = 64) in;
         layout(std430, binding = 0) buffer A { float a[]; };
         shared float s[4096];
         void main() { s[gl_LocalInvocationID.x] = a[gl_GlobalInvocationID.x]; barrier();
                       a[gl_GlobalInvocationID.x] = s[63 - gl_LocalInvocationID.x]; }
-    """))
+    """,
+        ),
+    )
     assert set(user.statistics) == set(stats)
 
 
 def test_blocks_aliasing_one_binding(device, rng, tmp_path):
     """Two views of one buffer at one binding (a read-only float block and a written vec4 block, as
-    bitlinear_coopmat aliases its outputs): one binding, written, and each view sees the same bytes."""
-    kernel = bg.Kernel(device, glsl_to_spirv(tmp_path, """
+    bitlinear_coopmat aliases its outputs): one binding, written, and each view sees the same
+    bytes."""
+    kernel = bg.Kernel(
+        device,
+        glsl_to_spirv(
+            tmp_path,
+            """
         #version 450
         layout(local_size_x = 32) in;
         layout(std430, binding = 0) readonly buffer In { float x[]; };
@@ -66,7 +80,9 @@ def test_blocks_aliasing_one_binding(device, rng, tmp_path):
           const uint i = gl_GlobalInvocationID.x;
           if (i < 8) y4[i] = vec4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]) * 2.0;
         }
-    """))
+    """,
+        ),
+    )
     assert kernel.binding_count == 2 and kernel.writable == [False, True]
     x = rng.standard_normal(32).astype(np.float32)
     y = bg.Tensor.from_numpy(np.full(32, np.nan, np.float32), device)
@@ -92,13 +108,16 @@ def test_kernel_writes_every_element_of_a_poisoned_output(device, rng):
     n = 4097 * 4
     a = rng.integers(0, 2**32, size=(n // 4, 4), dtype=np.uint32)
     out = bg.Tensor.from_numpy(np.full(a.shape, 0xDEADBEEF, np.uint32), device)
-    bg.builtin_kernel("copy_vec4", device, {0: 32}).dispatch(7, [bg.Tensor.from_numpy(a, device),
-                                                               out], np.uint32(n // 4))
+    bg.builtin_kernel("copy_vec4", device, {0: 32}).dispatch(
+        7, [bg.Tensor.from_numpy(a, device), out], np.uint32(n // 4)
+    )
     assert np.array_equal(out.numpy(), a)
 
 
 def test_user_glsl_kernel_with_push_constants(device, rng, tmp_path):
-    spirv = glsl_to_spirv(tmp_path, """
+    spirv = glsl_to_spirv(
+        tmp_path,
+        """
         #version 450
         layout(local_size_x = 32) in;
         layout(std430, binding = 0) readonly buffer A { int a[]; };
@@ -106,7 +125,8 @@ def test_user_glsl_kernel_with_push_constants(device, rng, tmp_path):
         layout(push_constant) uniform P { uint n; int add; } p;
         layout(constant_id = 3) const int scale = 1;
         void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) b[i] = a[i] * scale + p.add; }
-    """)
+    """,
+    )
     k = bg.Kernel(device, spirv, specialization={3: -3}, name="scale_add")
     assert k.name == "scale_add" and k.push_constant_size == 8 and k.local_size == (32, 1, 1)
     a = rng.integers(-1000, 1000, size=33, dtype=np.int32)
@@ -116,13 +136,16 @@ def test_user_glsl_kernel_with_push_constants(device, rng, tmp_path):
 
 
 def test_unsupported_shader_interfaces_raise(device, tmp_path):
-    spirv = glsl_to_spirv(tmp_path, """
+    spirv = glsl_to_spirv(
+        tmp_path,
+        """
         #version 450
         layout(local_size_x = 1) in;
         layout(std140, binding = 0) uniform U { float u; };
         layout(std430, binding = 1) buffer B { float b[]; };
         void main() { b[0] = u; }
-    """)
+    """,
+    )
     with pytest.raises(bg.UnsupportedError, match="storage buffer"):
         bg.Kernel(device, spirv)
 
@@ -148,7 +171,9 @@ def test_bad_kernels_and_dispatches_raise(device, rng):
             bg.Kernel(device, spirv, specialization={bad_id: 1})
     with pytest.raises(bg.ArgumentError, match="does not fit in 64 bits"):
         bg.Kernel(device, spirv, specialization={0: 2**70})
-    assert bg.Kernel(device, spirv, specialization={0: np.int64(64)}).local_size[0] == 64  # NumPy's ints too
+    assert (
+        bg.Kernel(device, spirv, specialization={0: np.int64(64)}).local_size[0] == 64
+    )  # NumPy's ints too
     with pytest.raises(bg.UnsupportedError, match="workgroup size"):
         bg.Kernel(device, spirv, specialization={0: 1 << 20})
 

@@ -22,7 +22,9 @@ def poisoned(shape, dtype=np.float32):
     return np.full(shape, np.nan, dtype)
 
 
-@pytest.mark.parametrize("op,n", [("softmax", 6_000_000), ("layer_norm", 6_000_000), ("rms_norm", 9_000_000)])
+@pytest.mark.parametrize(
+    "op,n", [("softmax", 6_000_000), ("layer_norm", 6_000_000), ("rms_norm", 9_000_000)]
+)
 def test_row_ops_on_rows_of_millions(rng, op, n):
     x = rng.standard_normal((1, n)).astype(np.float32)
     w = rng.standard_normal(n).astype(np.float32)
@@ -104,7 +106,8 @@ def test_quantize_activations_of_a_row_of_millions_not_a_multiple_of_4(rng):
 
 def test_prefill_attention_over_40_thousand_keys(rng):
     """The query-block kernel's tile loop (16 keys a pass) held loops of variable length, whose
-    passes ran past lavapipe's 65535 between 20k and 25k keys (right at 20k, wrong at 25k, D = 128)."""
+    passes ran past lavapipe's 65535 between 20k and 25k keys (right at 20k, wrong at 25k, D =
+    128)."""
     length, queries, d = 40_000, 16, 64
     q = rng.standard_normal((queries, 2, d)).astype(np.float32)
     k = rng.standard_normal((length, 1, d)).astype(np.float32)

@@ -16,7 +16,6 @@ from conftest import TIE_WINDOW, check_logits, rel
 rng = np.random.default_rng()
 
 
-
 def _tiny(**changes):
     return BitNetConfig.preset("tiny", **changes)
 
@@ -30,7 +29,9 @@ def tiny_model():
 def test_forward_matches_reference(tiny_model, batch, tokens, seed):
     ids = np.random.default_rng(seed).integers(0, tiny_model.config.vocab_size, (batch, tokens))
     logits = tiny_model.forward(ids)
-    ref, ties = reference.bitnet_forward(tiny_model.reference_params(), tiny_model.config, ids, True)
+    ref, ties = reference.bitnet_forward(
+        tiny_model.reference_params(), tiny_model.config, ids, True
+    )
     assert logits.shape == (batch, tokens, tiny_model.config.vocab_size)
     check_logits(logits, ref, ties)
     one = tiny_model.forward(ids[0])  # 1-D in, 2-D out
@@ -73,8 +74,12 @@ def test_screened_greedy_generation_is_the_float_heads(tiny_model, seed):
     tiny_model.reset_graphs()
     out = tiny_model.generate(prompt, 32)
     assert any(key[2] == "next" and key[1] == 1 for key in tiny_model._graphs)
-    assert tiny_model.screening_nbytes == tiny_model.config.vocab_size * (tiny_model.config.hidden_size + 16)
-    ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt[None], 32)[0]
+    assert tiny_model.screening_nbytes == tiny_model.config.vocab_size * (
+        tiny_model.config.hidden_size + 16
+    )
+    ref = reference.bitnet_generate(
+        tiny_model.reference_params(), tiny_model.config, prompt[None], 32
+    )[0]
     np.testing.assert_array_equal(out, ref)
     tiny_model.screened_head = False
     try:
@@ -103,8 +108,10 @@ def test_screened_head_is_built_once_and_only_when_on():
     fallback = BitNetModel.random(odd, seed=1)
     assert not fallback.screened_head
     prompt = np.arange(3)
-    np.testing.assert_array_equal(fallback.generate(prompt, 3),
-                                  reference.bitnet_generate(fallback.reference_params(), odd, prompt[None], 3)[0])
+    np.testing.assert_array_equal(
+        fallback.generate(prompt, 3),
+        reference.bitnet_generate(fallback.reference_params(), odd, prompt[None], 3)[0],
+    )
 
 
 def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatch):
@@ -128,11 +135,15 @@ def test_decode_steps_equal_a_full_forward(tiny_model):
     full = tiny_model.forward(ids)
     steps = []
     for position in range(20):  # one replayed decode graph per token
-        result = tiny_model._step(ids[None, position:position + 1].astype(np.int32), position, "last")
+        result = tiny_model._step(
+            ids[None, position : position + 1].astype(np.int32), position, "last"
+        )
         steps.append(result["logits"].numpy()[0])
     # Decode attends with the split-key kernel, a prefill with the other: float32 sums in another
     # order, so an int8 near a rounding tie may differ between the two (as against the reference).
-    _, ties = reference.bitnet_forward(tiny_model.reference_params(), tiny_model.config, ids[None], True)
+    _, ties = reference.bitnet_forward(
+        tiny_model.reference_params(), tiny_model.config, ids[None], True
+    )
     assert rel(np.array(steps), full) <= (1e-5 if ties.min() > TIE_WINDOW else 5e-2)
 
 
@@ -148,7 +159,9 @@ def test_prefill_graphs_do_not_accumulate(tiny_model):
     assert device.memory_stats()["in_use_bytes"] <= before  # replaced, not piled up
 
 
-@pytest.mark.parametrize("seed,top_k,top_p", [(14, 40, None), (15, None, None), (18, None, 0.8), (19, 40, 0.95)])
+@pytest.mark.parametrize(
+    "seed,top_k,top_p", [(14, 40, None), (15, None, None), (18, None, 0.8), (19, 40, 0.95)]
+)
 def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k, top_p):
     """temperature 0.9: decode replays of decode_chunk steps draw on the GPU, bit for bit, the
     tokens one step a replay draws, and each token is reference.sample_rows's draw from the
@@ -166,7 +179,9 @@ def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k, top
     tiny_model.decode_chunk = 1
     try:
         np.testing.assert_array_equal(
-            tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed, top_p=top_p), out)
+            tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed, top_p=top_p),
+            out,
+        )
     finally:
         tiny_model.decode_chunk = 8
     params, following, matched = tiny_model.reference_params(), [True, True], 0
@@ -208,18 +223,23 @@ def test_top_p_generation_of_one_sequence(tiny_model, top_k):
     tiny_model.screened_head = False
     try:
         tiny_model.reset_graphs()
-        np.testing.assert_array_equal(tiny_model.generate(prompt, 24, temperature=1.1, top_k=top_k, seed=3, top_p=0.9),
-                                      out)
+        np.testing.assert_array_equal(
+            tiny_model.generate(prompt, 24, temperature=1.1, top_k=top_k, seed=3, top_p=0.9), out
+        )
         assert not any(key[4] for key in tiny_model._graphs)
     finally:
         tiny_model.decode_chunk = 8
         tiny_model.screened_head = True
         tiny_model.reset_graphs()
     assert len(np.unique(out[5:])) > 6
-    np.testing.assert_array_equal(tiny_model.generate(prompt, 12, temperature=1.1, top_k=top_k, seed=3, top_p=1.0),
-                                  tiny_model.generate(prompt, 12, temperature=1.1, top_k=top_k, seed=3))
-    np.testing.assert_array_equal(tiny_model.generate(prompt, 12, temperature=1.1, top_k=top_k, seed=3, top_p=1e-9),
-                                  tiny_model.generate(prompt, 12))
+    np.testing.assert_array_equal(
+        tiny_model.generate(prompt, 12, temperature=1.1, top_k=top_k, seed=3, top_p=1.0),
+        tiny_model.generate(prompt, 12, temperature=1.1, top_k=top_k, seed=3),
+    )
+    np.testing.assert_array_equal(
+        tiny_model.generate(prompt, 12, temperature=1.1, top_k=top_k, seed=3, top_p=1e-9),
+        tiny_model.generate(prompt, 12),
+    )
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny_model):
@@ -227,8 +247,9 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny_model):
     a = tiny_model.generate(prompt, 10, temperature=0.8, top_k=20, seed=7)
     b = tiny_model.generate(prompt, 10, temperature=0.8, top_k=20, seed=7)
     np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(tiny_model.generate(prompt, 10, temperature=1.0, top_k=1),
-                                  tiny_model.generate(prompt, 10))
+    np.testing.assert_array_equal(
+        tiny_model.generate(prompt, 10, temperature=1.0, top_k=1), tiny_model.generate(prompt, 10)
+    )
     steps = []
     tiny_model.generate(prompt, 5, callback=lambda i, ids: steps.append((i, ids.copy())))
     assert [i for i, _ in steps] == list(range(5))
@@ -261,52 +282,133 @@ def test_model_input_errors(tiny_model):
         BitNetConfig.preset("huge")
     with pytest.raises(bg.ArgumentError):
         BitNetConfig(hidden_size=30, num_attention_heads=4)
-    for field, bad in [("rms_norm_eps", -1e-5), ("rms_norm_eps", float("nan")), ("rope_theta", 0.0),
-                       ("rope_theta", float("inf"))]:
+    for field, bad in [
+        ("rms_norm_eps", -1e-5),
+        ("rms_norm_eps", float("nan")),
+        ("rope_theta", 0.0),
+        ("rope_theta", float("inf")),
+    ]:
         with pytest.raises(bg.ArgumentError, match=f"BitNetConfig.{field}"):
             BitNetConfig.preset("tiny", **{field: bad})
     with pytest.raises(TypeError, match="BitNetConfig.hidden_size: expected an integer"):
         BitNetConfig.preset("tiny", hidden_size=64.5)  # not cut to 64
     assert BitNetConfig.preset("tiny", hidden_size=np.int64(64)).head_dim == 16
-    np.testing.assert_array_equal(tiny_model.forward(np.array([1, 2])).shape, (2, v))  # still usable
-
-
+    np.testing.assert_array_equal(
+        tiny_model.forward(np.array([1, 2])).shape, (2, v)
+    )  # still usable
 
 
 def test_command_line_generates_with_random_weights():
     env = dict(os.environ)
-    result = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--config", "tiny",
-                             "--random-weights", "--tokens", "8", "--prompt-tokens", "3"],
-                            capture_output=True, text=True, timeout=300, env=env)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bitnet_gpu",
+            "generate",
+            "--config",
+            "tiny",
+            "--random-weights",
+            "--tokens",
+            "8",
+            "--prompt-tokens",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     assert "tokens/s" in result.stdout
     if bg.default_device().info.features["int64_atomics"]:
-        nucleus = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--config", "tiny", "--random-weights",
-                                  "--tokens", "4", "--temperature", "0.8", "--top-p", "0.9", "--top-k", "40"],
-                                 capture_output=True, text=True, timeout=300, env=env)
+        nucleus = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bitnet_gpu",
+                "generate",
+                "--config",
+                "tiny",
+                "--random-weights",
+                "--tokens",
+                "4",
+                "--temperature",
+                "0.8",
+                "--top-p",
+                "0.9",
+                "--top-k",
+                "40",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         assert nucleus.returncode == 0 and "tokens/s" in nucleus.stdout, nucleus.stderr
-    missing = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--weights", "/nonexistent.safetensors",
-                              "--config", "tiny"], capture_output=True, text=True, timeout=300, env=env)
-    assert missing.returncode == 2 and "generate:" in missing.stderr and "Traceback" not in missing.stderr
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bitnet_gpu",
+            "generate",
+            "--weights",
+            "/nonexistent.safetensors",
+            "--config",
+            "tiny",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert (
+        missing.returncode == 2
+        and "generate:" in missing.stderr
+        and "Traceback" not in missing.stderr
+    )
     # Bad settings end with a message and status 2, as bad arguments do, not a traceback.
-    for extra, message in [(["--tokens", "-1"], "max_new_tokens"), (["--temperature", "-1"], "temperature"),
-                           (["--top-k", "0"], "top_k"), (["--top-p", "1.5"], "top_p"),
-                           (["--prompt", "1,2,99999"], "ids must lie"),
-                           (["--prompt", "abc"], "comma-separated token ids")]:
-        bad = subprocess.run([sys.executable, "-m", "bitnet_gpu", "generate", "--config", "tiny",
-                              "--random-weights", "--tokens", "2", *extra],
-                             capture_output=True, text=True, timeout=300, env=env)
-        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, (extra, bad.stderr)
-
-
+    for extra, message in [
+        (["--tokens", "-1"], "max_new_tokens"),
+        (["--temperature", "-1"], "temperature"),
+        (["--top-k", "0"], "top_k"),
+        (["--top-p", "1.5"], "top_p"),
+        (["--prompt", "1,2,99999"], "ids must lie"),
+        (["--prompt", "abc"], "comma-separated token ids"),
+    ]:
+        bad = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bitnet_gpu",
+                "generate",
+                "--config",
+                "tiny",
+                "--random-weights",
+                "--tokens",
+                "2",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, (
+            extra,
+            bad.stderr,
+        )
 
 
 @pytest.mark.parametrize("batch,chunk", [(1, 8), (1, 3), (2, 8), (2, 5)])
-def test_chunked_greedy_decode_is_bit_for_bit_one_step_a_replay(tiny_model, monkeypatch, batch, chunk):
+def test_chunked_greedy_decode_is_bit_for_bit_one_step_a_replay(
+    tiny_model, monkeypatch, batch, chunk
+):
     """Greedy decode runs up to decode_chunk steps a graph replay, each step's ids feeding the next
     step's embedding on the GPU (the screened head for one sequence, the float head's argmax for
     two): the ids are those of one replay a token and the reference's, over 21 new tokens (chunks,
-    then shorter ones), across a split switch (at 13 tokens here), and with an end-of-sequence id."""
+    then shorter ones), across a split switch (at 13 tokens here), and with an end-of-sequence
+    id."""
     monkeypatch.setattr(tiny_model, "SHORT_DECODE_CONTEXT", 13)
     prompt = np.random.default_rng(20 + batch).integers(0, tiny_model.config.vocab_size, (batch, 4))
     runs = {}
@@ -335,13 +437,26 @@ def test_decode_chunks_stop_at_split_switches_and_at_the_end():
     model.SHORT_DECODE_CONTEXT, model.LONG_DECODE_CONTEXT = 12, 30
     # (cached tokens, tokens still wanted) -> steps of the next replay: 8, or a power of two that
     # ends before a split switch (a step after `start` cached tokens has context start + 1).
-    assert [model._chunk(s, r) for s, r in [(0, 20), (4, 20), (5, 20), (8, 20), (11, 20), (12, 20),
-                                            (12, 3), (12, 1), (29, 20), (30, 20)]] == \
-        [8, 8, 4, 4, 1, 8, 2, 1, 1, 8]
+    assert [
+        model._chunk(s, r)
+        for s, r in [
+            (0, 20),
+            (4, 20),
+            (5, 20),
+            (8, 20),
+            (11, 20),
+            (12, 20),
+            (12, 3),
+            (12, 1),
+            (29, 20),
+            (30, 20),
+        ]
+    ] == [8, 8, 4, 4, 1, 8, 2, 1, 1, 8]
     prompt = np.arange(5)
     out = model.generate(prompt, 40 - 5)  # up to max_tokens: the last chunks are short
-    np.testing.assert_array_equal(out, reference.bitnet_generate(model.reference_params(), model.config,
-                                                                 prompt[None], 35)[0])
+    np.testing.assert_array_equal(
+        out, reference.bitnet_generate(model.reference_params(), model.config, prompt[None], 35)[0]
+    )
     for bad in (0, -2):
         with pytest.raises(bg.ArgumentError, match="decode_chunk"):
             BitNetModel(_tiny(), decode_chunk=bad)

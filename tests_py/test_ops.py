@@ -1,7 +1,8 @@
 """Activations, gates, dropout, softmax and norms against bitnet_gpu.reference (docs/NUMERICS.md).
 
 Tolerances: float32 element-wise |out - ref| <= 2e-6 |ref| + 1e-6 (transcendental), reductions
-||out - ref|| / ||ref|| <= 1e-5, float16 ||out - ref|| <= 2e-3 ||ref|| (+ 1e-6 sqrt(n) for results float16 holds only as
+||out - ref|| / ||ref|| <= 1e-5, float16 ||out - ref|| <= 2e-3 ||ref|| (+ 1e-6 sqrt(n) for results
+float16 holds only as
 subnormals). Backward passes are also
 checked against central finite differences of the GPU forward pass (float64 of the float32 results,
 step 1e-3, 1e-2 relative)."""
@@ -15,12 +16,18 @@ from bitnet_gpu import reference as ref
 SHAPES = [(1,), (7,), (33,), (4097,), (3, 5), (2, 3, 7), (0,), (2, 0)]
 ACTIVATIONS = {
     "relu": (bg.relu, bg.relu_backward, {}),
-    "leaky_relu": (lambda x, **k: bg.leaky_relu(x, 0.2, **k),
-                   lambda g, x, **k: bg.leaky_relu_backward(g, x, 0.2, **k), {"alpha": 0.2}),
+    "leaky_relu": (
+        lambda x, **k: bg.leaky_relu(x, 0.2, **k),
+        lambda g, x, **k: bg.leaky_relu_backward(g, x, 0.2, **k),
+        {"alpha": 0.2},
+    ),
     "relu2": (bg.relu2, bg.relu2_backward, {}),
     "gelu": (bg.gelu, bg.gelu_backward, {}),
-    "gelu_tanh": (lambda x, **k: bg.gelu(x, "tanh", **k),
-                  lambda g, x, **k: bg.gelu_backward(g, x, "tanh", **k), {}),
+    "gelu_tanh": (
+        lambda x, **k: bg.gelu(x, "tanh", **k),
+        lambda g, x, **k: bg.gelu_backward(g, x, "tanh", **k),
+        {},
+    ),
     "silu": (bg.silu, bg.silu_backward, {}),
     "sigmoid": (bg.sigmoid, bg.sigmoid_backward, {}),
     "tanh": (bg.tanh, bg.tanh_backward, {}),
@@ -36,7 +43,9 @@ def assert_close(got, expected, dtype, elementwise=True):
     assert got.shape == expected.shape and not np.isnan(got).any()
     if dtype == np.float16:
         # plus a floor for results that float16 can only hold as 0 or a subnormal
-        assert np.linalg.norm(got - expected) <= 2e-3 * np.linalg.norm(expected) + 1e-6 * np.sqrt(got.size)
+        assert np.linalg.norm(got - expected) <= 2e-3 * np.linalg.norm(expected) + 1e-6 * np.sqrt(
+            got.size
+        )
     elif elementwise:
         assert (np.abs(got - expected) <= 2e-6 * np.abs(expected) + 1e-6).all()
     else:
@@ -75,7 +84,8 @@ def test_backward_matches_finite_differences(device, rng, name):
     x = x[np.abs(x) > 1e-2]  # away from the kinks of relu-like functions
     h = np.float32(1e-3)
     numeric = (forward(x + h).astype(np.float64) - forward(x - h).astype(np.float64)) / (
-        (x + h).astype(np.float64) - (x - h).astype(np.float64))
+        (x + h).astype(np.float64) - (x - h).astype(np.float64)
+    )
     analytic = backward(np.ones_like(x), x).astype(np.float64)
     assert np.abs(numeric - analytic).max() <= 1e-2 * max(np.abs(analytic).max(), 1.0)
 
@@ -85,7 +95,9 @@ def test_backward_matches_finite_differences(device, rng, name):
 def test_gates(device, rng, shape, dtype):
     gate, up = inputs(rng, shape, dtype), inputs(rng, shape, dtype)
     assert_close(bg.silu_mul(gate, up), ref.activation("silu", gate) * up.astype(np.float64), dtype)
-    assert_close(bg.relu2_mul(gate, up), ref.activation("relu2", gate) * up.astype(np.float64), dtype)
+    assert_close(
+        bg.relu2_mul(gate, up), ref.activation("relu2", gate) * up.astype(np.float64), dtype
+    )
     t = bg.silu_mul(bg.Tensor.from_numpy(gate), up)
     assert isinstance(t, bg.Tensor) and np.array_equal(t.numpy(), bg.silu_mul(gate, up))
     with pytest.raises(bg.ShapeError, match=r"gate of shape .* and up of shape"):
@@ -113,8 +125,9 @@ def test_relu_dropout(device, rng, p):
         bg.relu_dropout(x, 1.5)
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 4096), (5, 8192), (2, 8196), (4, 3, 33),
-                                   (1, 20000)])
+@pytest.mark.parametrize(
+    "shape", [(1, 1), (3, 7), (2, 4096), (5, 8192), (2, 8196), (4, 3, 33), (1, 20000)]
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_softmax_and_norms(device, rng, shape, dtype):
     x = inputs(rng, shape, dtype, 3.0)
@@ -124,7 +137,9 @@ def test_softmax_and_norms(device, rng, shape, dtype):
     assert bg.softmax(x, out=out) is out
     assert_close(out, ref.softmax(x), dtype, elementwise=False)
     assert_close(bg.rms_norm(x, w, 1e-6), ref.rms_norm(x, w, 1e-6), dtype, elementwise=False)
-    assert_close(bg.layer_norm(x, w, b, 1e-5), ref.layer_norm(x, w, b, 1e-5), dtype, elementwise=False)
+    assert_close(
+        bg.layer_norm(x, w, b, 1e-5), ref.layer_norm(x, w, b, 1e-5), dtype, elementwise=False
+    )
 
 
 def test_softmax_extremes_and_axes(device, rng):
@@ -150,26 +165,44 @@ def test_softmax_axis_none_and_out_of_range(device, rng):
     flat = ref.softmax(y.reshape(1, -1)).reshape(y.shape)
     assert_close(bg.softmax(y, axis=None), flat, np.float32, elementwise=False)
     grad = inputs(rng, y.shape)
-    # Within 1e-5 of the terms of s * (g - sum(g * s)), which cancel (as in test_norm_backward_against_finite_differences):
+    # Within 1e-5 of the terms of s * (g - sum(g * s)), which cancel (as in
+    # test_norm_backward_against_finite_differences):
     # against the result alone, 1.6e-5 for seed 18422190968275566150 on lavapipe.
     got = np.asarray(bg.softmax_backward(grad, y, axis=None), np.float64)
-    s, g64 = ref.softmax(y.reshape(1, -1).astype(np.float64)), grad.reshape(1, -1).astype(np.float64)
+    s, g64 = (
+        ref.softmax(y.reshape(1, -1).astype(np.float64)),
+        grad.reshape(1, -1).astype(np.float64),
+    )
     terms = s * (np.abs(g64) + np.abs(g64 * s).sum())
     expected = ref.softmax_backward(grad.reshape(1, -1), y.reshape(1, -1)).reshape(y.shape)
     assert got.shape == y.shape and np.linalg.norm(got - expected) <= 1e-5 * np.linalg.norm(terms)
     v = inputs(rng, (7,))
-    assert_close(bg.softmax(bg.Tensor.from_numpy(v), axis=None).numpy(), ref.softmax(v), np.float32,
-                 elementwise=False)
+    assert_close(
+        bg.softmax(bg.Tensor.from_numpy(v), axis=None).numpy(),
+        ref.softmax(v),
+        np.float32,
+        elementwise=False,
+    )
     t = bg.softmax(bg.Tensor.from_numpy(y), axis=None)  # a Tensor is flattened as a view
     assert isinstance(t, bg.Tensor) and t.shape == y.shape
     np.testing.assert_array_equal(t.numpy(), bg.softmax(y, axis=None))
     target = bg.Tensor.from_numpy(np.full(y.shape, np.nan, np.float32))
     assert bg.softmax(bg.Tensor.from_numpy(y), axis=None, out=target) is target
     np.testing.assert_array_equal(target.numpy(), t.numpy())
-    with pytest.raises(bg.DTypeError, match="float16"):  # a Tensor target is checked as on the last axis
-        bg.softmax(bg.Tensor.from_numpy(y), axis=None, out=bg.Tensor.from_numpy(np.zeros(y.shape, np.float16)))
+    with pytest.raises(
+        bg.DTypeError, match="float16"
+    ):  # a Tensor target is checked as on the last axis
+        bg.softmax(
+            bg.Tensor.from_numpy(y),
+            axis=None,
+            out=bg.Tensor.from_numpy(np.zeros(y.shape, np.float16)),
+        )
     with pytest.raises(bg.ShapeError, match="expected shape"):  # as many values, another shape
-        bg.softmax(bg.Tensor.from_numpy(y), axis=None, out=bg.Tensor.from_numpy(np.zeros((6, 5, 4), np.float32)))
+        bg.softmax(
+            bg.Tensor.from_numpy(y),
+            axis=None,
+            out=bg.Tensor.from_numpy(np.zeros((6, 5, 4), np.float32)),
+        )
     g = bg.softmax_backward(bg.Tensor.from_numpy(grad), bg.Tensor.from_numpy(y), axis=None)
     np.testing.assert_array_equal(g.numpy(), bg.softmax_backward(grad, y, axis=None))
     with pytest.raises(bg.UnsupportedError, match="every element"):  # mixed operands
@@ -201,7 +234,9 @@ def test_float_parameters_refuse_what_is_not_a_real_number(device, rng):
     """Norm weights and biases are cast to float32 from bool, integers and floats; complex values
     are not silently cut to their real part, and text or objects are refused."""
     x = inputs(rng, (3, 4))
-    np.testing.assert_array_equal(bg.rms_norm(x, np.ones(4, np.int64)), bg.rms_norm(x, np.ones(4, np.float32)))
+    np.testing.assert_array_equal(
+        bg.rms_norm(x, np.ones(4, np.int64)), bg.rms_norm(x, np.ones(4, np.float32))
+    )
     for bad in (np.ones(4, np.complex64), np.array(["a", "b", "c", "d"]), np.array([object()] * 4)):
         with pytest.raises(bg.DTypeError, match="expected real numbers"):
             bg.rms_norm(x, bad)
@@ -234,14 +269,29 @@ def test_layer_norm_constant_rows_and_large_offsets(device):
     assert np.abs(got[0]).max() == 0
 
 
-BINARY = {"add": (bg.add, np.add), "sub": (bg.sub, np.subtract), "mul": (bg.mul, np.multiply),
-          "div": (bg.div, np.divide)}
+BINARY = {
+    "add": (bg.add, np.add),
+    "sub": (bg.sub, np.subtract),
+    "mul": (bg.mul, np.multiply),
+    "div": (bg.div, np.divide),
+}
 
 
 @pytest.mark.parametrize("name", BINARY)
-@pytest.mark.parametrize("sa,sb", [((7,), (7,)), ((4097,), (4097,)), ((3, 5), (5,)), ((3, 1), (1, 4)),
-                                   ((2, 3, 4), (3, 1)), ((1,), (2, 2, 2)), ((), (3,)),
-                                   ((2, 1, 3, 1, 2, 1), (1, 4, 1, 5, 1, 3)), ((0, 3), (3,))])
+@pytest.mark.parametrize(
+    "sa,sb",
+    [
+        ((7,), (7,)),
+        ((4097,), (4097,)),
+        ((3, 5), (5,)),
+        ((3, 1), (1, 4)),
+        ((2, 3, 4), (3, 1)),
+        ((1,), (2, 2, 2)),
+        ((), (3,)),
+        ((2, 1, 3, 1, 2, 1), (1, 4, 1, 5, 1, 3)),
+        ((0, 3), (3,)),
+    ],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_broadcasting_binary_ops(device, rng, name, sa, sb, dtype):
     ours, numpy_op = BINARY[name]
@@ -268,9 +318,20 @@ def test_binary_scalars_out_and_errors(device, rng):
         bg.add(a, np.ones(4, np.float32), out=np.empty((4, 3), np.float32))
 
 
-@pytest.mark.parametrize("shape,axis", [((7,), None), ((4097,), 0), ((3, 5), 0), ((3, 5), 1),
-                                        ((2, 3, 7), (0, 2)), ((2, 3, 7), -2), ((1, 1), None),
-                                        ((300, 2000), 1), ((2000, 3), 0)])
+@pytest.mark.parametrize(
+    "shape,axis",
+    [
+        ((7,), None),
+        ((4097,), 0),
+        ((3, 5), 0),
+        ((3, 5), 1),
+        ((2, 3, 7), (0, 2)),
+        ((2, 3, 7), -2),
+        ((1, 1), None),
+        ((300, 2000), 1),
+        ((2000, 3), 0),
+    ],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_reductions(device, rng, shape, axis, dtype):
     x = rng.standard_normal(shape).astype(dtype)
@@ -282,7 +343,9 @@ def test_reductions(device, rng, shape, axis, dtype):
         tolerance = 2e-3 if dtype == np.float16 else 1e-5
         scale = np.abs(x64).sum(axis=axis) if theirs is not np.max else np.abs(expected)
         assert (np.abs(np.asarray(got, np.float64) - expected) <= tolerance * scale + 1e-6).all()
-        assert np.shape(ours(x, axis=axis, keepdims=True)) == np.shape(theirs(x64, axis=axis, keepdims=True))
+        assert np.shape(ours(x, axis=axis, keepdims=True)) == np.shape(
+            theirs(x64, axis=axis, keepdims=True)
+        )
     if axis is not None and isinstance(axis, int):
         t = bg.sum(bg.Tensor.from_numpy(x), axis=axis)
         assert isinstance(t, bg.Tensor) and np.array_equal(t.numpy(), bg.sum(x, axis=axis))
@@ -337,21 +400,51 @@ def test_norm_backward_against_finite_differences(device, rng, shape):
     gx, gw = bg.rms_norm_backward(g, x, w, 1e-6)
     assert gx.shape == x.shape and gw.shape == (shape[-1],)
     for index in [(0,) * len(shape), tuple(d - 1 for d in shape)]:
-        assert abs(gx[index] - numeric(lambda v: ref.rms_norm(v, w, 1e-6), x.astype(np.float64), index)) < 1e-3
+        assert (
+            abs(
+                gx[index] - numeric(lambda v: ref.rms_norm(v, w, 1e-6), x.astype(np.float64), index)
+            )
+            < 1e-3
+        )
     for j in [0, shape[-1] - 1]:
-        assert abs(gw[j] - numeric(lambda v: ref.rms_norm(x, v, 1e-6), w.astype(np.float64), j)) < 1e-3
+        assert (
+            abs(gw[j] - numeric(lambda v: ref.rms_norm(x, v, 1e-6), w.astype(np.float64), j)) < 1e-3
+        )
     gx, gg, gb = bg.layer_norm_backward(g, x, w, 1e-5)
     for index in [(0,) * len(shape), tuple(d - 1 for d in shape)]:
-        assert abs(gx[index] - numeric(lambda v: ref.layer_norm(v, w, b, 1e-5), x.astype(np.float64), index)) < 1e-3
+        assert (
+            abs(
+                gx[index]
+                - numeric(lambda v: ref.layer_norm(v, w, b, 1e-5), x.astype(np.float64), index)
+            )
+            < 1e-3
+        )
     for j in [0, shape[-1] - 1]:
-        assert abs(gg[j] - numeric(lambda v: ref.layer_norm(x, v, b, 1e-5), w.astype(np.float64), j)) < 1e-3
-        assert abs(gb[j] - numeric(lambda v: ref.layer_norm(x, w, v, 1e-5), b.astype(np.float64), j)) < 1e-3
+        assert (
+            abs(gg[j] - numeric(lambda v: ref.layer_norm(x, v, b, 1e-5), w.astype(np.float64), j))
+            < 1e-3
+        )
+        assert (
+            abs(gb[j] - numeric(lambda v: ref.layer_norm(x, w, v, 1e-5), b.astype(np.float64), j))
+            < 1e-3
+        )
 
 
 # Rows held in registers (K % 4 == 0, K <= 8192) and rows read in passes (the rest); 600 rows:
 # more rows than workgroups, so workgroups sum the weight-gradient terms of several rows each.
-BACKWARD_SHAPES = [(1, 1), (3, 7), (2, 33), (5, 4096), (3, 4100), (2, 8192), (2, 8196), (1, 4097),
-                   (2, 3, 300), (600, 64), (600, 33)]
+BACKWARD_SHAPES = [
+    (1, 1),
+    (3, 7),
+    (2, 33),
+    (5, 4096),
+    (3, 4100),
+    (2, 8192),
+    (2, 8196),
+    (1, 4097),
+    (2, 3, 300),
+    (600, 64),
+    (600, 33),
+]
 
 
 @pytest.mark.parametrize("shape", BACKWARD_SHAPES)
@@ -377,7 +470,7 @@ def test_backward_row_ops_against_the_reference(device, rng, shape, dtype):
     close(gx, rgx, 2 * r * np.abs(g64 * w))
     close(gw, rgw, rows(g64 * x64 * r))
     centered = x64 - x64.mean(axis=-1, keepdims=True)
-    r = 1 / np.sqrt((centered ** 2).mean(axis=-1, keepdims=True) + 1e-5)
+    r = 1 / np.sqrt((centered**2).mean(axis=-1, keepdims=True) + 1e-5)
     gx, gg, gb = bg.layer_norm_backward(g, x, w, 1e-5)
     rgx, rgg, rgb = ref.layer_norm_backward(g, x, w, 1e-5)
     close(gx, rgx, 3 * r * np.abs(g64 * w))
@@ -386,7 +479,11 @@ def test_backward_row_ops_against_the_reference(device, rng, shape, dtype):
     out = np.full(shape, np.nan, dtype)  # poisoned: every element must be written
     assert bg.softmax_backward(g, x, out=out) is out
     s = ref.softmax(x64)
-    close(out, ref.softmax_backward(g, x), s * (np.abs(g64) + np.abs(g64 * s).sum(axis=-1, keepdims=True)))
+    close(
+        out,
+        ref.softmax_backward(g, x),
+        s * (np.abs(g64) + np.abs(g64 * s).sum(axis=-1, keepdims=True)),
+    )
 
 
 @pytest.mark.parametrize("groups", [1, 3, 64])
@@ -414,7 +511,9 @@ def test_reductions_into_out(device, rng):
         bg.mean(x, axis=0, out=np.empty((4, 6), np.float32))
 
 
-@pytest.mark.parametrize("shape,axis", [((1, 1), -1), ((3, 7), -1), ((2, 4100), -1), ((4, 3, 5), 1)])
+@pytest.mark.parametrize(
+    "shape,axis", [((1, 1), -1), ((3, 7), -1), ((2, 4100), -1), ((4, 3, 5), 1)]
+)
 def test_softmax_backward(device, rng, shape, axis):
     x = rng.standard_normal(shape).astype(np.float32) * 2
     g = rng.standard_normal(shape).astype(np.float32)

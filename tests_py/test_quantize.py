@@ -24,7 +24,9 @@ def assert_rounded(got, values, what):
     v = np.asarray(values)[mismatch]
     near_tie = ref.rounding_tie_gap(v) <= 1e-6
     off_by_one = np.abs(got[mismatch].astype(np.int64) - expected[mismatch].astype(np.int64)) <= 1
-    assert (near_tie & off_by_one).all(), f"{what}: {(~(near_tie & off_by_one)).sum()} values differ"
+    assert (near_tie & off_by_one).all(), (
+        f"{what}: {(~(near_tie & off_by_one)).sum()} values differ"
+    )
 
 
 def poison(device, nbytes_list):
@@ -59,8 +61,9 @@ def test_ternary_per_tensor_parity(device, rng, shape, dtype):
     np.testing.assert_allclose(q.dequantize(), ref.dequantize(got, q.scale), rtol=1e-6, atol=0)
 
 
-@pytest.mark.parametrize("shape,group", [((1, 64), 64), ((33, 96), 32), ((7, 4096), 128),
-                                         ((3, 35), 7), ((5, 16), 1)])
+@pytest.mark.parametrize(
+    "shape,group", [((1, 64), 64), ((33, 96), 32), ((7, 4096), 128), ((3, 35), 7), ((5, 16), 1)]
+)
 def test_ternary_per_group_parity(device, rng, shape, group):
     w = weights(rng, shape)
     q = bg.quantize_weights(w, group_size=group)
@@ -114,8 +117,10 @@ def test_large_tensors_span_several_bindings(device, rng):
     assert np.array_equal(qx, rq)
 
 
-@pytest.mark.parametrize("shape,group", [((1, 1), None), ((33, 17), None), ((8, 4097), None),
-                                         ((6, 64), 32), ((4, 96), 96)])
+@pytest.mark.parametrize(
+    "shape,group",
+    [((1, 1), None), ((33, 17), None), ((8, 4097), None), ((6, 64), 32), ((4, 96), 96)],
+)
 def test_binary_parity(device, rng, shape, group):
     w = weights(rng, shape)
     b = bg.binarize_weights(w, group_size=group)
@@ -131,8 +136,17 @@ def test_binary_parity(device, rng, shape, group):
 
 
 # Rows held in registers (K % 4 == 0, K <= 8192), rows read twice (K = 8196) and scalar rows.
-ROW_SHAPES = [(1, 1), (1, 4097), (33, 17), (2, 3, 7), (128, 1000), (2, 4), (5, 1028), (3, 8192),
-              (2, 8196)]
+ROW_SHAPES = [
+    (1, 1),
+    (1, 4097),
+    (33, 17),
+    (2, 3, 7),
+    (128, 1000),
+    (2, 4),
+    (5, 1028),
+    (3, 8192),
+    (2, 8196),
+]
 
 
 @pytest.mark.parametrize("shape", ROW_SHAPES)
@@ -146,8 +160,9 @@ def test_symmetric_activation_parity(device, rng, shape, bits, dtype):
     np.testing.assert_allclose(s, ref.activation_scale(x, bits), rtol=1e-6)
     rq, _ = ref.quantize_activations(x, bits, scale=s)
     assert np.array_equal(q, rq)  # x * s is a correctly rounded product: exact
-    np.testing.assert_allclose(bg.dequantize_activations(q, s), ref.dequantize_activations(q, s),
-                               rtol=1e-6, atol=1e-30)
+    np.testing.assert_allclose(
+        bg.dequantize_activations(q, s), ref.dequantize_activations(q, s), rtol=1e-6, atol=1e-30
+    )
 
 
 @pytest.mark.parametrize("shape", ROW_SHAPES)
@@ -231,9 +246,13 @@ def test_pack_and_unpack_on_the_gpu(device, rng):
 def test_nan_and_inf_raise_with_their_count(device):
     w = np.ones((4, 40), np.float32)
     w[0, 3], w[2, 7], w[3, 39] = np.nan, np.inf, -np.inf
-    for call in (lambda: bg.quantize_weights(w), lambda: bg.binarize_weights(w, group_size=8),
-                 lambda: bg.quantize_activations(w), lambda: bg.quantize_gradients(w),
-                 lambda: bg.quantize_activations(w, symmetric=False)):
+    for call in (
+        lambda: bg.quantize_weights(w),
+        lambda: bg.binarize_weights(w, group_size=8),
+        lambda: bg.quantize_activations(w),
+        lambda: bg.quantize_gradients(w),
+        lambda: bg.quantize_activations(w, symmetric=False),
+    ):
         with pytest.raises(ValueError, match="contains 3 NaN or Inf values"):
             call()
     assert bg.quantize_weights(np.ones((4, 40), np.float32)).scale == 1.0  # device still fine
@@ -283,7 +302,9 @@ def test_bad_arguments_raise(device):
     for shape in (None, 5, (2,), (2, 16, 1), "ab", (2, 15.5)):
         with pytest.raises((bg.ShapeError, TypeError), match="shape"):
             bg.unpack_ternary(packed, shape)
-    assert bg.quantize_activations(w, bits=np.int64(4))[0].max() == 7  # NumPy integers are whole numbers
+    assert (
+        bg.quantize_activations(w, bits=np.int64(4))[0].max() == 7
+    )  # NumPy integers are whole numbers
 
 
 def test_scales_of_huge_values_do_not_flush_to_zero(device):
@@ -303,7 +324,8 @@ def test_scales_of_huge_values_do_not_flush_to_zero(device):
     w = bg.quantize_weights(np.array([[3e38]], np.float32))
     np.testing.assert_allclose(w.scale, 3e38, rtol=1e-6)
     assert w.unpack().tolist() == [[1]]
-    y, acc = bg.bitlinear(x, bg.quantize_weights(np.array([[1.0, 0.0]], np.float32)),
-                          return_accumulator=True)
+    y, acc = bg.bitlinear(
+        x, bg.quantize_weights(np.array([[1.0, 0.0]], np.float32)), return_accumulator=True
+    )
     assert acc.ravel().tolist() == [127, -127]
     np.testing.assert_allclose(y.ravel(), [1.5e38, -1.7e38], rtol=1e-6)  # gamma = 0.5

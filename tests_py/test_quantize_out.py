@@ -32,8 +32,11 @@ def test_activations_into_numpy_arrays(device, rng, shape):
 
 def test_asymmetric_activations_into_tensors(device, rng):
     x = rng.standard_normal((9, 130)).astype(np.float16)
-    targets = (poisoned_tensor((9, 130), np.uint8), poisoned_tensor((9,), np.float32),
-               poisoned_tensor((9,), np.uint8))
+    targets = (
+        poisoned_tensor((9, 130), np.uint8),
+        poisoned_tensor((9,), np.float32),
+        poisoned_tensor((9,), np.uint8),
+    )
     got = bg.quantize_activations(x, symmetric=False, out=targets)
     assert all(a is b for a, b in zip(got, targets))
     expected = bg.quantize_activations(x, symmetric=False)
@@ -115,8 +118,9 @@ def test_read_only_and_overlapping_targets(device):
         bg.quantize_activations(x, out=(q, None))
     buffer = poisoned((64,), np.uint8)
     with pytest.raises(ValueError, match="overlap"):
-        bg.quantize_activations(x, symmetric=False,
-                                out=(buffer[:32].reshape(4, 8), None, buffer[28:32]))
+        bg.quantize_activations(
+            x, symmetric=False, out=(buffer[:32].reshape(4, 8), None, buffer[28:32])
+        )
 
 
 def test_numpy_target_untouched_when_input_holds_nan(device):

@@ -19,8 +19,9 @@ from conftest import check_draws
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks", "investigations"))
 import soak as bench_soak  # noqa: E402
 
-PROPERTY = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def public_calls(rng):
@@ -44,7 +45,11 @@ def public_calls(rng):
         ("quantize_weights", lambda a: bg.quantize_weights(a), [w]),
         ("quantize_weights group", lambda a: bg.quantize_weights(a, group_size=16), [w]),
         ("binarize_weights", lambda a: bg.binarize_weights(a), [w]),
-        ("from_packed", lambda p, c: bg.TernaryWeights.from_packed(p, c, (24, 80)), [packed, scale]),
+        (
+            "from_packed",
+            lambda p, c: bg.TernaryWeights.from_packed(p, c, (24, 80)),
+            [packed, scale],
+        ),
         ("pack_ternary", bg.pack_ternary, [values]),
         ("unpack_ternary", lambda p: bg.unpack_ternary(p, (24, 80)), [packed]),
         ("quantize_activations", bg.quantize_activations, [x16]),
@@ -90,20 +95,64 @@ def test_zero_copy_inputs_are_never_written(device, rng):
 
 
 ODD_INPUTS = {
-    "empty": np.zeros((0,), np.float32), "no rows": np.zeros((0, 16), np.float32),
-    "no columns": np.zeros((3, 0), np.float32), "NumPy scalar": np.float32(3.0),
-    "0-d": np.array(2.0, np.float32), "int64": np.arange(12).reshape(3, 4), "bool": np.ones((3, 4), bool),
-    "complex": np.ones((3, 4), np.complex64), "float64": np.ones((3, 4)),
-    "strided": np.ones((4, 8), np.float32)[:, ::2], "transposed": np.ones((4, 8), np.float32).T,
-    "NaN": np.full((3, 4), np.nan, np.float32), "3-D": np.ones((2, 3, 4), np.float32),
-    "list": [[1.0, 2.0], [3.0, 4.0]], "None": None, "text": "abc", "objects": np.array([object()] * 4),
+    "empty": np.zeros((0,), np.float32),
+    "no rows": np.zeros((0, 16), np.float32),
+    "no columns": np.zeros((3, 0), np.float32),
+    "NumPy scalar": np.float32(3.0),
+    "0-d": np.array(2.0, np.float32),
+    "int64": np.arange(12).reshape(3, 4),
+    "bool": np.ones((3, 4), bool),
+    "complex": np.ones((3, 4), np.complex64),
+    "float64": np.ones((3, 4)),
+    "strided": np.ones((4, 8), np.float32)[:, ::2],
+    "transposed": np.ones((4, 8), np.float32).T,
+    "NaN": np.full((3, 4), np.nan, np.float32),
+    "3-D": np.ones((2, 3, 4), np.float32),
+    "list": [[1.0, 2.0], [3.0, 4.0]],
+    "None": None,
+    "text": "abc",
+    "objects": np.array([object()] * 4),
 }
-ONE_INPUT = ["relu", "gelu", "silu", "sigmoid", "tanh", "relu2", "softmax", "sum", "max", "mean", "transpose",
-             "quantize_activations", "quantize_weights", "binarize_weights", "pack_ternary", "unpack_ternary",
-             "dequantize_activations", "dequantize_weights", "quantize", "quantize_gradients", "sample_logits"]
-TWO_INPUTS = ["add", "sub", "mul", "div", "matmul", "mixed_precision_matmul", "silu_mul", "relu2_mul",
-              "relu_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "silu_backward",
-              "relu2_backward", "softmax_backward"]
+ONE_INPUT = [
+    "relu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "relu2",
+    "softmax",
+    "sum",
+    "max",
+    "mean",
+    "transpose",
+    "quantize_activations",
+    "quantize_weights",
+    "binarize_weights",
+    "pack_ternary",
+    "unpack_ternary",
+    "dequantize_activations",
+    "dequantize_weights",
+    "quantize",
+    "quantize_gradients",
+    "sample_logits",
+]
+TWO_INPUTS = [
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "matmul",
+    "mixed_precision_matmul",
+    "silu_mul",
+    "relu2_mul",
+    "relu_backward",
+    "gelu_backward",
+    "sigmoid_backward",
+    "tanh_backward",
+    "silu_backward",
+    "relu2_backward",
+    "softmax_backward",
+]
 
 
 def test_odd_inputs_raise_the_documented_exceptions(device, rng):
@@ -115,7 +164,9 @@ def test_odd_inputs_raise_the_documented_exceptions(device, rng):
     w = bg.quantize_weights(rng.standard_normal((5, 4)).astype(np.float32))
     calls = []
     for odd_name, odd in ODD_INPUTS.items():
-        calls += [(f"{name}({odd_name})", lambda f=getattr(bg, name), a=odd: f(a)) for name in ONE_INPUT]
+        calls += [
+            (f"{name}({odd_name})", lambda f=getattr(bg, name), a=odd: f(a)) for name in ONE_INPUT
+        ]
         for name in TWO_INPUTS:
             calls.append((f"{name}(x, {odd_name})", lambda f=getattr(bg, name), a=odd: f(x, a)))
             calls.append((f"{name}({odd_name}, x)", lambda f=getattr(bg, name), a=odd: f(a, x)))
@@ -124,10 +175,16 @@ def test_odd_inputs_raise_the_documented_exceptions(device, rng):
             (f"bitlinear(x, w, bias={odd_name})", lambda a=odd: bg.bitlinear(x, w, a)),
             (f"rms_norm({odd_name})", lambda a=odd: bg.rms_norm(a, np.ones(4, np.float32))),
             (f"rms_norm(x, {odd_name})", lambda a=odd: bg.rms_norm(x, a)),
-            (f"layer_norm(x, ones, {odd_name})", lambda a=odd: bg.layer_norm(x, np.ones(4, np.float32), a)),
+            (
+                f"layer_norm(x, ones, {odd_name})",
+                lambda a=odd: bg.layer_norm(x, np.ones(4, np.float32), a),
+            ),
             (f"attention({odd_name})", lambda a=odd: bg.attention(a, a, a)),
             (f"rope({odd_name})", lambda a=odd: bg.rope(a, 0)),
-            (f"bitlinear_backward_input({odd_name})", lambda a=odd: bg.bitlinear_backward_input(a, w)),
+            (
+                f"bitlinear_backward_input({odd_name})",
+                lambda a=odd: bg.bitlinear_backward_input(a, w),
+            ),
             (f"Tensor.from_numpy({odd_name})", lambda a=odd: np.asarray(bg.Tensor.from_numpy(a))),
         ]
     wrong = []
@@ -183,24 +240,34 @@ HOW = st.sampled_from(["numpy", "strided", "device", "host"])
 
 
 @PROPERTY
-@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=40), data=st.data(), how=HOW,
-       dtype=st.sampled_from([np.float32, np.float16]))
+@given(
+    shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=40),
+    data=st.data(),
+    how=HOW,
+    dtype=st.sampled_from([np.float32, np.float16]),
+)
 def test_property_quantize_activations(device, shape, data, how, dtype):
     elements = FLOATS if dtype == np.float32 else st.floats(-6e4, 6e4, width=16)
     x = data.draw(arrays(np.float32, shape, elements)).astype(dtype)
     q, s = bg.quantize_activations(placed(x, how))
     q, s = as_numpy(q), as_numpy(s)
     x32 = x.astype(np.float32)
-    np.testing.assert_allclose(s, ref.activation_scale(x32.reshape(-1, shape[-1])).reshape(shape[:-1]),
-                               rtol=3e-7)
+    np.testing.assert_allclose(
+        s, ref.activation_scale(x32.reshape(-1, shape[-1])).reshape(shape[:-1]), rtol=3e-7
+    )
     expected, _ = ref.quantize_activations(x32.reshape(-1, shape[-1]), scale=s.reshape(-1))
     assert np.array_equal(q.reshape(-1, shape[-1]), expected)
 
 
 @PROPERTY
-@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=40), data=st.data(), how=HOW,
-       temperature=st.sampled_from([0.0, 1e-30, 0.3, 1.0, 7.0, 1e37]), top_k=st.integers(0, 45),
-       infinite=st.booleans())
+@given(
+    shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=40),
+    data=st.data(),
+    how=HOW,
+    temperature=st.sampled_from([0.0, 1e-30, 0.3, 1.0, 7.0, 1e37]),
+    top_k=st.integers(0, 45),
+    infinite=st.booleans(),
+)
 def test_property_sample_logits(device, shape, data, how, temperature, top_k, infinite):
     """Draws on special values (signed zeros, subnormals, +-3e38, and +-inf where `infinite`) at
     temperatures from 0 to 1e37: reference.sample_rows's index, or one whose reference score lies
@@ -213,16 +280,22 @@ def test_property_sample_logits(device, shape, data, how, temperature, top_k, in
 
 
 @PROPERTY
-@given(shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=30), data=st.data(),
-       poison=st.sampled_from([np.nan, np.inf, -np.inf]))
+@given(
+    shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=30),
+    data=st.data(),
+    poison=st.sampled_from([np.nan, np.inf, -np.inf]),
+)
 def test_property_nonfinite_inputs_raise_with_their_count(device, shape, data, poison):
     x = data.draw(arrays(np.float32, shape))
     flat = x.reshape(-1)
     where = data.draw(st.lists(st.integers(0, flat.size - 1), min_size=1, max_size=4, unique=True))
     flat[where] = poison
     word = "value" if len(where) == 1 else "values"
-    for fn in (bg.quantize_activations, bg.quantize_gradients,
-               lambda a: bg.quantize_weights(a.reshape(1, -1))):
+    for fn in (
+        bg.quantize_activations,
+        bg.quantize_gradients,
+        lambda a: bg.quantize_weights(a.reshape(1, -1)),
+    ):
         with pytest.raises(ValueError, match=f"{len(where)} NaN or Inf {word}"):
             fn(x)
 
@@ -238,7 +311,9 @@ def grouped(quantize, w, group):
 
 
 @PROPERTY
-@given(n=st.integers(1, 20), k=st.integers(1, 70), data=st.data(), group=st.sampled_from([None, 4, 7]))
+@given(
+    n=st.integers(1, 20), k=st.integers(1, 70), data=st.data(), group=st.sampled_from([None, 4, 7])
+)
 def test_property_quantize_weights(device, n, k, data, group):
     w = data.draw(arrays(np.float32, (n, k), st.floats(-1e3, 1e3, width=32)))
     q = grouped(bg.quantize_weights, w, group)
@@ -251,12 +326,20 @@ def test_property_quantize_weights(device, n, k, data, group):
     differ = v != np.clip(np.rint(values), -1, 1)
     near_tie = ref.rounding_tie_gap(values) <= 1e-6
     assert (near_tie | ~differ).all()  # only values within 1e-6 of a rounding tie may differ
-    assert np.array_equal(bg.TernaryWeights.from_packed(q.packed(), q.scale, (n, k), group).unpack(), v)
+    assert np.array_equal(
+        bg.TernaryWeights.from_packed(q.packed(), q.scale, (n, k), group).unpack(), v
+    )
 
 
 @PROPERTY
-@given(m=st.integers(1, 12), k=st.integers(1, 90), n=st.integers(1, 40), data=st.data(),
-       how=HOW, algorithm=st.sampled_from([None, "matvec", "tiled"]))
+@given(
+    m=st.integers(1, 12),
+    k=st.integers(1, 90),
+    n=st.integers(1, 40),
+    data=st.data(),
+    how=HOW,
+    algorithm=st.sampled_from([None, "matvec", "tiled"]),
+)
 def test_property_bitlinear_accumulators_are_exact(device, m, k, n, data, how, algorithm):
     if algorithm == "matvec" and m > 8:
         algorithm = None
@@ -284,8 +367,12 @@ def test_property_pack_round_trip_and_invalid_values(device, n, k, data):
 
 
 @PROPERTY
-@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=30), data=st.data(),
-       seed=st.integers(0, 2**64 - 1), stochastic=st.booleans())
+@given(
+    shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=30),
+    data=st.data(),
+    seed=st.integers(0, 2**64 - 1),
+    stochastic=st.booleans(),
+)
 def test_property_quantize_gradients(device, shape, data, seed, stochastic):
     g = data.draw(arrays(np.float32, shape, st.floats(-1e4, 1e4, width=32)))
     q, s = bg.quantize_gradients(g, stochastic=stochastic, seed=seed)
@@ -300,7 +387,9 @@ def test_property_quantize_gradients(device, shape, data, seed, stochastic):
 
 
 @PROPERTY
-@given(n=st.integers(1, 12), k=st.integers(1, 70), data=st.data(), group=st.sampled_from([None, 2, 5]))
+@given(
+    n=st.integers(1, 12), k=st.integers(1, 70), data=st.data(), group=st.sampled_from([None, 2, 5])
+)
 def test_property_binarize_weights(device, n, k, data, group):
     w = data.draw(arrays(np.float32, (n, k), st.floats(-1e3, 1e3, width=32)))
     b = grouped(bg.binarize_weights, w, group)
@@ -313,17 +402,27 @@ def test_property_binarize_weights(device, n, k, data, group):
 
 
 @PROPERTY
-@given(m=st.integers(1, 40), k=st.integers(1, 70), n=st.integers(1, 30), data=st.data(),
-       algorithm=st.sampled_from([None, "tiled"]))
+@given(
+    m=st.integers(1, 40),
+    k=st.integers(1, 70),
+    n=st.integers(1, 30),
+    data=st.data(),
+    algorithm=st.sampled_from([None, "tiled"]),
+)
 def test_property_int8_matmul_is_exact(device, m, k, n, data, algorithm):
     a = data.draw(hnp.arrays(np.int8, (m, k)))
     b = data.draw(hnp.arrays(np.int8, (k, n)))
-    assert np.array_equal(bg.mixed_precision_matmul(a, b, algorithm=algorithm), ref.exact_int_matmul(a, b))
+    assert np.array_equal(
+        bg.mixed_precision_matmul(a, b, algorithm=algorithm), ref.exact_int_matmul(a, b)
+    )
 
 
 @PROPERTY
-@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=30), data=st.data(),
-       symmetric=st.booleans())
+@given(
+    shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=30),
+    data=st.data(),
+    symmetric=st.booleans(),
+)
 def test_property_dequantize_activations(device, shape, data, symmetric):
     x = data.draw(arrays(np.float32, shape, st.floats(-1e3, 1e3, width=32)))
     if symmetric:
@@ -331,8 +430,10 @@ def test_property_dequantize_activations(device, shape, data, symmetric):
         got, expected = bg.dequantize_activations(q, s), ref.dequantize_activations(q, s)
     else:
         q, step, zp = bg.quantize_activations(x, symmetric=False)
-        got, expected = (bg.dequantize_activations(q, step, zp),
-                         ref.dequantize_activations(q, step, zp))
+        got, expected = (
+            bg.dequantize_activations(q, step, zp),
+            ref.dequantize_activations(q, step, zp),
+        )
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-30)
 
 
@@ -347,9 +448,13 @@ def test_property_backward_input(device, m, n, k, data):
 
 
 @PROPERTY
-@given(dtype=st.sampled_from([np.float32, np.float16, np.int8, np.uint8, np.int32, np.uint32]),
-       shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=9), data=st.data(),
-       memory=st.sampled_from(["device", "host"]), strided=st.booleans())
+@given(
+    dtype=st.sampled_from([np.float32, np.float16, np.int8, np.uint8, np.int32, np.uint32]),
+    shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=9),
+    data=st.data(),
+    memory=st.sampled_from(["device", "host"]),
+    strided=st.booleans(),
+)
 def test_property_tensor_round_trip(device, dtype, shape, data, memory, strided):
     a = data.draw(hnp.arrays(dtype, shape))
     source = np.repeat(a, 2, axis=-1)[..., ::2] if strided and a.ndim else a
@@ -359,15 +464,22 @@ def test_property_tensor_round_trip(device, dtype, shape, data, memory, strided)
 
 
 @PROPERTY
-@given(m=st.integers(1, 20), n=st.integers(1, 30), k=st.integers(1, 60), data=st.data(),
-       group=st.sampled_from([None, 3]), bias=st.booleans())
+@given(
+    m=st.integers(1, 20),
+    n=st.integers(1, 30),
+    k=st.integers(1, 60),
+    data=st.data(),
+    group=st.sampled_from([None, 3]),
+    bias=st.booleans(),
+)
 def test_property_weights_layer_and_ternary_matmul(device, m, n, k, data, group, bias):
     w = data.draw(arrays(np.float32, (n, k), st.floats(-2, 2, width=32)))
     if group is not None and k % group:
         group = None
     q = bg.quantize_weights(w, group_size=group)
-    np.testing.assert_allclose(bg.dequantize_weights(q), ref.dequantize(q.unpack(), q.scale, group),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        bg.dequantize_weights(q), ref.dequantize(q.unpack(), q.scale, group), rtol=1e-6
+    )
     a = data.draw(hnp.arrays(np.int8, (m, k)))
     assert np.array_equal(bg.mixed_precision_matmul(a, q), ref.exact_int_matmul(a, q.unpack().T))
     b = data.draw(arrays(np.float32, (n,), st.floats(-1, 1, width=32))) if bias else None
@@ -375,11 +487,17 @@ def test_property_weights_layer_and_ternary_matmul(device, m, n, k, data, group,
     x = data.draw(arrays(np.float32, (m, k), st.floats(-50, 50, width=32)))
     xq, s = bg.quantize_activations(x)
     # y = acc * gamma / s + bias can cancel to ~0 (the H100 found such a case); the rounding
-    # error is relative to the terms (each group's gamma * acc_g / s, and the bias), not to their sum.
+    # error is relative to the terms (each group's gamma * acc_g / s, and the bias), not to their
+    # sum.
     groups = 1 if group is None else k // group
-    per_group = np.einsum("mgj,ngj->mng", xq.reshape(m, groups, -1).astype(np.float64),
-                          q.unpack().reshape(n, groups, -1).astype(np.float64))
-    gamma = np.broadcast_to(np.asarray(q.scale, np.float64).reshape(-1, groups) if group else q.scale, (n, groups))
+    per_group = np.einsum(
+        "mgj,ngj->mng",
+        xq.reshape(m, groups, -1).astype(np.float64),
+        q.unpack().reshape(n, groups, -1).astype(np.float64),
+    )
+    gamma = np.broadcast_to(
+        np.asarray(q.scale, np.float64).reshape(-1, groups) if group else q.scale, (n, groups)
+    )
     terms = (np.abs(per_group) * gamma[None]).sum(-1) / s[:, None].astype(np.float64)
     terms = terms + (0 if b is None else np.abs(b.astype(np.float64)))
     expected = ref.bitlinear(x, q.unpack(), q.scale, b, scale=s)[0].astype(np.float64)

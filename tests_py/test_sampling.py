@@ -22,7 +22,9 @@ def test_draws_are_the_references(rng, n, top_k, temperature):
     logits = (rng.standard_normal((5, n)) * rng.uniform(0.5, 8)).astype(np.float32)
     seed, step = int(rng.integers(0, 2**64, dtype=np.uint64)), int(rng.integers(0, 2**32))
     out = _poisoned((5,))
-    bg.sample_logits(bg.Tensor.from_numpy(logits), temperature, top_k, seed=seed, step=step, out=out)
+    bg.sample_logits(
+        bg.Tensor.from_numpy(logits), temperature, top_k, seed=seed, step=step, out=out
+    )
     assert check_draws(logits, out.numpy(), temperature, top_k, seed, step) <= 1
     if temperature == 0 or top_k == 1:
         np.testing.assert_array_equal(out.numpy(), logits.argmax(axis=1))
@@ -62,25 +64,39 @@ def test_draws_follow_the_softmax_of_the_kept_values(rng):
     p /= p.sum()
     seed = int(rng.integers(0, 2**63))
     by_row = bg.sample_logits(np.tile(x, (20000, 1)), t, k, seed=seed, step=5)
-    by_step = np.concatenate([bg.sample_logits(np.tile(x, (1, 1)), t, k, seed=seed, step=s) for s in range(400)])
+    by_step = np.concatenate(
+        [bg.sample_logits(np.tile(x, (1, 1)), t, k, seed=seed, step=s) for s in range(400)]
+    )
     for draws in (by_row, by_step):
         counts = np.bincount(draws, minlength=x.size)
         assert counts[~kept].sum() == 0
         sigma = np.sqrt(draws.size * p * (1 - p))
-        assert np.all(np.abs(counts - draws.size * p) <= 5.5 * sigma + 1e-9), (counts, draws.size * p)
+        assert np.all(np.abs(counts - draws.size * p) <= 5.5 * sigma + 1e-9), (
+            counts,
+            draws.size * p,
+        )
     # independence of consecutive steps of one row, over 4000 steps
-    steps = np.concatenate([bg.sample_logits(np.tile(x, (10, 1)), t, k, seed=seed + 1, step=s)[None]
-                            for s in range(400)]).T.reshape(-1)
+    steps = np.concatenate(
+        [
+            bg.sample_logits(np.tile(x, (10, 1)), t, k, seed=seed + 1, step=s)[None]
+            for s in range(400)
+        ]
+    ).T.reshape(-1)
     first = steps[:-1] == 0
     both = np.mean(first & (steps[1:] == 0))
     assert abs(both - p[0] ** 2) <= 5.5 * np.sqrt(p[0] ** 2 * (1 - p[0] ** 2) / first.size)
 
 
 def test_ties_infinities_and_the_first_largest():
-    x = np.array([[5, 5, 5, 1],                     # top_k 1 keeps the three tied values
-                  [-np.inf, 3, np.inf, np.inf],      # +inf wins: the first of them
-                  [-np.inf, -np.inf, -np.inf, -np.inf],  # every kept value -inf: the first
-                  [-np.inf, 0, -np.inf, -0.0]], np.float32)  # -inf never drawn; -0 and 0 tie
+    x = np.array(
+        [
+            [5, 5, 5, 1],  # top_k 1 keeps the three tied values
+            [-np.inf, 3, np.inf, np.inf],  # +inf wins: the first of them
+            [-np.inf, -np.inf, -np.inf, -np.inf],  # every kept value -inf: the first
+            [-np.inf, 0, -np.inf, -0.0],
+        ],
+        np.float32,
+    )  # -inf never drawn; -0 and 0 tie
     draws = np.stack([bg.sample_logits(x, 2.0, 1, step=s) for s in range(64)])
     assert set(draws[:, 0]) == {0, 1, 2}
     assert set(draws[:, 1]) == {2} and set(draws[:, 2]) == {0} and set(draws[:, 3]) == {1, 3}
@@ -122,9 +138,17 @@ def test_shapes_tensors_out_and_graphs(device, rng):
         params = graph.input("params", (6,), np.uint32)
         start = graph.input("start", (1,), np.int32)
         graph.output("ids", _core.sample_rows(x_in, params, start, 2))
-    for temperature, top_k, seed, step in [(1.0, 10, 1, 0), (0.5, None, 2**40 + 3, 77), (3.0, 1, 9, 5)]:
-        got = graph.run(x=logits, params=_sampling_params(temperature, top_k, seed, 300),
-                        start=np.array([step], np.int32), numpy=True)["ids"]
+    for temperature, top_k, seed, step in [
+        (1.0, 10, 1, 0),
+        (0.5, None, 2**40 + 3, 77),
+        (3.0, 1, 9, 5),
+    ]:
+        got = graph.run(
+            x=logits,
+            params=_sampling_params(temperature, top_k, seed, 300),
+            start=np.array([step], np.int32),
+            numpy=True,
+        )["ids"]
         assert check_draws(logits, got, temperature, top_k, seed, step + 2) <= 1
 
 
@@ -142,37 +166,60 @@ def test_errors_leave_the_device_usable(rng):
         bg.sample_logits(x, 1.0, out=target)
     np.testing.assert_array_equal(target, -9)  # a NumPy target is left as it was
     good = np.nan_to_num(x)
-    for bad, error in [(good.astype(np.float64), bg.DTypeError), (good.astype(np.float16), bg.DTypeError),
-                       (np.zeros((2, 0), np.float32), bg.ShapeError), (np.float32(1.0), bg.ShapeError)]:
+    for bad, error in [
+        (good.astype(np.float64), bg.DTypeError),
+        (good.astype(np.float16), bg.DTypeError),
+        (np.zeros((2, 0), np.float32), bg.ShapeError),
+        (np.float32(1.0), bg.ShapeError),
+    ]:
         with pytest.raises(error):
             bg.sample_logits(bad, 1.0)
     assert bg.sample_logits(np.zeros((0, 5), np.float32), 1.0).shape == (0,)
-    for kwargs, error in [({"temperature": -1.0}, bg.ArgumentError), ({"temperature": float("nan")}, bg.ArgumentError),
-                          ({"temperature": float("inf")}, bg.ArgumentError), ({"temperature": 1e38}, bg.ArgumentError),
-                          ({"temperature": "1"}, TypeError), ({"top_k": 0}, bg.ArgumentError),
-                          ({"top_k": 2.5}, TypeError), ({"seed": -1}, bg.ArgumentError),
-                          ({"step": 2**32}, bg.ArgumentError), ({"step": -1}, bg.ArgumentError),
-                          ({"top_p": 0}, bg.ArgumentError), ({"top_p": -0.5}, bg.ArgumentError),
-                          ({"top_p": 1.5}, bg.ArgumentError), ({"top_p": float("nan")}, bg.ArgumentError),
-                          ({"top_p": "0.5"}, TypeError), ({"top_p": True}, TypeError)]:
+    for kwargs, error in [
+        ({"temperature": -1.0}, bg.ArgumentError),
+        ({"temperature": float("nan")}, bg.ArgumentError),
+        ({"temperature": float("inf")}, bg.ArgumentError),
+        ({"temperature": 1e38}, bg.ArgumentError),
+        ({"temperature": "1"}, TypeError),
+        ({"top_k": 0}, bg.ArgumentError),
+        ({"top_k": 2.5}, TypeError),
+        ({"seed": -1}, bg.ArgumentError),
+        ({"step": 2**32}, bg.ArgumentError),
+        ({"step": -1}, bg.ArgumentError),
+        ({"top_p": 0}, bg.ArgumentError),
+        ({"top_p": -0.5}, bg.ArgumentError),
+        ({"top_p": 1.5}, bg.ArgumentError),
+        ({"top_p": float("nan")}, bg.ArgumentError),
+        ({"top_p": "0.5"}, TypeError),
+        ({"top_p": True}, TypeError),
+    ]:
         with pytest.raises(error):
             bg.sample_logits(good, **{"temperature": 1.0, **kwargs})
     assert check_draws(good, bg.sample_logits(good, 1.0, 5, seed=4), 1.0, 5, 4, 0) <= 1
 
 
-needs_int64_atomics = pytest.mark.skipif(not bg.default_device().info.features["int64_atomics"],
-                                         reason="top-p needs 64-bit integer atomics")
+needs_int64_atomics = pytest.mark.skipif(
+    not bg.default_device().info.features["int64_atomics"],
+    reason="top-p needs 64-bit integer atomics",
+)
 
 
 @needs_int64_atomics
 @pytest.mark.parametrize("n", [1, 7, 33, 1000, 4097])
 @pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.999])
 def test_top_p_draws_are_the_references(rng, n, top_p):
-    for temperature, top_k in [(0.3, None), (1.0, 50), (4.0, 3), (float(rng.uniform(0.1, 3)), None)]:
+    for temperature, top_k in [
+        (0.3, None),
+        (1.0, 50),
+        (4.0, 3),
+        (float(rng.uniform(0.1, 3)), None),
+    ]:
         logits = (rng.standard_normal((5, n)) * rng.uniform(0.5, 8)).astype(np.float32)
         seed, step = int(rng.integers(0, 2**64, dtype=np.uint64)), int(rng.integers(0, 2**32))
         out = _poisoned((5,))
-        bg.sample_logits(bg.Tensor.from_numpy(logits), temperature, top_k, top_p, seed=seed, step=step, out=out)
+        bg.sample_logits(
+            bg.Tensor.from_numpy(logits), temperature, top_k, top_p, seed=seed, step=step, out=out
+        )
         assert check_draws(logits, out.numpy(), temperature, top_k, seed, step, top_p) <= 1
 
 
@@ -220,7 +267,9 @@ def test_top_p_draws_follow_the_renormalized_softmax(rng):
     np.testing.assert_array_equal(reference.sampling_kept(x, None, top_p, t), kept)
     p = np.where(kept, np.exp((x.astype(np.float64) - 2.0) / t), 0.0)
     p /= p.sum()
-    draws = bg.sample_logits(np.tile(x, (20000, 1)), t, None, top_p, seed=int(rng.integers(0, 2**63)), step=1)
+    draws = bg.sample_logits(
+        np.tile(x, (20000, 1)), t, None, top_p, seed=int(rng.integers(0, 2**63)), step=1
+    )
     counts = np.bincount(draws, minlength=x.size)
     assert counts[~kept].sum() == 0
     sigma = np.sqrt(draws.size * p * (1 - p))
@@ -229,20 +278,31 @@ def test_top_p_draws_follow_the_renormalized_softmax(rng):
 
 @needs_int64_atomics
 def test_top_p_edges(device, rng):
-    x = np.array([[5, 5, 1, 0],                      # the tied largest values kept together
-                  [-np.inf, 3, np.inf, np.inf],      # an infinite largest value: top-p keeps all
-                  [-np.inf, -np.inf, -np.inf, -np.inf],
-                  [-np.inf, 0, -np.inf, -0.0]], np.float32)
+    x = np.array(
+        [
+            [5, 5, 1, 0],  # the tied largest values kept together
+            [-np.inf, 3, np.inf, np.inf],  # an infinite largest value: top-p keeps all
+            [-np.inf, -np.inf, -np.inf, -np.inf],
+            [-np.inf, 0, -np.inf, -0.0],
+        ],
+        np.float32,
+    )
     draws = np.stack([bg.sample_logits(x, 1.0, None, 1e-6, step=s) for s in range(64)])
     assert set(draws[:, 0]) == {0, 1}
     assert set(draws[:, 1]) == {2} and set(draws[:, 2]) == {0} and set(draws[:, 3]) == {1, 3}
     np.testing.assert_array_equal(bg.sample_logits(x, 0.0, None, 0.5), [0, 2, 0, 1])  # argmax
     logits = (rng.standard_normal((6, 500)) * 2).astype(np.float32)
     # top_p 1 is no top-p; top_k 1 leaves nothing for top-p to drop; a tiny top_p keeps the largest
-    np.testing.assert_array_equal(bg.sample_logits(logits, 1.3, 9, 1.0, seed=2, step=4),
-                                  bg.sample_logits(logits, 1.3, 9, None, seed=2, step=4))
-    np.testing.assert_array_equal(bg.sample_logits(logits, 3.0, 1, 0.9, seed=2), logits.argmax(axis=1))
-    np.testing.assert_array_equal(bg.sample_logits(logits, 3.0, None, 1e-9, seed=2), logits.argmax(axis=1))
+    np.testing.assert_array_equal(
+        bg.sample_logits(logits, 1.3, 9, 1.0, seed=2, step=4),
+        bg.sample_logits(logits, 1.3, 9, None, seed=2, step=4),
+    )
+    np.testing.assert_array_equal(
+        bg.sample_logits(logits, 3.0, 1, 0.9, seed=2), logits.argmax(axis=1)
+    )
+    np.testing.assert_array_equal(
+        bg.sample_logits(logits, 3.0, None, 1e-9, seed=2), logits.argmax(axis=1)
+    )
     # large values and extreme temperatures: weights underflow to 0, never overflow
     big = np.array([[3e38, -3e38, 1e-45, 0.0, 3e38]], np.float32)
     assert int(bg.sample_logits(big, 1e37, None, 0.5, step=1)[0]) in (0, 4)
@@ -252,7 +312,12 @@ def test_top_p_edges(device, rng):
     assert len(set(int(bg.sample_logits(flat, 1.0, None, 0.01, step=s)[0]) for s in range(40))) > 20
     # a NumPy float32 top_p, Tensors in and out
     target = _poisoned((6,))
-    assert bg.sample_logits(bg.Tensor.from_numpy(logits), 1.0, None, np.float32(0.5), seed=6, out=target) is target
+    assert (
+        bg.sample_logits(
+            bg.Tensor.from_numpy(logits), 1.0, None, np.float32(0.5), seed=6, out=target
+        )
+        is target
+    )
     assert check_draws(logits, target.numpy(), 1.0, None, 6, 0, float(np.float32(0.5))) <= 1
     # NaN raises (its row gets -1, the others their draws); the device stays usable
     bad = logits.copy()
@@ -262,7 +327,10 @@ def test_top_p_edges(device, rng):
         bg.sample_logits(bg.Tensor.from_numpy(bad), 1.0, None, 0.9, seed=3, out=target)
     assert target.numpy()[2] == -1
     assert check_draws(bad, target.numpy(), 1.0, None, 3, 0, 0.9) <= 1
-    assert check_draws(logits, bg.sample_logits(logits, 1.0, None, 0.9, seed=3), 1.0, None, 3, 0, 0.9) <= 1
+    assert (
+        check_draws(logits, bg.sample_logits(logits, 1.0, None, 0.9, seed=3), 1.0, None, 3, 0, 0.9)
+        <= 1
+    )
 
 
 @needs_int64_atomics
@@ -276,8 +344,18 @@ def test_top_p_in_a_graph(device, rng):
         params = graph.input("params", (6,), np.uint32)
         start = graph.input("start", (1,), np.int32)
         graph.output("ids", _core.sample_rows(x_in, params, start, 1, None, True))
-    for temperature, top_k, top_p, step in [(1.0, None, 0.9, 0), (0.5, 100, 0.3, 7), (2.0, None, None, 3),
-                                            (1.0, None, 0.9, 0), (0.0, None, 0.5, 2), (4.0, 10, 0.999, 9)]:
-        got = graph.run(x=logits, params=_sampling_params(temperature, top_k, 5, 2000, top_p),
-                        start=np.array([step], np.int32), numpy=True)["ids"]
+    for temperature, top_k, top_p, step in [
+        (1.0, None, 0.9, 0),
+        (0.5, 100, 0.3, 7),
+        (2.0, None, None, 3),
+        (1.0, None, 0.9, 0),
+        (0.0, None, 0.5, 2),
+        (4.0, 10, 0.999, 9),
+    ]:
+        got = graph.run(
+            x=logits,
+            params=_sampling_params(temperature, top_k, 5, 2000, top_p),
+            start=np.array([step], np.int32),
+            numpy=True,
+        )["ids"]
         assert check_draws(logits, got, temperature, top_k, 5, step + 1, top_p) <= 1

@@ -48,7 +48,9 @@ def test_screened_argmax_is_the_float_heads_argmax(dtype, v, k):
         sigma_h = np.abs(h).max() / 32767
         flips = sigma_h * meta[:, 0] * np.abs(q[:, :k][:, may_flip].astype(np.float64)).sum(axis=1)
         slack = 1e-5 * np.abs(ref_high) + 1e-3 * (ref_high - ref_low) / 2 + 1.01 * flips
-        assert (np.abs(high.numpy() - ref_high) <= slack).all(), np.max(np.abs(high.numpy() - ref_high) / slack)
+        assert (np.abs(high.numpy() - ref_high) <= slack).all(), np.max(
+            np.abs(high.numpy() - ref_high) / slack
+        )
         top2 = np.sort(exact[0])[-2:]
         if v == 1 or top2[1] - top2[0] > 1e-3 * np.abs(exact).max():
             assert out.numpy()[0] == np.argmax(exact)
@@ -116,20 +118,42 @@ SAMPLINGS = [(0.0, None), (0.3, 1), (0.8, None), (0.8, 5), (1.0, 50), (3.0, None
 
 
 # With top-p: (temperature, top_k, top_p)
-NUCLEUS_SAMPLINGS = [(0.8, None, 0.9), (0.3, None, 0.5), (1.0, 50, 0.95), (3.0, None, 0.99), (0.8, None, 1e-6)]
+NUCLEUS_SAMPLINGS = [
+    (0.8, None, 0.9),
+    (0.3, None, 0.5),
+    (1.0, 50, 0.95),
+    (3.0, None, 0.99),
+    (0.8, None, 1e-6),
+]
 
 
 def _screened_draw(h, head, temperature, top_k, seed, step, exact=None, top_p=None):
     q, meta = screening_tables(head)
     params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0], top_p))
-    return _core.screened_sample(_tensor(h), _tensor(head), _tensor(q), _tensor(meta), params,
-                                 _tensor(np.array([step], np.int32)), 1, None, exact, top_p is not None).numpy()[0]
+    return _core.screened_sample(
+        _tensor(h),
+        _tensor(head),
+        _tensor(q),
+        _tensor(meta),
+        params,
+        _tensor(np.array([step], np.int32)),
+        1,
+        None,
+        exact,
+        top_p is not None,
+    ).numpy()[0]
 
 
 def _float_head_draw(h, head, temperature, top_k, seed, step, top_p=None):
     params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0], top_p))
-    return _core.sample_rows(_core.linear_rows(_tensor(h), _tensor(head)), params,
-                             _tensor(np.array([step], np.int32)), 1, None, top_p is not None).numpy()[0]
+    return _core.sample_rows(
+        _core.linear_rows(_tensor(h), _tensor(head)),
+        params,
+        _tensor(np.array([step], np.int32)),
+        1,
+        None,
+        top_p is not None,
+    ).numpy()[0]
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -156,14 +180,25 @@ def test_screened_sample_is_the_float_heads_draw(dtype, v, k):
             assert candidates.sum() <= v // 4, candidates.sum()
 
 
-needs_int64_atomics = pytest.mark.skipif(not bg.default_device().info.features["int64_atomics"],
-                                         reason="top-p needs 64-bit integer atomics")
+needs_int64_atomics = pytest.mark.skipif(
+    not bg.default_device().info.features["int64_atomics"],
+    reason="top-p needs 64-bit integer atomics",
+)
 
 
 @needs_int64_atomics
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-@pytest.mark.parametrize("v,k,scale", [(1, 4, 1.0), (7, 60, 1.0), (1000, 16, 1.0), (4097, 2560, 1.0),
-                                       (4097, 2560, 0.02), (2100, 1028, 0.05)])
+@pytest.mark.parametrize(
+    "v,k,scale",
+    [
+        (1, 4, 1.0),
+        (7, 60, 1.0),
+        (1000, 16, 1.0),
+        (4097, 2560, 1.0),
+        (4097, 2560, 0.02),
+        (2100, 1028, 0.05),
+    ],
+)
 def test_screened_top_p_is_the_float_heads_draw(dtype, v, k, scale):
     """With top-p the screened draw gives the float head's draw bit for bit: without top_k its
     candidates are the rows within 22.5 t of the largest lower end (the others' weights are 0),
@@ -194,8 +229,9 @@ def test_screened_sample_near_ties_and_special_values():
     for trial in range(8):
         h = _hidden_with_outliers(k, trial % 2)
         temperature, top_k = SAMPLINGS[trial % len(SAMPLINGS)]
-        assert (_screened_draw(h, head, temperature, top_k, trial, 9) ==
-                _float_head_draw(h, head, temperature, top_k, trial, 9))
+        assert _screened_draw(h, head, temperature, top_k, trial, 9) == _float_head_draw(
+            h, head, temperature, top_k, trial, 9
+        )
     for value in (0.0, 1e-25):
         h = np.full((1, k), value, np.float32)
         assert _screened_draw(h, head, 0.8, 5, 1, 2) == _float_head_draw(h, head, 0.8, 5, 1, 2)
@@ -205,10 +241,19 @@ def test_screened_sample_near_ties_and_special_values():
         _screened_draw(h, head, 0.8, None, 1, 2)
     with pytest.raises(bg.DTypeError, match="params"):
         q, meta = screening_tables(head)
-        _core.screened_sample(_tensor(h), _tensor(head), _tensor(q), _tensor(meta),
-                              _tensor(np.zeros(4, np.uint32)), _tensor(np.zeros(1, np.int32)), 0)
+        _core.screened_sample(
+            _tensor(h),
+            _tensor(head),
+            _tensor(q),
+            _tensor(meta),
+            _tensor(np.zeros(4, np.uint32)),
+            _tensor(np.zeros(1, np.int32)),
+            0,
+        )
     h[0, 3] = 1.0
-    assert _screened_draw(h, head, 0.8, 5, 1, 2) == _float_head_draw(h, head, 0.8, 5, 1, 2)  # still usable
+    assert _screened_draw(h, head, 0.8, 5, 1, 2) == _float_head_draw(
+        h, head, 0.8, 5, 1, 2
+    )  # still usable
 
 
 def test_screened_argmax_rejects_bad_input():
@@ -216,7 +261,9 @@ def test_screened_argmax_rejects_bad_input():
     q, meta = screening_tables(head)
     h = rng.standard_normal((1, 8)).astype(np.float32)
     with pytest.raises(bg.DTypeError):
-        _core.screened_argmax(_tensor(h.astype(np.float16)), _tensor(head), _tensor(q), _tensor(meta))
+        _core.screened_argmax(
+            _tensor(h.astype(np.float16)), _tensor(head), _tensor(q), _tensor(meta)
+        )
     with pytest.raises(bg.DTypeError):
         _core.screened_argmax(_tensor(h), _tensor(head), _tensor(q.view(np.uint8)), _tensor(meta))
     with pytest.raises(bg.ShapeError, match=r"x \[1, K\]"):
@@ -244,7 +291,9 @@ def test_screening_tables_bound_the_int8_error():
     e = head.astype(np.float64)
     error = np.linalg.norm(e - meta[:, :1].astype(np.float64) * q[:, :100], axis=1)
     finite = np.isfinite(e).all(axis=1)
-    assert (meta[finite, 1] >= error[finite]).all() and (meta[finite, 1] <= 1.01 * error[finite] + 1e-30).all()
+    assert (meta[finite, 1] >= error[finite]).all() and (
+        meta[finite, 1] <= 1.01 * error[finite] + 1e-30
+    ).all()
     assert (meta[finite, 2] >= np.linalg.norm(e[finite], axis=1)).all()
     assert meta[7, 0] == 0 and meta[7, 1] == 0 and np.isinf(meta[9, 1:3]).all()
     q7, meta7 = screening_tables(head, chunk_rows=7)  # 43 chunks over the threads: the same tables

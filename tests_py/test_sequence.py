@@ -37,8 +37,9 @@ def test_hundred_dependent_kernels_in_one_sequence(device, rng, axpy):
 
 
 def test_independent_ops_get_no_barrier(device, rng, axpy):
-    tensors = [bg.Tensor.from_numpy(rng.standard_normal(64).astype(np.float32), device)
-               for _ in range(8)]
+    tensors = [
+        bg.Tensor.from_numpy(rng.standard_normal(64).astype(np.float32), device) for _ in range(8)
+    ]
     with device.sequence(timings=False) as seq:
         for i in range(0, 8, 2):
             seq.dispatch(axpy, 1, [tensors[i], tensors[i + 1]], axpy_push(64, 1))
@@ -115,7 +116,7 @@ def test_total_timing_measures_the_whole_sequence(device, axpy):
     with device.sequence(timings="total") as seq:
         for _ in range(10):
             seq.fill(t, 0)
-    (label, seconds), = seq.timings()
+    ((label, seconds),) = seq.timings()
     assert label == "sequence of 10 ops" and seconds >= 0
     with pytest.raises(bg.ArgumentError, match="timings"):
         device.sequence(timings="each")

@@ -147,8 +147,9 @@ def test_zero_copy_import_shares_the_arrays_memory(device, rng):
     axpy = bg.builtin_kernel("axpy", device)
     push = np.array([a.size], np.uint32).tobytes() + np.float32(0).tobytes()
     a[:] = 3.0  # host writes after import are what the GPU reads
-    axpy.dispatch(-(-a.size // 64), [y, t], np.array([a.size], np.uint32).tobytes()
-                  + np.float32(2).tobytes())
+    axpy.dispatch(
+        -(-a.size // 64), [y, t], np.array([a.size], np.uint32).tobytes() + np.float32(2).tobytes()
+    )
     assert np.array_equal(a, np.full(a.shape, 5.0, np.float32))  # GPU writes land in `a`
     del push
     ref = a.copy()
@@ -165,8 +166,9 @@ def test_zero_copy_refuses_what_it_cannot_import(device):
     with pytest.raises(bg.ArgumentError, match="aligned"):
         bg.Tensor.from_numpy(base[1 : 1 + align], device, zero_copy=True)
     with pytest.raises(bg.ArgumentError, match="C-contiguous"):
-        bg.Tensor.from_numpy(bg.aligned_empty((64, 64), np.float32, device)[:, ::2], device,
-                             zero_copy=True)
+        bg.Tensor.from_numpy(
+            bg.aligned_empty((64, 64), np.float32, device)[:, ::2], device, zero_copy=True
+        )
     readonly = bg.aligned_empty(64, np.float32, device)
     readonly.flags.writeable = False
     with pytest.raises(bg.ArgumentError, match="writeable"):

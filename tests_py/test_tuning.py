@@ -28,7 +28,11 @@ def variables_read_by_the_library():
 
 
 def variables_documented():
-    rows = [line for line in (ROOT / "docs/TUNING.md").read_text().splitlines() if line.startswith("| `")]
+    rows = [
+        line
+        for line in (ROOT / "docs/TUNING.md").read_text().splitlines()
+        if line.startswith("| `")
+    ]
     return {name for row in rows for name in VARIABLE.findall(row.split("|")[1])}
 
 
@@ -62,16 +66,19 @@ def test_a_block_sets_knobs_and_restores_them_even_on_error():
     assert bg.get_tuning() == before
 
 
-@pytest.mark.parametrize("knobs,message", [
-    ({"matvec_rows": 17}, "matvec_rows=17: expected 1 to 16"),
-    ({"matvec_rows": True}, "matvec_rows=True"),
-    ({"decode_split": 48}, "decode_split=48: expected 16, 32 or 64"),
-    ({"fused_attention": 2}, "fused_attention=2: expected 0 or 1"),
-    ({"coopmat_tile": "96x64"}, "coopmat_tile=96x64"),
-    ({"coopmat_tile": 128}, "coopmat_tile=128"),
-    ({"screen_rows": -1}, "screen_rows=-1"),
-    ({"verify_chunk": "8"}, "verify_chunk='8'"),
-])
+@pytest.mark.parametrize(
+    "knobs,message",
+    [
+        ({"matvec_rows": 17}, "matvec_rows=17: expected 1 to 16"),
+        ({"matvec_rows": True}, "matvec_rows=True"),
+        ({"decode_split": 48}, "decode_split=48: expected 16, 32 or 64"),
+        ({"fused_attention": 2}, "fused_attention=2: expected 0 or 1"),
+        ({"coopmat_tile": "96x64"}, "coopmat_tile=96x64"),
+        ({"coopmat_tile": 128}, "coopmat_tile=128"),
+        ({"screen_rows": -1}, "screen_rows=-1"),
+        ({"verify_chunk": "8"}, "verify_chunk='8'"),
+    ],
+)
 def test_bad_values_raise_naming_the_knob_and_change_nothing(knobs, message):
     before = bg.get_tuning()
     with pytest.raises(bg.ArgumentError, match=re.escape(message)):
@@ -104,14 +111,27 @@ def test_a_knob_changes_the_path_and_not_the_result(device, rng, tune):
 
 def run_python(code, **env):
     package_root = str(ROOT / "python")
-    full = dict(os.environ, **env, PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120)
+    full = dict(
+        os.environ,
+        **env,
+        PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]),
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_the_environment_sets_knobs_for_the_process():
-    code = "import bitnet_gpu as bg; t = bg.get_tuning(); print(t['matvec_rows'], t['coopmat_tile'], t['fused_matvec'])"
-    result = run_python(code, BITNET_GPU_MATVEC_ROWS="3", BITNET_GPU_COOPMAT_TILE="64x128",
-                        BITNET_GPU_FUSED_MATVEC="0")
+    code = (
+        "import bitnet_gpu as bg; t = bg.get_tuning(); print(t['matvec_rows'], "
+        "t['coopmat_tile'], t['fused_matvec'])"
+    )
+    result = run_python(
+        code,
+        BITNET_GPU_MATVEC_ROWS="3",
+        BITNET_GPU_COOPMAT_TILE="64x128",
+        BITNET_GPU_FUSED_MATVEC="0",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["3", "64x128x64", "False"]
 

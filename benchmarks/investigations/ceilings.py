@@ -16,7 +16,8 @@ GPU times are Vulkan timestamps around a graph of the probe dispatch, after the 
 Probe shaders are compiled here with glslangValidator (the PATH's, or $GLSLANG_VALIDATOR). Where
 the device lacks a feature its rows are skipped. Prints a table and writes JSON; asserts nothing.
 
-    python3 benchmarks/investigations/ceilings.py [--json FILE] [--repeats N] [--sections read,tensor-cores]
+    python3 benchmarks/investigations/ceilings.py [--json FILE] [--repeats N] [--sections
+    read,tensor-cores]
 """
 
 from __future__ import annotations
@@ -28,9 +29,22 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from common import (arguments, busy_gpu, by_kernel, compile_glsl, glslang, keep_running, profiled,
-                    timed_chain, torch_copy_gbps, torch_cuda, torch_time, write_results)
+from common import (
+    arguments,
+    busy_gpu,
+    by_kernel,
+    compile_glsl,
+    glslang,
+    keep_running,
+    profiled,
+    timed_chain,
+    torch_copy_gbps,
+    torch_cuda,
+    torch_time,
+    write_results,
+)
 
 # Streams `vectors` 16-byte vectors: workgroup g's invocations read IN_FLIGHT vectors at once,
 # 256 apart, then step by the whole grid. The XOR of what an invocation read is written only if it
@@ -107,16 +121,19 @@ void main() {
   B_MATRIX b[COLS];
   #define LOAD(step)                                                                          \
     [[unroll]] for (uint i = 0; i < ROWS; ++i)                                                \
-      coopMatLoadNV(a[i], tiles, ((16 * (ROWS * sub_row + i)) % 128) * STRIDE + (step), STRIDE, false); \
+      coopMatLoadNV(a[i], tiles, ((16 * (ROWS * sub_row + i)) % 128) * STRIDE + (step), STRIDE,
+      false); \
     [[unroll]] for (uint j = 0; j < COLS; ++j)                                                \
-      coopMatLoadNV(b[j], tiles, B_TILE + ((16 * (COLS * sub_col + j)) % 128) * STRIDE + (step), STRIDE, true);
+      coopMatLoadNV(b[j], tiles, B_TILE + ((16 * (COLS * sub_col + j)) % 128) * STRIDE + (step),
+      STRIDE, true);
   LOAD(0)
   for (uint it = 0; it < ITERATIONS; ++it) {
 #ifdef RELOAD
     LOAD((it & 1u) * 2u)
 #endif
     [[unroll]] for (uint i = 0; i < ROWS; ++i)
-      [[unroll]] for (uint j = 0; j < COLS; ++j) sums[i][j] = coopMatMulAddNV(a[i], b[j], sums[i][j]);
+      [[unroll]] for (uint j = 0; j < COLS; ++j) sums[i][j] = coopMatMulAddNV(a[i], b[j],
+      sums[i][j]);
   }
   if (p.write_out != 0) {
     const uint first = (gl_WorkGroupID.x * 8 + gl_SubgroupID) * ROWS * COLS;
@@ -129,20 +146,44 @@ void main() {
 
 # (name, defines, multiply-adds a 16 x 16 multiply: 16 * 16 * K)
 COOPMAT_CASES = [
-    ("int8, 4 x 2 results a subgroup, operands in registers", ["INT8", "ROWS=4", "COLS=2"], 16 * 16 * 32),
-    ("int8, 4 x 4 results a subgroup, operands in registers", ["INT8", "ROWS=4", "COLS=4"], 16 * 16 * 32),
-    ("int8, 4 x 2, loaded from shared memory for every multiply (bitlinear_coopmat's K loop)",
-     ["INT8", "ROWS=4", "COLS=2", "RELOAD"], 16 * 16 * 32),
-    ("int8, 4 x 4, loaded from shared memory for every multiply", ["INT8", "ROWS=4", "COLS=4", "RELOAD"],
-     16 * 16 * 32),
-    ("float16, float32 sums, 4 x 2, operands in registers", ["SUM_BITS=32", "ROWS=4", "COLS=2"], 16 * 16 * 16),
-    ("float16, float16 sums, 4 x 2, operands in registers", ["SUM_BITS=16", "ROWS=4", "COLS=2"], 16 * 16 * 16),
+    (
+        "int8, 4 x 2 results a subgroup, operands in registers",
+        ["INT8", "ROWS=4", "COLS=2"],
+        16 * 16 * 32,
+    ),
+    (
+        "int8, 4 x 4 results a subgroup, operands in registers",
+        ["INT8", "ROWS=4", "COLS=4"],
+        16 * 16 * 32,
+    ),
+    (
+        "int8, 4 x 2, loaded from shared memory for every multiply (bitlinear_coopmat's K loop)",
+        ["INT8", "ROWS=4", "COLS=2", "RELOAD"],
+        16 * 16 * 32,
+    ),
+    (
+        "int8, 4 x 4, loaded from shared memory for every multiply",
+        ["INT8", "ROWS=4", "COLS=4", "RELOAD"],
+        16 * 16 * 32,
+    ),
+    (
+        "float16, float32 sums, 4 x 2, operands in registers",
+        ["SUM_BITS=32", "ROWS=4", "COLS=2"],
+        16 * 16 * 16,
+    ),
+    (
+        "float16, float16 sums, 4 x 2, operands in registers",
+        ["SUM_BITS=16", "ROWS=4", "COLS=2"],
+        16 * 16 * 16,
+    ),
 ]
 
 
 def gpu_seconds(device, record, repeats):
     """Median GPU seconds of record()'s ops as one graph, after 0.3 s of replays (the clocks up)."""
-    return timed_chain(bg, device, record, 1, repeats, before_timing=lambda graph: keep_running(graph.run, 0.3))[0]
+    return timed_chain(
+        bg, device, record, 1, repeats, before_timing=lambda graph: keep_running(graph.run, 0.3)
+    )[0]
 
 
 def whole_and_kernels(device, fn, repeats):
@@ -153,8 +194,11 @@ def whole_and_kernels(device, fn, repeats):
 def read_ceiling(device, results, repeats, torch):
     """Read-only streaming over 67 MB and 1 GiB, beside PyTorch's copy and sum."""
     cpu = device.info.type == "cpu"
-    sizes = [("16 MiB", 2**24)] if cpu else [("packed (16384, 16384) weights", 16384 * 16384 // 4),
-                                              ("1 GiB", 2**30)]
+    sizes = (
+        [("16 MiB", 2**24)]
+        if cpu
+        else [("packed (16384, 16384) weights", 16384 * 16384 // 4), ("1 GiB", 2**30)]
+    )
     slots = max(device.info.multiprocessors, 1)
     rows = results["read"] = []
     for name, nbytes in sizes:
@@ -163,21 +207,34 @@ def read_ceiling(device, results, repeats, torch):
         data.copy_from(np.random.default_rng(0).integers(0, 2**32, vectors * 4, dtype=np.uint32))
         best = None
         for in_flight in (4, 8):
-            kernel = bg.Kernel(device, compile_glsl(READ), specialization={0: in_flight}, name="read probe")
-            for per_multiprocessor in ((1,) if cpu else (2, 4, 8, 16)):
+            kernel = bg.Kernel(
+                device, compile_glsl(READ), specialization={0: in_flight}, name="read probe"
+            )
+            for per_multiprocessor in (1,) if cpu else (2, 4, 8, 16):
                 groups = min(slots * per_multiprocessor, -(-vectors // (256 * in_flight)))
                 sink = device.empty((groups * 256,), np.uint32)
                 push = np.array([vectors, 0xFFFFFFFF], np.uint32)  # a 2**-32 chance a word, no more
-                seconds = gpu_seconds(device, lambda: kernel.dispatch(groups, [data, sink], push), repeats)
-                row = {"bytes": nbytes, "what": name, "in_flight": in_flight, "workgroups": groups,
-                       "gpu_s": seconds, "GBps": nbytes / seconds / 1e9}
+                seconds = gpu_seconds(
+                    device, lambda: kernel.dispatch(groups, [data, sink], push), repeats
+                )
+                row = {
+                    "bytes": nbytes,
+                    "what": name,
+                    "in_flight": in_flight,
+                    "workgroups": groups,
+                    "gpu_s": seconds,
+                    "GBps": nbytes / seconds / 1e9,
+                }
                 rows.append(row)
-                print(f"read {name:32s} {in_flight} in flight, {groups:5d} workgroups: "
-                      f"{seconds * 1e6:9.1f} us  {row['GBps']:8.1f} GB/s", flush=True)
+                print(
+                    f"read {name:32s} {in_flight} in flight, {groups:5d} workgroups: "
+                    f"{seconds * 1e6:9.1f} us  {row['GBps']:8.1f} GB/s",
+                    flush=True,
+                )
                 if best is None or seconds < best["gpu_s"]:
                     best = row
         best["best_for_size"] = True
-        del data
+        data = None  # frees the buffer before the next size
     if torch is not None:
         results["torch_copy_GBps"] = torch_copy_gbps(torch, repeats)
         for nbytes in (16384 * 16384 // 4, 2**30):
@@ -185,33 +242,49 @@ def read_ceiling(device, results, repeats, torch):
             busy_gpu(torch)
             seconds = torch_time(torch, lambda: a.sum(), repeats)
             results.setdefault("torch_sum_GBps", {})[str(nbytes)] = nbytes / seconds / 1e9
-            print(f"torch.sum of {nbytes / 1e6:.0f} MB of float32: {seconds * 1e6:.1f} us, "
-                  f"{nbytes / seconds / 1e9:.0f} GB/s", flush=True)
+            print(
+                f"torch.sum of {nbytes / 1e6:.0f} MB of float32: {seconds * 1e6:.1f} us, "
+                f"{nbytes / seconds / 1e9:.0f} GB/s",
+                flush=True,
+            )
             del a
-        print(f"torch device copy: {results['torch_copy_GBps']:.0f} GB/s (read + written)", flush=True)
+        print(
+            f"torch device copy: {results['torch_copy_GBps']:.0f} GB/s (read + written)", flush=True
+        )
     # The BitLinear call that streams the 67 MB: whole (one graph) and its kernels (profiled).
     if not cpu:
         rng = np.random.default_rng(1)
         q = bg.quantize_weights(rng.standard_normal((16384, 16384), dtype=np.float32))
         x = bg.Tensor.from_numpy(rng.standard_normal((1, 16384), dtype=np.float32))
         seconds, kernels = whole_and_kernels(device, lambda: bg.bitlinear(x, q), repeats)
-        results["bitlinear_1x16384x16384"] = {"gpu_s": seconds, "kernels": kernels,
-                                              "packed_bytes": q.packed_tensor.nbytes}
-        print(f"bitlinear (1, 16384, 16384): {seconds * 1e6:.1f} us whole; " +
-              ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in kernels.items()), flush=True)
+        results["bitlinear_1x16384x16384"] = {
+            "gpu_s": seconds,
+            "kernels": kernels,
+            "packed_bytes": q.packed_tensor.nbytes,
+        }
+        print(
+            f"bitlinear (1, 16384, 16384): {seconds * 1e6:.1f} us whole; "
+            + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in kernels.items()),
+            flush=True,
+        )
 
 
 def coopmat_probes(device, results, repeats, cases):
     """Multiply-add throughput of each probe case, 8 workgroups a multiprocessor."""
     rows = results.setdefault("coopmat", [])
     groups = max(device.info.multiprocessors, 1) * 8
-    source = bg.Tensor.from_numpy(np.random.default_rng(2).integers(-1, 2, 256 * 5 * 16, dtype=np.int8)
-                                  .view(np.uint32))
+    source = bg.Tensor.from_numpy(
+        np.random.default_rng(2).integers(-1, 2, 256 * 5 * 16, dtype=np.int8).view(np.uint32)
+    )
     for name, defines, macs in cases:
         iterations = 2048
         try:
-            kernel = bg.Kernel(device, compile_glsl(COOPMAT, defines), specialization={0: iterations},
-                               name="coopmat probe")
+            kernel = bg.Kernel(
+                device,
+                compile_glsl(COOPMAT, defines),
+                specialization={0: iterations},
+                name="coopmat probe",
+            )
         except (RuntimeError, bg.Error) as error:
             print(f"coopmat {name}: not run ({error})")
             rows.append({"case": name, "error": str(error)})
@@ -222,10 +295,17 @@ def coopmat_probes(device, results, repeats, cases):
                 per_subgroup *= int(d.split("=")[1])
         sink = device.empty((groups * 8 * per_subgroup * 256,), np.uint32)
         push = np.array([0], np.uint32)
-        seconds = gpu_seconds(device, lambda: kernel.dispatch(groups, [source, sink], push), repeats)
+        seconds = gpu_seconds(
+            device, lambda: kernel.dispatch(groups, [source, sink], push), repeats
+        )
         ops = 2 * macs * per_subgroup * iterations * groups * 8
-        row = {"case": name, "workgroups": groups, "iterations": iterations, "gpu_s": seconds,
-               "TOPS": ops / seconds / 1e12}
+        row = {
+            "case": name,
+            "workgroups": groups,
+            "iterations": iterations,
+            "gpu_s": seconds,
+            "TOPS": ops / seconds / 1e12,
+        }
         rows.append(row)
         print(f"coopmat {name:86s} {row['TOPS']:7.1f} T ops/s", flush=True)
 
@@ -241,11 +321,17 @@ def tensor_core_ceiling(device, results, repeats, torch):
         q = bg.quantize_weights(rng.standard_normal((n, k), dtype=np.float32))
         x = bg.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
         seconds, kernels = whole_and_kernels(device, lambda: bg.bitlinear(x, q), repeats)
-        results["bitlinear_2048x4096x4096"] = {"gpu_s": seconds, "kernels": kernels,
-                                               "TOPS": 2 * m * k * n / seconds / 1e12}
-        print(f"bitlinear (2048, 4096, 4096): {seconds * 1e6:.1f} us whole "
-              f"({2 * m * k * n / seconds / 1e12:.0f} T ops/s); " +
-              ", ".join(f"{name} {v * 1e6:.1f} us" for name, v in kernels.items()), flush=True)
+        results["bitlinear_2048x4096x4096"] = {
+            "gpu_s": seconds,
+            "kernels": kernels,
+            "TOPS": 2 * m * k * n / seconds / 1e12,
+        }
+        print(
+            f"bitlinear (2048, 4096, 4096): {seconds * 1e6:.1f} us whole "
+            f"({2 * m * k * n / seconds / 1e12:.0f} T ops/s); "
+            + ", ".join(f"{name} {v * 1e6:.1f} us" for name, v in kernels.items()),
+            flush=True,
+        )
     if torch is not None:
         peers = results["torch"] = []
         for m, k, n in ((2048, 4096, 4096), (8192, 8192, 8192)):
@@ -257,10 +343,21 @@ def tensor_core_ceiling(device, results, repeats, torch):
             bi = torch.randint(-128, 127, (k, n), device="cuda", dtype=torch.int8)
             int8 = torch_time(torch, lambda: torch._int_mm(ai, bi), repeats)
             ops = 2 * m * k * n
-            peers.append({"shape": [m, k, n], "cublas_fp16_s": fp16, "cublas_fp16_TFLOPS": ops / fp16 / 1e12,
-                          "int_mm_s": int8, "int_mm_TOPS": ops / int8 / 1e12})
-            print(f"torch ({m}, {k}, {n}): float16 linear {fp16 * 1e6:.1f} us ({ops / fp16 / 1e12:.0f} TFLOP/s), "
-                  f"_int_mm {int8 * 1e6:.1f} us ({ops / int8 / 1e12:.0f} T ops/s)", flush=True)
+            peers.append(
+                {
+                    "shape": [m, k, n],
+                    "cublas_fp16_s": fp16,
+                    "cublas_fp16_TFLOPS": ops / fp16 / 1e12,
+                    "int_mm_s": int8,
+                    "int_mm_TOPS": ops / int8 / 1e12,
+                }
+            )
+            print(
+                f"torch ({m}, {k}, {n}): float16 linear {fp16 * 1e6:.1f} us "
+                f"({ops / fp16 / 1e12:.0f} TFLOP/s), "
+                f"_int_mm {int8 * 1e6:.1f} us ({ops / int8 / 1e12:.0f} T ops/s)",
+                flush=True,
+            )
             del a, b, ai, bi
 
 
@@ -268,17 +365,26 @@ SECTIONS = ("read", "tensor-cores")
 
 
 def main():
-    args = arguments(__doc__, lambda parser: parser.add_argument(
-        "--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}"))
+    args = arguments(
+        __doc__,
+        lambda parser: parser.add_argument(
+            "--sections",
+            default=",".join(SECTIONS),
+            help=f"comma-separated, of {', '.join(SECTIONS)}",
+        ),
+    )
     sections = args.sections.split(",")
     if not set(sections) <= set(SECTIONS):
         raise SystemExit(f"--sections: expected some of {', '.join(SECTIONS)}")
     device = bg.default_device()
     torch = torch_cuda()
-    results = {"device": device.name, "driver": device.info.driver_info,
-               "multiprocessors": device.info.multiprocessors,
-               "torch": None if torch is None else torch.__version__,
-               "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    results = {
+        "device": device.name,
+        "driver": device.info.driver_info,
+        "multiprocessors": device.info.multiprocessors,
+        "torch": None if torch is None else torch.__version__,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     if glslang() is None:
         print("no glslangValidator: the probe kernels cannot be compiled here")
         return
@@ -292,9 +398,14 @@ def main():
         write_results(args.json, results)
     # float16 last: 16 x 16 x 16 is the shape the NV extension's float16 multiply is known by, but
     # this device's list of shapes is not checked here.
-    if ("tensor-cores" in sections and device.info.features.get("cooperative_matrix_nv", False)
-            and device.info.features.get("float16", False)):
-        coopmat_probes(device, results, args.repeats, [c for c in COOPMAT_CASES if "INT8" not in c[1]])
+    if (
+        "tensor-cores" in sections
+        and device.info.features.get("cooperative_matrix_nv", False)
+        and device.info.features.get("float16", False)
+    ):
+        coopmat_probes(
+            device, results, args.repeats, [c for c in COOPMAT_CASES if "INT8" not in c[1]]
+        )
         write_results(args.json, results)
 
 

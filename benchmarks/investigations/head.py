@@ -2,7 +2,8 @@
 through the float16 head (linear_rows + argmax_rows) and through its int8 screening copy
 (screened_argmax), beside PyTorch (argmax of F.linear in float16) in the same run.
 
-    python3 benchmarks/investigations/head.py [--vocab 128256] [--hidden 2560] [--states 4] [--json FILE]
+    python3 benchmarks/investigations/head.py [--vocab 128256] [--hidden 2560] [--states 4]
+    [--json FILE]
 
 A float16 head of N(0, 1) values (the 2B4T shape: the random model's tied embedding) and
 `states` hidden states h (N(0, 1) times norm weights near one, as the final RMSNorm gives). Each
@@ -24,8 +25,18 @@ import numpy as np
 import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.models import screening_tables
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from common import arguments, by_kernel, profiled, timed_graph, torch_copy_gbps, torch_cuda, torch_time, write_results
+from common import (
+    arguments,
+    by_kernel,
+    profiled,
+    timed_graph,
+    torch_copy_gbps,
+    torch_cuda,
+    torch_time,
+    write_results,
+)
 
 
 def candidates(q, meta, h):
@@ -35,10 +46,14 @@ def candidates(q, meta, h):
 
 
 def main():
-    args = arguments(__doc__, lambda p: (
-        p.add_argument("--vocab", type=int, default=128256),
-        p.add_argument("--hidden", type=int, default=2560),
-        p.add_argument("--states", type=int, default=4)))
+    args = arguments(
+        __doc__,
+        lambda p: (
+            p.add_argument("--vocab", type=int, default=128256),
+            p.add_argument("--hidden", type=int, default=2560),
+            p.add_argument("--states", type=int, default=4),
+        ),
+    )
     device = bg.default_device()
     torch = torch_cuda()
     v, k = args.vocab, args.hidden
@@ -48,17 +63,29 @@ def main():
     q_np, meta_np = screening_tables(head_np)
     build_s = time.perf_counter() - start
     head, head_q, head_meta = (bg.Tensor.from_numpy(a, device) for a in (head_np, q_np, meta_np))
-    results = {"device": device.name, "vocab": v, "hidden": k, "tables_seconds": build_s,
-               "float_head_bytes": head.nbytes, "screening_bytes": head_q.nbytes + head_meta.nbytes, "rows": []}
+    results = {
+        "device": device.name,
+        "vocab": v,
+        "hidden": k,
+        "tables_seconds": build_s,
+        "float_head_bytes": head.nbytes,
+        "screening_bytes": head_q.nbytes + head_meta.nbytes,
+        "rows": [],
+    }
     copy_gbps = torch_copy_gbps(torch, args.repeats) if torch else None
     results["copy_gbps"] = copy_gbps
-    print(f"device {device.name}; head {v} x {k} float16 ({head.nbytes / 1e9:.3f} GB), screening copy "
-          f"{(head_q.nbytes + head_meta.nbytes) / 1e9:.3f} GB built in {build_s:.1f} s"
-          + (f"; copy bandwidth {copy_gbps:.0f} GB/s" if copy_gbps else ""))
+    print(
+        f"device {device.name}; head {v} x {k} float16 ({head.nbytes / 1e9:.3f} GB), screening "
+        f"copy "
+        f"{(head_q.nbytes + head_meta.nbytes) / 1e9:.3f} GB built in {build_s:.1f} s"
+        + (f"; copy bandwidth {copy_gbps:.0f} GB/s" if copy_gbps else "")
+    )
     if torch:
         head_t = torch.from_numpy(head_np).cuda()
     for state in range(args.states):
-        h_np = (rng.standard_normal((1, k), np.float32) * (1 + 0.1 * rng.standard_normal(k, np.float32))).astype(np.float32)
+        h_np = (
+            rng.standard_normal((1, k), np.float32) * (1 + 0.1 * rng.standard_normal(k, np.float32))
+        ).astype(np.float32)
         h = bg.Tensor.from_numpy(h_np, device)
         exact = int(np.argmax(h_np.astype(np.float64) @ head_np.astype(np.float64).T))
 
@@ -84,19 +111,34 @@ def main():
         if torch:
             h_t = torch.from_numpy(h_np).cuda().half()
             row["torch_id"] = int(torch.argmax(torch.nn.functional.linear(h_t, head_t)).item())
-            row["torch_s"] = torch_time(torch, lambda: torch.argmax(torch.nn.functional.linear(h_t, head_t)), args.repeats)
+            row["torch_s"] = torch_time(
+                torch, lambda: torch.argmax(torch.nn.functional.linear(h_t, head_t)), args.repeats
+            )
             row["speedup_vs_torch"] = row["torch_s"] / row["screened_gpu_s"]
         results["rows"].append(row)
-        kernels = " + ".join(f"{name} {s * 1e6:.1f}" for name, s in row["screened_kernels_s"].items())
-        print(f"state {state}: screened {row['screened_gpu_s'] * 1e6:.1f} us ({kernels}; {row['candidates']} "
-              f"candidates) against the float16 head {row['float_head_gpu_s'] * 1e6:.1f} us: "
-              f"{row['speedup']:.2f}x"
-              + (f"; of copy {100 * row['screened_of_copy']:.0f}% / {100 * row['float_head_of_copy']:.0f}%"
-                 if copy_gbps else "")
-              + (f"; PyTorch float16 {row['torch_s'] * 1e6:.1f} us ({row['speedup_vs_torch']:.2f}x)" if torch else "")
-              + f"; ids {row['screened_id']} / {row['float_head_id']} / exact {exact}"
-              + (f" / PyTorch {row['torch_id']}" if torch else "")
-              + ("" if row["screened_id"] == row["float_head_id"] == exact else "  MISMATCH"))
+        kernels = " + ".join(
+            f"{name} {s * 1e6:.1f}" for name, s in row["screened_kernels_s"].items()
+        )
+        print(
+            f"state {state}: screened {row['screened_gpu_s'] * 1e6:.1f} us ({kernels}; "
+            f"{row['candidates']} "
+            f"candidates) against the float16 head {row['float_head_gpu_s'] * 1e6:.1f} us: "
+            f"{row['speedup']:.2f}x"
+            + (
+                f"; of copy {100 * row['screened_of_copy']:.0f}% / "
+                f"{100 * row['float_head_of_copy']:.0f}%"
+                if copy_gbps
+                else ""
+            )
+            + (
+                f"; PyTorch float16 {row['torch_s'] * 1e6:.1f} us ({row['speedup_vs_torch']:.2f}x)"
+                if torch
+                else ""
+            )
+            + f"; ids {row['screened_id']} / {row['float_head_id']} / exact {exact}"
+            + (f" / PyTorch {row['torch_id']}" if torch else "")
+            + ("" if row["screened_id"] == row["float_head_id"] == exact else "  MISMATCH")
+        )
     write_results(args.json, results)
 
 

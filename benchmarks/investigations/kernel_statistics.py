@@ -11,13 +11,28 @@ import os
 import sys
 
 import bitnet_gpu as bg
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from common import arguments, write_results
 
 
 def coopmat(tile_m, tile_n, k_step, subgroup_rows, depth):
-    return ("bitlinear_coopmat", {0: True, 1: False, 2: True, 3: False, 4: tile_m, 5: tile_n, 6: k_step // 16,
-                                  7: subgroup_rows, 8: depth, 10: True, 11: True})
+    return (
+        "bitlinear_coopmat",
+        {
+            0: True,
+            1: False,
+            2: True,
+            3: False,
+            4: tile_m,
+            5: tile_n,
+            6: k_step // 16,
+            7: subgroup_rows,
+            8: depth,
+            10: True,
+            11: True,
+        },
+    )
 
 
 # (label, shader, specialization), as ops/bitlinear.cpp specializes them.
@@ -33,23 +48,41 @@ KERNELS = [
     ("coopmat 128x128x64, 4x2 subgroups, depth 1", *coopmat(128, 128, 64, 4, 1)),
     ("coopmat 128x128x128, 2x4 subgroups, depth 1", *coopmat(128, 128, 128, 2, 1)),
     ("matvec (dot), 1 row, 4 rows a subgroup", "bitlinear_matvec_dot", {0: 1, 1: 4, 4: True}),
-    ("matvec fused (dot), norm, K=2560, prefetch", "bitlinear_matvec_dot_fused",
-     {0: 1, 1: 2, 4: True, 5: 2, 7: True, 9: 640, 10: 3, 13: True}),
+    (
+        "matvec fused (dot), norm, K=2560, prefetch",
+        "bitlinear_matvec_dot_fused",
+        {0: 1, 1: 2, 4: True, 5: 2, 7: True, 9: 640, 10: 3, 13: True},
+    ),
     ("pre-pass, K=16384 in registers", "bitlinear_prepare_f32", {3: 16}),
     # prefill attention (causal, from a cache), D = 128: the queries split over each row's
     # invocations (always unrolled) or in shared memory (its loops unrolled or not), tiles of 32
     # and 16 keys
-    ("attention_tiled, split rows, 32 keys a tile", "attention_tiled_f32",
-     {0: True, 1: True, 2: 32, 3: 32, 4: True, 5: True, 6: 2}),
-    ("attention_tiled, split rows, 16 keys a tile", "attention_tiled_f32",
-     {0: True, 1: True, 2: 16, 3: 32, 4: True, 5: True}),
-    ("attention_tiled, shared queries, 32 keys a tile", "attention_tiled_f32",
-     {0: True, 1: True, 2: 32, 3: 32, 4: True, 5: False}),
-    ("attention_tiled, shared queries, 32 keys a tile, not unrolled", "attention_tiled_f32",
-     {0: True, 1: True, 2: 32, 3: 32, 4: False, 5: False}),
+    (
+        "attention_tiled, split rows, 32 keys a tile",
+        "attention_tiled_f32",
+        {0: True, 1: True, 2: 32, 3: 32, 4: True, 5: True, 6: 2},
+    ),
+    (
+        "attention_tiled, split rows, 16 keys a tile",
+        "attention_tiled_f32",
+        {0: True, 1: True, 2: 16, 3: 32, 4: True, 5: True},
+    ),
+    (
+        "attention_tiled, shared queries, 32 keys a tile",
+        "attention_tiled_f32",
+        {0: True, 1: True, 2: 32, 3: 32, 4: True, 5: False},
+    ),
+    (
+        "attention_tiled, shared queries, 32 keys a tile, not unrolled",
+        "attention_tiled_f32",
+        {0: True, 1: True, 2: 32, 3: 32, 4: False, 5: False},
+    ),
     # D = 256: one row a row group (blocks of 16 queries), 16-key tiles
-    ("attention_tiled, D = 256, split rows, 16 keys a tile", "attention_tiled_f32",
-     {0: True, 1: True, 2: 16, 3: 64, 4: True, 5: True, 6: 1}),
+    (
+        "attention_tiled, D = 256, split rows, 16 keys a tile",
+        "attention_tiled_f32",
+        {0: True, 1: True, 2: 16, 3: 64, 4: True, 5: True, 6: 1},
+    ),
 ]
 
 
@@ -60,12 +93,19 @@ def main():
     if not device.info.features.get("pipeline_statistics"):
         print(f"{device.name}: the driver reports no pipeline statistics")
     for label, shader, specialization in KERNELS:
-        if shader == "bitlinear_coopmat" and not device.info.features.get("cooperative_matrix_int8"):
+        if shader == "bitlinear_coopmat" and not device.info.features.get(
+            "cooperative_matrix_int8"
+        ):
             continue
         stats = bg.builtin_kernel(shader, device, specialization).statistics
-        results["kernels"].append({"kernel": label, "shader": shader,
-                                   "specialization": {str(k): v for k, v in specialization.items()},
-                                   "statistics": stats})
+        results["kernels"].append(
+            {
+                "kernel": label,
+                "shader": shader,
+                "specialization": {str(k): v for k, v in specialization.items()},
+                "statistics": stats,
+            }
+        )
         print(f"{label}:")
         for name, value in stats.items():
             print(f"    {name:40s} {value}")

@@ -20,8 +20,17 @@ import threading
 import numpy as np
 
 import bitnet_gpu as bg
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from common import arguments, compile_glsl, glslang, keep_running, timed_chain, torch_cuda, write_results
+from common import (
+    arguments,
+    compile_glsl,
+    glslang,
+    keep_running,
+    timed_chain,
+    torch_cuda,
+    write_results,
+)
 
 CHAIN = 100
 
@@ -81,8 +90,17 @@ class ClockSampler:
     def __enter__(self):
         if shutil.which("nvidia-smi"):
             self._process = subprocess.Popen(
-                ["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-lms", "20"],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                [
+                    "nvidia-smi",
+                    "--query-gpu=clocks.sm",
+                    "--format=csv,noheader,nounits",
+                    "-lms",
+                    "20",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
             self._reader = threading.Thread(target=self._read, daemon=True)
             self._reader.start()
         return self
@@ -101,16 +119,29 @@ class ClockSampler:
             self._reader.join(timeout=1)
 
     def summary(self):
-        return {"min": min(self.samples), "median": statistics.median(self.samples),
-                "max": max(self.samples)} if self.samples else None
+        return (
+            {
+                "min": min(self.samples),
+                "median": statistics.median(self.samples),
+                "max": max(self.samples),
+            }
+            if self.samples
+            else None
+        )
 
 
 def per_link(device, record, repeats):
     """GPU microseconds per op of a graph of CHAIN dependent ops recorded by record(), after the
     clocks are up, and the SM clocks seen meanwhile."""
     with ClockSampler() as clocks:  # sampled while the chain runs for 0.3 s, then timed
-        seconds, _ = timed_chain(bg, device, record, CHAIN, repeats,
-                                 before_timing=lambda graph: keep_running(graph.run, 0.3))
+        seconds, _ = timed_chain(
+            bg,
+            device,
+            record,
+            CHAIN,
+            repeats,
+            before_timing=lambda graph: keep_running(graph.run, 0.3),
+        )
     return seconds * 1e6, clocks.summary()
 
 
@@ -155,8 +186,10 @@ def main():
     small_x = bg.Tensor.from_numpy(np.ones(256, np.float32))
     small_y = bg.Tensor.from_numpy(np.zeros(256, np.float32))
     push = np.array([256], np.uint32).tobytes() + np.float32(0.5).tobytes()
-    report("axpy, one workgroup (floor)", *per_link(device, lambda: axpy.dispatch(1, [small_x, small_y], push),
-                                                    args.repeats))
+    report(
+        "axpy, one workgroup (floor)",
+        *per_link(device, lambda: axpy.dispatch(1, [small_x, small_y], push), args.repeats),
+    )
 
     groups_wide = 132
     x = bg.Tensor.from_numpy(rng.standard_normal((groups_wide * 16 * 256 * 4,)).astype(np.float32))
@@ -165,16 +198,24 @@ def main():
         print("no glslangValidator: probe kernels skipped")
     else:
         cases = [(f"{c}", [f"COUNT={c}"], {}, 1) for c in (1, 2, 4, 8, 16)]
-        cases += [("16 guarded", ["COUNT=16", "GUARDED"], {}, 1),
-                  ("16 guarded, reduced", ["COUNT=16", "GUARDED", "REDUCE"], {}, 1),
-                  ("16 from a specialization constant", [], {0: 16}, 1),
-                  (f"16, {groups_wide} workgroups", ["COUNT=16"], {}, groups_wide),
-                  (f"1, {groups_wide} workgroups", ["COUNT=1"], {}, groups_wide)]
+        cases += [
+            ("16 guarded", ["COUNT=16", "GUARDED"], {}, 1),
+            ("16 guarded, reduced", ["COUNT=16", "GUARDED", "REDUCE"], {}, 1),
+            ("16 from a specialization constant", [], {0: 16}, 1),
+            (f"16, {groups_wide} workgroups", ["COUNT=16"], {}, groups_wide),
+            (f"1, {groups_wide} workgroups", ["COUNT=1"], {}, groups_wide),
+        ]
         for name, defines, specialization, groups in cases:
-            kernel = bg.Kernel(device, compile_glsl(PROBE, defines, target="vulkan1.1"), specialization=specialization or None,
-                               name="probe")
+            kernel = bg.Kernel(
+                device,
+                compile_glsl(PROBE, defines, target="vulkan1.1"),
+                specialization=specialization or None,
+                name="probe",
+            )
             vectors = np.array([groups * 16 * 256], np.uint32)
-            us, clocks = per_link(device, lambda: kernel.dispatch(groups, [x, state], vectors), args.repeats)
+            us, clocks = per_link(
+                device, lambda: kernel.dispatch(groups, [x, state], vectors), args.repeats
+            )
             report(f"probe, vectors an invocation: {name}", us, clocks)
 
     # The BitLinear pre-pass kernel alone, one workgroup for one row of K values.
@@ -187,14 +228,20 @@ def main():
         sums = device.empty((1,), np.int32)
         counter = bg.Tensor.from_numpy(np.zeros(1, np.uint32))
         push_prepare = np.array([1, k, k], np.uint32).tobytes() + np.float32(1e-5).tobytes()
-        us, clocks = per_link(device, lambda: prepare.dispatch(
-            1, [row, row, xq, scales, sums, counter, row, row], push_prepare), args.repeats)
+        us, clocks = per_link(
+            device,
+            lambda: prepare.dispatch(
+                1, [row, row, xq, scales, sums, counter, row, row], push_prepare
+            ),
+            args.repeats,
+        )
         report(f"bitlinear_prepare, one row of K={k} (CACHED={cached})", us, clocks)
 
     # The pre-pass reading a row that is no longer in the L2 cache, as in a BitLinear call whose
     # previous call streamed the weights: each link first copies 64 MiB (more than the H100's 50 MB
     # of L2) into the buffer whose
-    # first K values the pre-pass then reads (so a barrier separates them), against the copies alone.
+    # first K values the pre-pass then reads (so a barrier separates them), against the copies
+    # alone.
     flush_vectors = 2**22 if device.info.type != "cpu" else 2**16  # 64 MiB of vec4 (1 MiB on a CPU)
     source = device.empty((flush_vectors * 4,), np.float32)
     target = device.empty((flush_vectors * 4,), np.float32)
@@ -217,27 +264,41 @@ def main():
     push_prepare = np.array([1, k, k], np.uint32).tobytes() + np.float32(1e-5).tobytes()
     chunks = k // 2048
     partial = device.empty((chunks,), np.float32)
-    phases = [bg.builtin_kernel("bitlinear_prepare_split_f32", device, {1: phase}) for phase in (0, 1)]
+    phases = [
+        bg.builtin_kernel("bitlinear_prepare_split_f32", device, {1: phase}) for phase in (0, 1)
+    ]
     push_split = np.array([1, k, k, chunks], np.uint32)
 
     def one_workgroup():
         flush()
-        prepare.dispatch(1, [target, target, xq, scales, sums, counter, target, target], push_prepare)
+        prepare.dispatch(
+            1, [target, target, xq, scales, sums, counter, target, target], push_prepare
+        )
 
     def split():
         flush()
         for phase in phases:
             phase.dispatch((chunks, 1, 1), [target, partial, xq, scales, sums, counter], push_split)
 
-    for name, record in [("one workgroup", one_workgroup), (f"split over {chunks} chunks, two dispatches", split)]:
+    for name, record in [
+        ("one workgroup", one_workgroup),
+        (f"split over {chunks} chunks, two dispatches", split),
+    ]:
         us, clocks = per_link(device, record, args.repeats)
-        report(f"bitlinear pre-pass of K={k} after the copy ({name}), beyond the copy", us - flush_us, clocks)
+        report(
+            f"bitlinear pre-pass of K={k} after the copy ({name}), beyond the copy",
+            us - flush_us,
+            clocks,
+        )
 
     torch = torch_cuda()
     if torch is not None:
         for k in (1024, 16384):
-            report(f"PyTorch CUDA graph: torch.amax of {k} values", torch_reduction_chain(torch, k, args.repeats),
-                   None)
+            report(
+                f"PyTorch CUDA graph: torch.amax of {k} values",
+                torch_reduction_chain(torch, k, args.repeats),
+                None,
+            )
     write_results(args.json, results)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 import bitnet_gpu as bg
 from bitnet_gpu import _core
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from common import arguments, timed_chain, write_results
 
@@ -54,7 +55,9 @@ def main():
     state = {"x": x, "q": q}
 
     def chain_norm_matvec_h():  # prepare (fused norm) + matvec 2560 x 2560, residual: two links
-        (state["x"],) = _core.bitlinear_group(state["x"], None, norm, 1e-5, [w_h._core], [state["x"]])
+        (state["x"],) = _core.bitlinear_group(
+            state["x"], None, norm, 1e-5, [w_h._core], [state["x"]]
+        )
 
     def chain_norm_matvec_i():  # the same into 6912 outputs, then back (two ops of two links)
         (y,) = _core.bitlinear_group(state["x"], None, norm, 1e-5, [w_i._core], [None])
@@ -72,21 +75,35 @@ def main():
     w_kv = bg.quantize_weights(rng.standard_normal((640, h)).astype(np.float32))._core
 
     def chain_qkv():  # norm + q, k, v (2560 + 640 + 640 outputs) in one dispatch
-        state["x"] = _core.bitlinear_group(state["x"], None, norm, 1e-5, [w_q, w_kv, w_kv], [None] * 3)[0]
+        state["x"] = _core.bitlinear_group(
+            state["x"], None, norm, 1e-5, [w_q, w_kv, w_kv], [None] * 3
+        )[0]
 
     def chain_rope_append():
         state["q"] = _core.rope_append(state["q"], k1, k1, cos, sin, start, kc, vc)
 
     # (name, record, cached keys: start is read by each replay, so it is set just before timing)
-    cases = [("axpy on 256 floats (floor)", lambda: axpy.dispatch(1, [small_x, small_y], push)),
-             ("norm + int8 pre-pass + matvec 2560x2560 + residual", chain_norm_matvec_h),
-             ("gate-size pre-pass + matvec 2560->6912, gated pre-pass + 6912->2560", chain_norm_matvec_i),
-             ("norm + q, k, v matvecs 2560 -> 3840 (one dispatch)", chain_qkv),
-             ("rope + KV append", chain_rope_append)]
+    cases = [
+        ("axpy on 256 floats (floor)", lambda: axpy.dispatch(1, [small_x, small_y], push)),
+        ("norm + int8 pre-pass + matvec 2560x2560 + residual", chain_norm_matvec_h),
+        (
+            "gate-size pre-pass + matvec 2560->6912, gated pre-pass + 6912->2560",
+            chain_norm_matvec_i,
+        ),
+        ("norm + q, k, v matvecs 2560 -> 3840 (one dispatch)", chain_qkv),
+        ("rope + KV append", chain_rope_append),
+    ]
     for context in (128, 2048):
-        cases.append((f"attention over {context} cached keys (split + merge)", chain_attention, context))
-        cases.append((f"rope + append + attention over {context} keys (one dispatch)", chain_decode_attention,
-                      context))
+        cases.append(
+            (f"attention over {context} cached keys (split + merge)", chain_attention, context)
+        )
+        cases.append(
+            (
+                f"rope + append + attention over {context} keys (one dispatch)",
+                chain_decode_attention,
+                context,
+            )
+        )
     for name, record, *context in cases:
         start.copy_from(np.array([context[0] if context else 128], np.int32))
         us, barriers = per_link(device, record, args.repeats)

@@ -1,4 +1,5 @@
-"""Soak and thread checks (the reliability issue): many kernel calls and tensor create/free cycles in
+"""Soak and thread checks (the reliability issue): many kernel calls and tensor create/free cycles
+in
 one process with memory_stats() and the process RSS before and after, and Python threads calling
 kernels on one device at once with every result checked. Prints the figures and writes JSON.
 
@@ -62,9 +63,15 @@ def soak(calls, cycles, device=None):
         one_cycle(i)
     elapsed = time.perf_counter() - start
     after, rss_after = device.memory_stats(), rss_bytes()
-    return {"calls": calls, "cycles": cycles, "seconds": elapsed,
-            "memory_stats_before": before, "memory_stats_after": after,
-            "rss_before": rss_before, "rss_after": rss_after}
+    return {
+        "calls": calls,
+        "cycles": cycles,
+        "seconds": elapsed,
+        "memory_stats_before": before,
+        "memory_stats_after": after,
+        "rss_before": rss_before,
+        "rss_after": rss_after,
+    }
 
 
 def threads(count, seconds, device=None):
@@ -114,17 +121,22 @@ def main():
     device = bg.default_device()
     s = soak(args.calls, args.cycles, device)
     b, a = s["memory_stats_before"], s["memory_stats_after"]
-    print(f"{device.name}: {s['calls']} kernel calls + {s['cycles']} tensor create/free cycles "
-          f"in {s['seconds']:.1f} s")
+    print(
+        f"{device.name}: {s['calls']} kernel calls + {s['cycles']} tensor create/free cycles "
+        f"in {s['seconds']:.1f} s"
+    )
     for key in ("in_use_bytes", "allocated_bytes", "pooled_bytes", "live_blocks", "pool_misses"):
         if key in b:
             print(f"  {key:>16s}: {b[key]} -> {a[key]}")
     print(f"  {'RSS':>16s}: {s['rss_before'] / 2**20:.1f} MiB -> {s['rss_after'] / 2**20:.1f} MiB")
     t = threads(args.threads, args.seconds, device)
-    print(f"{t['threads']} threads for {t['seconds']} s: {t['calls']} calls, "
-          f"{len(t['errors'])} errors {t['errors'][:3]}")
+    print(
+        f"{t['threads']} threads for {t['seconds']} s: {t['calls']} calls, "
+        f"{len(t['errors'])} errors {t['errors'][:3]}"
+    )
     if args.json:
         import json
+
         with open(args.json, "w") as f:
             json.dump({"device": device.name, "soak": s, "threads": t}, f, indent=2)
         print(f"wrote {args.json}")

@@ -22,15 +22,26 @@ import sys
 import numpy as np
 
 import bitnet_gpu as bg
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from bench_model import DECODE_TOKEN, decode_step, fill_cache, gpu_seconds  # benchmarks/bench_model.py
+from bench_model import (
+    DECODE_TOKEN,
+    decode_step,
+    fill_cache,
+    gpu_seconds,
+)  # benchmarks/bench_model.py
 from bitnet_gpu.models import BitNetConfig, BitNetModel
 from common import arguments, keep_running, median_wall, write_results
 
 
 def main():
-    args = arguments(__doc__, lambda p: (p.add_argument("--context", type=int, default=128),
-                                         p.add_argument("--config", default="2b4t")))
+    args = arguments(
+        __doc__,
+        lambda p: (
+            p.add_argument("--context", type=int, default=128),
+            p.add_argument("--config", default="2b4t"),
+        ),
+    )
     repeats = max(args.repeats, 200)
     device = bg.default_device()
     config = BitNetConfig.preset(args.config)
@@ -48,7 +59,9 @@ def main():
 
     parts = {
         "step": median_us(step),
-        "inputs": median_us(lambda: (inputs["ids"].copy_from(ids), inputs["start"].copy_from(start))),
+        "inputs": median_us(
+            lambda: (inputs["ids"].copy_from(ids), inputs["start"].copy_from(start))
+        ),
         "replay": median_us(graph._core.replay),
         "read": median_us(lambda: graph._outputs["next"].numpy()),
         "empty": median_us(lambda: empty.dispatch(1, [])),
@@ -58,8 +71,10 @@ def main():
     print(f"{device.name}, context {args.context}, BITNET_GPU_SPIN_WAIT_US={spin}: median us")
     for name, us in parts.items():
         print(f"  {name:8s} {us:9.1f}")
-    write_results(args.json, {"device": device.name, "context": args.context, "spin_wait_us": spin,
-                              "median_us": parts})
+    write_results(
+        args.json,
+        {"device": device.name, "context": args.context, "spin_wait_us": spin, "median_us": parts},
+    )
 
 
 if __name__ == "__main__":

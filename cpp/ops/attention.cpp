@@ -15,8 +15,8 @@
 namespace bitnet::ops {
 namespace {
 
-constexpr int64_t kSplitKeys = 32;  // SPLIT in shaders/ops/attention_split.comp
-constexpr int64_t kTiledMostD = 256;   // 4 * the largest D4 in shaders/ops/attention_tiled.comp
+constexpr int64_t kSplitKeys = 32;    // SPLIT in shaders/ops/attention_split.comp
+constexpr int64_t kTiledMostD = 256;  // 4 * the largest D4 in shaders/ops/attention_tiled.comp
 
 // attention_tiled's query rows a row group (ROWS) and a workgroup (BQ = 16 ROWS) for head
 // dimension d: two rows of up to 128 values, one of up to 256, in an invocation's registers.
@@ -49,7 +49,8 @@ uint32_t tiled_keys(const Device& device, int64_t d, int64_t queries) {
   // Also at most 8 staged vectors an invocation (keys x ceil(d / 4) <= 1024): the tile's loads
   // are held in registers.
   for (uint32_t keys : {32u, 16u, 8u})
-    if (bytes(keys) <= most && (keys < 32 || queries < kShortTilesFromQueries) && keys * ((d + 3) / 4) <= 1024)
+    if (bytes(keys) <= most && (keys < 32 || queries < kShortTilesFromQueries) &&
+        keys * ((d + 3) / 4) <= 1024)
       return keys;
   return 0;
 }
@@ -81,34 +82,47 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const bool from_start = keys.start != nullptr;
   const BufferBinding start = (from_start ? *keys.start : k).binding();
-  const std::string what = "attention over " + std::to_string(tq) + " queries x " + std::to_string(hq) + " heads";
+  const std::string what =
+      "attention over " + std::to_string(tq) + " queries x " + std::to_string(hq) + " heads";
   Sequence& sequence = op.sequence();
   if (split) {
     // Decode: the keys split over many workgroups, then one pass merging the splits.
     const int64_t most_keys = from_start ? keys.cache_rows : keys.l;
     const int64_t splits = std::max<int64_t>(1, (most_keys + kSplitKeys - 1) / kSplitKeys);
-    Tensor partial = Tensor::empty(device, std::vector<int64_t>{tq, hq, splits, d + 2}, DType::float32);
+    Tensor partial =
+        Tensor::empty(device, std::vector<int64_t>{tq, hq, splits, d + 2}, DType::float32);
     struct {
       uint32_t tq, hq, hkv, d, l;
       float scale;
       uint32_t splits, seq_tokens, cache_rows;
-    } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
-           static_cast<uint32_t>(d), static_cast<uint32_t>(keys.l), scale, static_cast<uint32_t>(splits),
-           static_cast<uint32_t>(keys.seq_tokens), static_cast<uint32_t>(keys.cache_rows)};
-    const auto grid = checked_grid(*device, {static_cast<uint64_t>(splits), static_cast<uint64_t>(hq),
-                                             static_cast<uint64_t>(tq)}, what);
-    BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), partial.binding(), start};
+    } push{static_cast<uint32_t>(tq),
+           static_cast<uint32_t>(hq),
+           static_cast<uint32_t>(hkv),
+           static_cast<uint32_t>(d),
+           static_cast<uint32_t>(keys.l),
+           scale,
+           static_cast<uint32_t>(splits),
+           static_cast<uint32_t>(keys.seq_tokens),
+           static_cast<uint32_t>(keys.cache_rows)};
+    const auto grid = checked_grid(
+        *device,
+        {static_cast<uint64_t>(splits), static_cast<uint64_t>(hq), static_cast<uint64_t>(tq)},
+        what);
+    BufferBinding bindings[] = {q.binding(),   k.binding(),       v.binding(),
+                                out.binding(), partial.binding(), start};
     for (bool combine : {false, true}) {
       Kernel kernel = Kernel::builtin(device, float_variant("attention_split", q.dtype()),
                                       {{0, causal}, {1, combine}, {2, from_start}});
-      sequence.dispatch(kernel, {combine ? 1u : grid[0], grid[1], grid[2]}, bindings, push_bytes(push));
+      sequence.dispatch(kernel, {combine ? 1u : grid[0], grid[1], grid[2]}, bindings,
+                        push_bytes(push));
     }
     return;
   }
   // Many queries a sequence and D <= 256: blocks of 32 queries (16 above D = 128) share each key
   // tile (attention_tiled.comp, where the device shuffles within subgroups of 8 or more).
   const uint32_t tile_keys = tiled_keys(*device, d, keys.seq_tokens);
-  const bool tiled = d <= kTiledMostD && tile_keys > 0 && device->info().features.at("subgroup_shuffle8") &&
+  const bool tiled = d <= kTiledMostD && tile_keys > 0 &&
+                     device->info().features.at("subgroup_shuffle8") &&
                      tuning().attention_tiled.value_or(keys.seq_tokens >= kTiledFromQueries);
   Specialization specialization{{0, causal}, {1, from_start}};
   if (tiled) {
@@ -116,20 +130,26 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
     specialization.emplace(3, (d + 3) / 4);
     specialization.emplace(6, tiled_rows_per_group(d));
   }
-  Kernel kernel = Kernel::builtin(device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()),
-                                  specialization);
+  Kernel kernel = Kernel::builtin(
+      device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()), specialization);
   struct {
     uint32_t tq, hq, hkv, d, l;
     float scale;
     uint32_t seq_tokens, cache_rows;
-  } push{static_cast<uint32_t>(tq), static_cast<uint32_t>(hq), static_cast<uint32_t>(hkv),
-         static_cast<uint32_t>(d), static_cast<uint32_t>(keys.l), scale,
-         static_cast<uint32_t>(keys.seq_tokens), static_cast<uint32_t>(keys.cache_rows)};
+  } push{static_cast<uint32_t>(tq),
+         static_cast<uint32_t>(hq),
+         static_cast<uint32_t>(hkv),
+         static_cast<uint32_t>(d),
+         static_cast<uint32_t>(keys.l),
+         scale,
+         static_cast<uint32_t>(keys.seq_tokens),
+         static_cast<uint32_t>(keys.cache_rows)};
   const uint64_t sequences = static_cast<uint64_t>(tq / std::max<int64_t>(keys.seq_tokens, 1));
   const uint64_t block_rows = static_cast<uint64_t>(tiled_queries(d));
   const uint64_t blocks = (static_cast<uint64_t>(keys.seq_tokens) + block_rows - 1) / block_rows;
-  const auto grid = checked_grid(*device, {tiled ? sequences * blocks : static_cast<uint64_t>(tq),
-                                           static_cast<uint64_t>(hq), 1}, what);
+  const auto grid = checked_grid(
+      *device,
+      {tiled ? sequences * blocks : static_cast<uint64_t>(tq), static_cast<uint64_t>(hq), 1}, what);
   BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), start};
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }
@@ -156,10 +176,12 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   if (k.shape()[2] != d || hkv == 0 || hq % hkv != 0)
     throw ShapeError("q " + shape_text(q.shape()) + " and k " + shape_text(k.shape()) +
                      ": head dims must match and HQ must be a multiple of HKV");
-  if (d == 0 || d > 256) throw UnsupportedError("head dim " + std::to_string(d) + ": expected 1 to 256");
+  if (d == 0 || d > 256)
+    throw UnsupportedError("head dim " + std::to_string(d) + ": expected 1 to 256");
   const int64_t l = kv_length.value_or(rows);
   if (l < 0 || l > rows)
-    throw ShapeError("kv_length " + std::to_string(l) + " is outside k's " + std::to_string(rows) + " rows");
+    throw ShapeError("kv_length " + std::to_string(l) + " is outside k's " + std::to_string(rows) +
+                     " rows");
   if (causal && l < tq)
     throw ShapeError("causal attention needs at least as many keys (" + std::to_string(l) +
                      ") as queries (" + std::to_string(tq) + ")");
@@ -167,7 +189,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   Tensor out = output(device, given, q.shape(), q.dtype(), "out", {&q, &k, &v});
   if (tq == 0 || hq == 0) return out;
   Recorder op(device);
-  record_attention(op, q, k, v, causal, {l, std::max<int64_t>(tq, 1), rows, nullptr}, use_split(tq, l), out);
+  record_attention(op, q, k, v, causal, {l, std::max<int64_t>(tq, 1), rows, nullptr},
+                   use_split(tq, l), out);
   op.run();
   return out;
 }
@@ -183,11 +206,14 @@ Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_
                      shape_text(q.shape()) + ", k_cache " + shape_text(k_cache.shape()) +
                      ", v_cache " + shape_text(v_cache.shape()));
   const int64_t rows_q = q.shape()[0], hq = q.shape()[1], d = q.shape()[2];
-  const int64_t batch = k_cache.shape()[0], cache_rows = k_cache.shape()[1], hkv = k_cache.shape()[2];
+  const int64_t batch = k_cache.shape()[0], cache_rows = k_cache.shape()[1],
+                hkv = k_cache.shape()[2];
   if (k_cache.shape()[3] != d || hkv == 0 || hq % hkv != 0 || batch == 0 || rows_q % batch != 0)
-    throw ShapeError("q " + shape_text(q.shape()) + " and caches " + shape_text(k_cache.shape()) +
-                     ": head dims must match, HQ must be a multiple of HKV and q's rows a multiple of B");
-  if (d == 0 || d > 256) throw UnsupportedError("head dim " + std::to_string(d) + ": expected 1 to 256");
+    throw ShapeError(
+        "q " + shape_text(q.shape()) + " and caches " + shape_text(k_cache.shape()) +
+        ": head dims must match, HQ must be a multiple of HKV and q's rows a multiple of B");
+  if (d == 0 || d > 256)
+    throw UnsupportedError("head dim " + std::to_string(d) + ": expected 1 to 256");
   const int64_t seq_tokens = rows_q / batch;
   if (seq_tokens > cache_rows)
     throw ShapeError(std::to_string(seq_tokens) + " tokens a sequence do not fit caches of " +
@@ -202,7 +228,8 @@ Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   return out;
 }
 
-Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const std::optional<Tensor>& given) {
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin,
+            const std::optional<Tensor>& given) {
   require_float(x, "x");
   if (x.shape().size() != 3 || x.shape()[2] % 2 != 0)
     throw ShapeError("x: expected [T, H, D] with D even, got " + shape_text(x.shape()));
@@ -231,20 +258,22 @@ void copy_rows(const Tensor& rows, const Tensor& destination, int64_t first_row)
   if (rows.dtype() != destination.dtype() || rows.shape().empty() || destination.shape().empty() ||
       std::vector<int64_t>(rows.shape().begin() + 1, rows.shape().end()) !=
           std::vector<int64_t>(destination.shape().begin() + 1, destination.shape().end()))
-    throw ShapeError("rows " + shape_text(rows.shape()) + " " + std::string(dtype_name(rows.dtype())) +
-                     " do not fit the rows of " + shape_text(destination.shape()) + " " +
+    throw ShapeError("rows " + shape_text(rows.shape()) + " " +
+                     std::string(dtype_name(rows.dtype())) + " do not fit the rows of " +
+                     shape_text(destination.shape()) + " " +
                      std::string(dtype_name(destination.dtype())));
   if (first_row < 0 || first_row + rows.shape()[0] > destination.shape()[0])
     throw ShapeError("rows " + std::to_string(first_row) + " .. " +
                      std::to_string(first_row + rows.shape()[0]) + " are outside the " +
                      std::to_string(destination.shape()[0]) + " rows of the destination");
-  if (&rows.device() != &destination.device()) throw ArgumentError("rows and destination: two devices");
+  if (&rows.device() != &destination.device())
+    throw ArgumentError("rows and destination: two devices");
   if (rows.nbytes() == 0) return;
   const uint64_t row_bytes = rows.nbytes() / static_cast<uint64_t>(rows.shape()[0]);
   Recorder op_sequence(rows.device_ptr());
   Sequence& sequence = op_sequence.sequence();
-  sequence.copy(rows.binding(), {destination.allocation(), static_cast<uint64_t>(first_row) * row_bytes,
-                                 rows.nbytes()});
+  sequence.copy(rows.binding(), {destination.allocation(),
+                                 static_cast<uint64_t>(first_row) * row_bytes, rows.nbytes()});
   op_sequence.run();
 }
 

@@ -30,14 +30,16 @@ void copy_rows(const Tensor& rows, const Tensor& destination, int64_t first_row)
 // A decode step's rotary embedding and KV-cache append in one dispatch (float32): returns
 // rope(q) and writes rope(k) and v to rows start[0] + t % T of each sequence's caches [B, ROWS,
 // HKV, D] (q, k, v: [B * T, heads, D]; cos, sin: [positions, D / 2]).
-Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos, const Tensor& sin,
-                   const Tensor& start, const Tensor& k_cache, const Tensor& v_cache);
+Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
+                   const Tensor& sin, const Tensor& start, const Tensor& k_cache,
+                   const Tensor& v_cache);
 
 // rope_append, then attention_cached over the caches (causal), for one new token a sequence (q
 // [B, HQ, D], k and v [B, HKV, D]) in one dispatch that reads each cached key and value once for
 // the query heads sharing it; out [B, HQ, D]. Other shapes run the two ops. split_keys: keys a
 // workgroup takes (16, 32 or 64), or 0 for 32; Tuning's decode_split overrides either.
-Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos, const Tensor& sin,
-                        const Tensor& start, const Tensor& k_cache, const Tensor& v_cache, int64_t split_keys = 0);
+Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
+                        const Tensor& sin, const Tensor& start, const Tensor& k_cache,
+                        const Tensor& v_cache, int64_t split_keys = 0);
 
 }  // namespace bitnet::ops

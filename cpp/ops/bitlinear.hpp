@@ -16,15 +16,16 @@ enum class BitLinearAlgorithm { automatic, matvec, tiled, coopmat };
 inline constexpr int64_t kMatvecMaxRows = 8;
 
 struct BitLinearResult {
-  Tensor y;                             // float32 [..., N]
-  std::optional<Tensor> accumulators;   // int32 [..., N], when asked for
+  Tensor y;                            // float32 [..., N]
+  std::optional<Tensor> accumulators;  // int32 [..., N], when asked for
 };
 
 // x: float32/float16 [..., K]; w: ternary weights [N, K] with one scale; bias: float32 [N].
 // hardware_dot chooses the packed int8 dot-product instruction (default: where accelerated).
 // out_y / out_accumulators: tensors to write into (ops::output checks them), else new ones.
-BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std::optional<Tensor>& bias,
-                          bool with_accumulators, BitLinearAlgorithm algorithm,
+BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w,
+                          const std::optional<Tensor>& bias, bool with_accumulators,
+                          BitLinearAlgorithm algorithm,
                           std::optional<bool> hardware_dot = std::nullopt,
                           const std::optional<Tensor>& out_y = {},
                           const std::optional<Tensor>& out_accumulators = {});
@@ -38,7 +39,8 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w, const std:
 std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>& up,
                                     const std::optional<Tensor>& norm_weight, double norm_eps,
                                     const std::vector<const QuantizedWeights*>& weights,
-                                    const std::vector<std::optional<Tensor>>& residuals, bool gated_output = false);
+                                    const std::vector<std::optional<Tensor>>& residuals,
+                                    bool gated_output = false);
 
 // int8 [M, K] x int8 [K, N] -> int32 [M, N], exactly.
 // algorithm: automatic, tiled or coopmat (matvec is taken as automatic).

@@ -15,7 +15,9 @@ bool has_tensor_cores(const Device& device) { return device.feature("cooperative
 
 // An m x n tile with K steps of k, its subgroups 4 x 2 from 128 tile rows (else 2 x 4), loading
 // two steps ahead.
-CoopmatTile default_layout(uint32_t m, uint32_t n, uint32_t k) { return {m, n, k, m >= 128 ? 4u : 2u, 2}; }
+CoopmatTile default_layout(uint32_t m, uint32_t n, uint32_t k) {
+  return {m, n, k, m >= 128 ? 4u : 2u, 2};
+}
 
 }  // namespace
 
@@ -23,13 +25,16 @@ bool use_hardware_dot(const Device& device, std::optional<bool> requested) {
   const bool available = device.feature("integer_dot_product");
   if (requested) {
     if (*requested && !available)
-      throw UnsupportedError("device '" + device.info().name + "' has no integer dot product instructions");
+      throw UnsupportedError("device '" + device.info().name +
+                             "' has no integer dot product instructions");
     return *requested;
   }
   return available && device.feature("integer_dot_product_accelerated");
 }
 
-std::string dot_variant(const char* base, bool hardware) { return std::string(base) + (hardware ? "_dot" : "_int"); }
+std::string dot_variant(const char* base, bool hardware) {
+  return std::string(base) + (hardware ? "_dot" : "_int");
+}
 
 BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requested) {
   if (requested == BitLinearAlgorithm::coopmat && !has_tensor_cores(device))
@@ -43,7 +48,9 @@ BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requeste
   return requested;
 }
 
-int64_t lane_vectors(int64_t k, int64_t local_size) { return (padded(k) / 4 + local_size - 1) / local_size; }
+int64_t lane_vectors(int64_t k, int64_t local_size) {
+  return (padded(k) / 4 + local_size - 1) / local_size;
+}
 
 bool can_fuse_input(int64_t k) { return k % 4 == 0 && lane_vectors(k) <= kMostLaneVectors; }
 
@@ -78,9 +85,12 @@ bool fused_matvec_fits(const Tensor& x, int64_t m, int64_t k, uint32_t local_siz
   const auto& limits = device.limits();
   // The reduction scratch: four arrays of 256 words, indexed by subgroup, and a word an invocation.
   const int64_t scratch = 4 * 256 * 4 + 4 * int64_t{local_size};
-  return x.dtype() == DType::float32 && k % 4 == 0 && lane_vectors(k, local_size) <= kMostLaneVectors &&
-         local_size <= limits.maxComputeWorkGroupInvocations && local_size <= limits.maxComputeWorkGroupSize[0] &&
-         subgroups_in(device, local_size) <= 256 && m * padded(k) + scratch <= limits.maxComputeSharedMemorySize &&
+  return x.dtype() == DType::float32 && k % 4 == 0 &&
+         lane_vectors(k, local_size) <= kMostLaneVectors &&
+         local_size <= limits.maxComputeWorkGroupInvocations &&
+         local_size <= limits.maxComputeWorkGroupSize[0] &&
+         subgroups_in(device, local_size) <= 256 &&
+         m * padded(k) + scratch <= limits.maxComputeSharedMemorySize &&
          limits.maxPerStageDescriptorStorageBuffers >= 18;
 }
 
@@ -91,20 +101,26 @@ bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
   return m * padded(k) <= most && fused_matvec_fits(x, m, k, 256);
 }
 
-std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n, size_t weights) {
+std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n,
+                                         size_t weights) {
   const Device& device = x.device();
   // For one or two rows of 6912 to 16384 values, one round of large workgroups quantizing the rows
   // once beats many small ones each quantizing them again.
-  const bool long_rows = device.info().multiprocessors && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384;
-  const uint32_t local_size = tuning().matvec_strided.value_or(long_rows ? (padded(k) >= 12288 ? 1024 : 512) : 0);
-  if (local_size == 0 || weights != 1 || !fused_matvec_fits(x, m, k, local_size)) return std::nullopt;
+  const bool long_rows =
+      device.info().multiprocessors && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384;
+  const uint32_t local_size =
+      tuning().matvec_strided.value_or(long_rows ? (padded(k) >= 12288 ? 1024 : 512) : 0);
+  if (local_size == 0 || weights != 1 || !fused_matvec_fits(x, m, k, local_size))
+    return std::nullopt;
   const uint32_t per_multiprocessor = tuning().matvec_strided_groups.value_or(1024 / local_size);
   // Where the multiprocessor count is unknown (lavapipe), a few workgroups.
-  const uint64_t multiprocessors = device.info().multiprocessors ? device.info().multiprocessors : 4;
+  const uint64_t multiprocessors =
+      device.info().multiprocessors ? device.info().multiprocessors : 4;
   const uint64_t fill = multiprocessors * per_multiprocessor;
   const uint64_t rows_per_round = uint64_t{matvec_rows(m, k, n)} * subgroups_in(device, local_size);
   const uint64_t needed = (static_cast<uint64_t>(n) + rows_per_round - 1) / rows_per_round;
-  return MatvecGrid{local_size, static_cast<uint32_t>(std::max<uint64_t>(1, std::min(fill, needed)))};
+  return MatvecGrid{local_size,
+                    static_cast<uint32_t>(std::max<uint64_t>(1, std::min(fill, needed)))};
 }
 
 CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
@@ -126,11 +142,11 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
     double best = 0.0;
     for (size_t i = 0; i < std::size(candidates); ++i) {
       const auto& c = candidates[i];
-      const uint64_t groups =
-          static_cast<uint64_t>((rows + c.tile.m - 1) / c.tile.m) * ((cols + c.tile.n - 1) / c.tile.n);
+      const uint64_t groups = static_cast<uint64_t>((rows + c.tile.m - 1) / c.tile.m) *
+                              ((cols + c.tile.n - 1) / c.tile.n);
       const uint64_t slots = uint64_t{multiprocessors} * c.per_multiprocessor;
-      const double estimate =
-          static_cast<double>((groups + slots - 1) / slots) * c.tile.m * c.tile.n * c.cost_per_value;
+      const double estimate = static_cast<double>((groups + slots - 1) / slots) * c.tile.m *
+                              c.tile.n * c.cost_per_value;
       if (i == 0 || estimate < best) {
         best = estimate;
         tile = c.tile;
@@ -138,12 +154,14 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
     }
   }
   const Tuning knobs = tuning();
-  if (knobs.coopmat_tile) tile = default_layout(knobs.coopmat_tile->m, knobs.coopmat_tile->n, knobs.coopmat_tile->k);
+  if (knobs.coopmat_tile)
+    tile = default_layout(knobs.coopmat_tile->m, knobs.coopmat_tile->n, knobs.coopmat_tile->k);
   if (knobs.coopmat_depth) tile.depth = *knobs.coopmat_depth;
   if (const auto r = knobs.coopmat_subgroup_rows) {
     if (tile.m % (16 * *r) || tile.n % (16 * (8 / *r)))
-      throw ArgumentError("coopmat_subgroup_rows=" + std::to_string(*r) + ": expected 1, 2, 4 or 8 splitting the " +
-                          std::to_string(tile.m) + "x" + std::to_string(tile.n) + " tile into multiples of 16");
+      throw ArgumentError("coopmat_subgroup_rows=" + std::to_string(*r) +
+                          ": expected 1, 2, 4 or 8 splitting the " + std::to_string(tile.m) + "x" +
+                          std::to_string(tile.n) + " tile into multiples of 16");
     tile.subgroup_rows = *r;
   }
   return tile;

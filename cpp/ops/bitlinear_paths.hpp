@@ -41,7 +41,8 @@ uint32_t matvec_rows(int64_t m, int64_t k, int64_t n);
 uint32_t matvec_unroll(uint32_t fallback = 1);
 // Whether a fused matvec requests its first weights before its pre-pass.
 bool matvec_prefetch(int64_t k, bool gated_out);
-// Whether a fused matvec multiplies the codes masked in place (bitlinear_matvec.comp's MASKED_CODES).
+// Whether a fused matvec multiplies the codes masked in place (bitlinear_matvec.comp's
+// MASKED_CODES).
 bool matvec_masked_codes(int64_t m, bool gated_out);
 
 // A fused matvec's grid: `local_size` invocations a workgroup, and either one workgroup for each
@@ -51,13 +52,14 @@ struct MatvecGrid {
   uint32_t local_size = 256;
   uint32_t groups = 0;
 };
-// Whether bitlinear_matvec.comp's FUSED variant, with workgroups of local_size, takes m float32 rows
-// of k values (registers, shared memory and its 18 storage buffers allowing).
+// Whether bitlinear_matvec.comp's FUSED variant, with workgroups of local_size, takes m float32
+// rows of k values (registers, shared memory and its 18 storage buffers allowing).
 bool fused_matvec_fits(const Tensor& x, int64_t m, int64_t k, uint32_t local_size);
 // Whether every matvec workgroup quantizes x itself rather than a separate pre-pass doing it once.
 bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k);
 // The strided grid for one weight and a few long rows, or nullopt for the ordinary one.
-std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n, size_t weights);
+std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n,
+                                         size_t weights);
 
 // The cooperative-matrix kernel's shape: its m x n output tile and K step, how its 8 subgroups
 // split the tile (subgroup_rows x (8 / subgroup_rows) parts) and how many K steps it loads ahead.

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "runtime/device.hpp"
-#include "runtime/graph.hpp"
 #include "runtime/error.hpp"
+#include "runtime/graph.hpp"
 #include "runtime/sequence.hpp"
 
 namespace bitnet::ops {
@@ -24,8 +24,10 @@ std::vector<RowRange> row_ranges(const Device& device, uint64_t rows,
   if (most >= rows) return {{0, rows}};
   const uint64_t chunk = most / step * step;
   if (chunk == 0)
-    throw UnsupportedError("one row of this tensor is larger than this device's "
-                           "maxStorageBufferRange of " + format_bytes(limit));
+    throw UnsupportedError(
+        "one row of this tensor is larger than this device's "
+        "maxStorageBufferRange of " +
+        format_bytes(limit));
   std::vector<RowRange> ranges;
   for (uint64_t first = 0; first < rows; first += chunk)
     ranges.push_back({first, std::min(chunk, rows - first)});
@@ -34,7 +36,8 @@ std::vector<RowRange> row_ranges(const Device& device, uint64_t rows,
 
 BufferBinding rows_of(const Tensor& tensor, const RowRange& range, uint64_t row_bytes) {
   const uint64_t offset = range.first * row_bytes;
-  const uint64_t size = std::min(range.count * row_bytes, tensor.nbytes() - std::min(offset, tensor.nbytes()));
+  const uint64_t size =
+      std::min(range.count * row_bytes, tensor.nbytes() - std::min(offset, tensor.nbytes()));
   return {tensor.allocation(), offset, size};
 }
 
@@ -44,7 +47,9 @@ uint32_t workgroups(const Device& device, uint64_t invocations, uint32_t local_s
       std::clamp<uint64_t>(needed, 1, device.limits().maxComputeWorkGroupCount[0]));
 }
 
-bool guards_loop_passes(const Device& device) { return device.info().driver_id == VK_DRIVER_ID_MESA_LLVMPIPE; }
+bool guards_loop_passes(const Device& device) {
+  return device.info().driver_id == VK_DRIVER_ID_MESA_LLVMPIPE;
+}
 
 std::array<uint32_t, 3> checked_grid(const Device& device, std::array<uint64_t, 3> groups,
                                      const std::string& what) {
@@ -95,7 +100,8 @@ Tensor output(const std::shared_ptr<Device>& device, const std::optional<Tensor>
 void require_same_kind(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
   if (a.dtype() != b.dtype())
     throw DTypeError(std::string(a_name) + " and " + b_name + " must have one dtype, got " +
-                     std::string(dtype_name(a.dtype())) + " and " + std::string(dtype_name(b.dtype())));
+                     std::string(dtype_name(a.dtype())) + " and " +
+                     std::string(dtype_name(b.dtype())));
   if (&a.device() != &b.device())
     throw ArgumentError(std::string(a_name) + " and " + b_name + " must live on one device");
 }

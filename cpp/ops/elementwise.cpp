@@ -32,7 +32,8 @@ void require_row_vector(const Tensor& t, const char* name, int64_t k, const Tens
 }
 
 Tensor run_elementwise(const Tensor& x, const Tensor* other, Activation op, Mode mode, float alpha,
-                       float p, uint64_t seed, const std::optional<Tensor>& given, const char* name) {
+                       float p, uint64_t seed, const std::optional<Tensor>& given,
+                       const char* name) {
   require_float(x, "x");
   const auto& device = x.device_ptr();
   Tensor y = output(device, given, x.shape(), x.dtype(), name, {&x, other});
@@ -44,7 +45,8 @@ Tensor run_elementwise(const Tensor& x, const Tensor* other, Activation op, Mode
   Sequence& sequence = op_sequence.sequence();
   // Chunks of whole 16-byte vectors (row_ranges keeps every view inside the binding limit).
   for (const RowRange& range : row_ranges(*device, (x.size() + 3) / 4, {4 * element})) {
-    RowRange elements{range.first * 4, std::min<uint64_t>(range.count * 4, x.size() - range.first * 4)};
+    RowRange elements{range.first * 4,
+                      std::min<uint64_t>(range.count * 4, x.size() - range.first * 4)};
     const BufferBinding in = rows_of(x, elements, element);
     const BufferBinding extra = other ? rows_of(*other, elements, element) : in;
     const BufferBinding out = rows_of(y, elements, element);
@@ -53,7 +55,7 @@ Tensor run_elementwise(const Tensor& x, const Tensor* other, Activation op, Mode
       float alpha, p;
       uint32_t seed_lo, seed_hi;
     } push{static_cast<uint32_t>(elements.count), static_cast<uint32_t>(elements.first), alpha, p,
-           static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+           static_cast<uint32_t>(seed),           static_cast<uint32_t>(seed >> 32)};
     BufferBinding bindings[] = {in, in, extra, extra, out, out};
     sequence.dispatch(kernel, {workgroups(*device, (elements.count + 3) / 4), 1, 1}, bindings,
                       push_bytes(push));
@@ -75,7 +77,9 @@ bool rows_in_registers(int64_t k) { return k % 4 == 0 && k / 4 <= 8 * 256; }
 
 // Vectors of 4 values a lane of row_ops.comp holds for rows of k values (its CACHED): the fewest
 // that hold the row where it is kept in registers, else 1 (unused).
-uint32_t row_vectors(int64_t k) { return rows_in_registers(k) ? static_cast<uint32_t>((k / 4 + 255) / 256) : 1u; }
+uint32_t row_vectors(int64_t k) {
+  return rows_in_registers(k) ? static_cast<uint32_t>((k / 4 + 255) / 256) : 1u;
+}
 
 // Workgroups that the backward norms' rows are dealt to when each writes its column sums of the
 // parameters' gradient terms (COLUMN_PARTIALS): two for each multiprocessor (the fastest measured;
@@ -83,7 +87,8 @@ uint32_t row_vectors(int64_t k) { return rows_in_registers(k) ? static_cast<uint
 // (lavapipe ends an invocation's loops after 65535 passes).
 uint64_t partial_groups(const Device& device, uint64_t rows) {
   const uint64_t per_multiprocessor = tuning().norm_groups_per_sm.value_or(2);
-  const uint64_t multiprocessors = device.info().multiprocessors ? device.info().multiprocessors : 128;
+  const uint64_t multiprocessors =
+      device.info().multiprocessors ? device.info().multiprocessors : 128;
   const uint64_t fill = multiprocessors * per_multiprocessor;
   return std::min({rows, std::max(fill, (rows + 4095) / 4096),
                    static_cast<uint64_t>(device.limits().maxComputeWorkGroupCount[0])});
@@ -107,7 +112,8 @@ GradientTerms run_rows(uint32_t op, const Tensor& x, const Tensor* grad, const T
   const bool partials = norm_backward && rows_in_registers(k);
   const uint64_t row_bytes = static_cast<uint64_t>(k) * dtype_size(x.dtype());
   const uint64_t float_row = static_cast<uint64_t>(k) * 4;
-  const std::vector<RowRange> ranges = row_ranges(*device, rows, {row_bytes, norm_backward ? float_row : 0});
+  const std::vector<RowRange> ranges =
+      row_ranges(*device, rows, {row_bytes, norm_backward ? float_row : 0});
   std::vector<uint64_t> groups;  // each chunk's workgroups, and with partials its rows of terms
   uint64_t term_rows = 0;
   for (const RowRange& range : ranges) {
@@ -138,11 +144,22 @@ GradientTerms run_rows(uint32_t op, const Tensor& x, const Tensor* grad, const T
     const BufferBinding grad_rows = grad ? rows_of(*grad, range, row_bytes) : in;
     const BufferBinding gxhat_rows =
         terms.grad_times_xhat ? rows_of(*terms.grad_times_xhat, term_range, float_row) : result;
-    const BufferBinding gsum_rows = terms.grad_sum ? rows_of(*terms.grad_sum, term_range, float_row) : gxhat_rows;
-    BufferBinding bindings[] = {in, in, weight ? weight->binding() : in, bias ? bias->binding() : in,
-                                result, result, grad_rows, gxhat_rows, grad_rows, gxhat_rows,
-                                gsum_rows, gsum_rows};
-    sequence.dispatch(kernel, {workgroups(*device, groups[chunk], 1), 1, 1}, bindings, push_bytes(push));
+    const BufferBinding gsum_rows =
+        terms.grad_sum ? rows_of(*terms.grad_sum, term_range, float_row) : gxhat_rows;
+    BufferBinding bindings[] = {in,
+                                in,
+                                weight ? weight->binding() : in,
+                                bias ? bias->binding() : in,
+                                result,
+                                result,
+                                grad_rows,
+                                gxhat_rows,
+                                grad_rows,
+                                gxhat_rows,
+                                gsum_rows,
+                                gsum_rows};
+    sequence.dispatch(kernel, {workgroups(*device, groups[chunk], 1), 1, 1}, bindings,
+                      push_bytes(push));
   }
   op_sequence.run();
   return terms;
@@ -167,7 +184,8 @@ Tensor gated_activation(const Tensor& gate, const Tensor& up, Activation op,
 }
 
 Tensor relu_dropout(const Tensor& x, double p, uint64_t seed, const std::optional<Tensor>& out) {
-  if (!(p >= 0.0 && p <= 1.0)) throw ArgumentError("p: expected a probability in [0, 1], got " + std::to_string(p));
+  if (!(p >= 0.0 && p <= 1.0))
+    throw ArgumentError("p: expected a probability in [0, 1], got " + std::to_string(p));
   // p = 1 drops everything: uniform01 < 1, so no value is kept and 1 - p never divides.
   return run_elementwise(x, nullptr, Activation::relu, dropout, 0.0f, static_cast<float>(p), seed,
                          out, "y");
@@ -187,7 +205,6 @@ Tensor row_op(const Tensor& x, RowOp op, const std::optional<Tensor>& weight,
            bias ? &*bias : nullptr, eps, y);
   return y;
 }
-
 
 Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional<Tensor>& given) {
   require_float(a, "a");
@@ -223,8 +240,8 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional
   }
   Kernel kernel = Kernel::builtin(device, float_variant("binary", a.dtype()),
                                   {{0, int64_t{static_cast<uint32_t>(op)}}, {1, same}});
-  BufferBinding bindings[] = {a.binding(), a.binding(), b.binding(), b.binding(), y.binding(),
-                              y.binding()};
+  BufferBinding bindings[] = {a.binding(), a.binding(), b.binding(),
+                              b.binding(), y.binding(), y.binding()};
   Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   sequence.dispatch(kernel, {workgroups(*device, same ? (y.size() + 3) / 4 : y.size()), 1, 1},
@@ -232,7 +249,6 @@ Tensor binary(const Tensor& a, const Tensor& b, BinaryOp op, const std::optional
   op_sequence.run();
   return y;
 }
-
 
 Tensor softmax_backward(const Tensor& grad_y, const Tensor& x, const std::optional<Tensor>& given) {
   row_length(x);
@@ -257,11 +273,13 @@ Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Te
   const int64_t ndim = static_cast<int64_t>(x.shape().size());
   if (ndim == 0) throw ShapeError("x: a 0-d tensor has no axis to reduce");
   if (axis < -ndim || axis >= ndim)
-    throw ShapeError("axis " + std::to_string(axis) + " is out of bounds for shape " + shape_text(x.shape()));
+    throw ShapeError("axis " + std::to_string(axis) + " is out of bounds for shape " +
+                     shape_text(x.shape()));
   if (axis < 0) axis += ndim;
   const int64_t count = x.shape()[axis];
   if (count == 0 && op == ReduceOp::max)
-    throw ShapeError("max over an empty axis of shape " + shape_text(x.shape()) + " has no identity");
+    throw ShapeError("max over an empty axis of shape " + shape_text(x.shape()) +
+                     " has no identity");
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < axis; ++i) outer *= x.shape()[i];
   for (int64_t i = axis + 1; i < ndim; ++i) inner *= x.shape()[i];
@@ -279,7 +297,8 @@ Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Te
       uint32_t outer, count, inner;
     } push{static_cast<uint32_t>(o), static_cast<uint32_t>(c), static_cast<uint32_t>(in)};
     BufferBinding bindings[] = {from.binding(), to.binding()};
-    sequence.dispatch(kernel, {in == 1 ? workgroups(*device, o, 1) : workgroups(*device, o * in), 1, 1},
+    sequence.dispatch(kernel,
+                      {in == 1 ? workgroups(*device, o, 1) : workgroups(*device, o * in), 1, 1},
                       bindings, push_bytes(push));
   };
   // Few outputs along a long strided axis (a weight gradient's sum over rows) would leave most of
@@ -292,7 +311,8 @@ Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Te
   if (chunk == 0 || x.dtype() == DType::float16) {  // float16 partial results would round
     record(x, y, outer, count, inner);
   } else {
-    Tensor partial = Tensor::empty(device, std::vector<int64_t>{outer, count / chunk, inner}, x.dtype());
+    Tensor partial =
+        Tensor::empty(device, std::vector<int64_t>{outer, count / chunk, inner}, x.dtype());
     record(x, partial, outer * (count / chunk), chunk, inner);
     record(partial, y, outer, count / chunk, inner);
   }
@@ -302,14 +322,15 @@ Tensor reduce(const Tensor& x, int64_t axis, ReduceOp op, const std::optional<Te
 
 Tensor transpose(const Tensor& x, const std::optional<Tensor>& given) {
   require_float(x, "x");
-  if (x.shape().size() != 2) throw ShapeError("x: expected a 2-D matrix, got shape " + shape_text(x.shape()));
+  if (x.shape().size() != 2)
+    throw ShapeError("x: expected a 2-D matrix, got shape " + shape_text(x.shape()));
   const int64_t rows = x.shape()[0], cols = x.shape()[1];
   const auto& device = x.device_ptr();
   Tensor y = output(device, given, {cols, rows}, x.dtype(), "y", {&x});
   if (y.size() == 0) return y;
-  const auto grid = checked_grid(*device, {static_cast<uint64_t>(cols + 31) / 32,
-                                           static_cast<uint64_t>(rows + 31) / 32, 1},
-                                 "matrix of shape " + shape_text(x.shape()));
+  const auto grid = checked_grid(
+      *device, {static_cast<uint64_t>(cols + 31) / 32, static_cast<uint64_t>(rows + 31) / 32, 1},
+      "matrix of shape " + shape_text(x.shape()));
   Kernel kernel = Kernel::builtin(device, float_variant("transpose", x.dtype()));
   struct {
     uint32_t rows, cols;
@@ -326,15 +347,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, const std::optional<Tensor>& giv
   require_float(a, "a");
   require_same_kind(a, "a", b, "b");
   if (a.shape().size() != 2 || b.shape().size() != 2 || a.shape()[1] != b.shape()[0])
-    throw ShapeError("cannot multiply shapes " + shape_text(a.shape()) + " and " + shape_text(b.shape()) +
-                     ": expected [M, K] and [K, N]");
+    throw ShapeError("cannot multiply shapes " + shape_text(a.shape()) + " and " +
+                     shape_text(b.shape()) + ": expected [M, K] and [K, N]");
   const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
   const auto& device = a.device_ptr();
   Tensor c = output(device, given, {m, n}, a.dtype(), "c", {&a, &b});
   if (c.size() == 0) return c;
-  const auto grid = checked_grid(*device, {static_cast<uint64_t>(n + 63) / 64,
-                                           static_cast<uint64_t>(m + 63) / 64, 1},
-                                 "product of shape (" + std::to_string(m) + ", " + std::to_string(n) + ")");
+  const auto grid = checked_grid(
+      *device, {static_cast<uint64_t>(n + 63) / 64, static_cast<uint64_t>(m + 63) / 64, 1},
+      "product of shape (" + std::to_string(m) + ", " + std::to_string(n) + ")");
   Kernel kernel = Kernel::builtin(device, float_variant("matmul", a.dtype()));
   struct {
     uint32_t m, n, k;

@@ -17,7 +17,8 @@ namespace {
 constexpr uint64_t kStatsWords = 8;  // struct Stats in shaders/quantize/quantize_common.glsl
 
 int quantization_max(int bits, bool symmetric) {
-  if (bits < 2 || bits > 8) throw ArgumentError("bits: expected 2 to 8, got " + std::to_string(bits));
+  if (bits < 2 || bits > 8)
+    throw ArgumentError("bits: expected 2 to 8, got " + std::to_string(bits));
   return symmetric ? (1 << (bits - 1)) - 1 : (1 << bits) - 1;
 }
 
@@ -91,7 +92,10 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
   QuantizedWeights result{make(device, {rows, static_cast<int64_t>(row_bytes)}, DType::uint8),
                           make(device, {groups}, DType::float32),
                           make(device, {groups}, DType::float32),
-                          rows, cols, group_size, binary};
+                          rows,
+                          cols,
+                          group_size,
+                          binary};
 
   Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
@@ -100,8 +104,8 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
   const uint64_t segments = static_cast<uint64_t>(stats.shape()[0]);
   record_scales(sequence, stats, group_size > 0 ? 1 : segments, groups, 0, 0.0f, result.scales,
                 *result.means);
-  Kernel pack = Kernel::builtin(device, float_variant(binary ? "binary_quantize" : "ternary_quantize",
-                                                w.dtype()));
+  Kernel pack = Kernel::builtin(
+      device, float_variant(binary ? "binary_quantize" : "ternary_quantize", w.dtype()));
   const uint64_t element = dtype_size(w.dtype());
   for (const RowRange& range : row_ranges(*device, rows, {cols * element, row_bytes})) {
     PackPush push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
@@ -110,8 +114,10 @@ QuantizedWeights quantize_weights(const Tensor& w, int64_t group_size, bool bina
     const BufferBinding weights = rows_of(w, range, cols * element);
     const BufferBinding packed = rows_of(result.packed, range, row_bytes);
     std::vector<BufferBinding> bindings;
-    if (binary) bindings = {weights, result.means->binding(), packed};
-    else bindings = {weights, weights, result.scales.binding(), packed};  // scalar and vec4 views
+    if (binary)
+      bindings = {weights, result.means->binding(), packed};
+    else
+      bindings = {weights, weights, result.scales.binding(), packed};  // scalar and vec4 views
     sequence.dispatch(pack, {workgroups(*device, range.count * (row_bytes / 4)), 1, 1}, bindings,
                       push_bytes(push));
   }
@@ -125,9 +131,10 @@ QuantizedWeights weights_from_packed(const Tensor& packed, const Tensor& scales,
     throw ShapeError("shape: expected a positive (N, K), got (" + std::to_string(rows) + ", " +
                      std::to_string(cols) + ")");
   if (group_size < 0 || (group_size > 0 && cols % group_size != 0))
-    throw ShapeError("group_size " + std::to_string(group_size) + " does not divide K = " +
-                     std::to_string(cols));
-  const int64_t row_bytes = static_cast<int64_t>(binary ? binary_row_bytes(cols) : ternary_row_bytes(cols));
+    throw ShapeError("group_size " + std::to_string(group_size) +
+                     " does not divide K = " + std::to_string(cols));
+  const int64_t row_bytes =
+      static_cast<int64_t>(binary ? binary_row_bytes(cols) : ternary_row_bytes(cols));
   if (packed.dtype() != DType::uint8)
     throw DTypeError("packed: expected uint8, got " + std::string(dtype_name(packed.dtype())));
   if (packed.shape() != std::vector<int64_t>{rows, row_bytes})
@@ -180,8 +187,8 @@ Tensor unpack_ternary(const Tensor& packed, int64_t rows, int64_t cols,
   Kernel kernel = Kernel::builtin(device, "ternary_unpack");
   Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
-  for (const RowRange& range : row_ranges(*device, rows, {static_cast<uint64_t>(row_bytes),
-                                                          static_cast<uint64_t>(cols)})) {
+  for (const RowRange& range :
+       row_ranges(*device, rows, {static_cast<uint64_t>(row_bytes), static_cast<uint64_t>(cols)})) {
     struct {
       uint32_t rows, k, words_per_row;
     } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
@@ -209,8 +216,8 @@ Tensor pack_ternary(const Tensor& values, const std::optional<Tensor>& given) {
   Recorder op_sequence(device);
   Sequence& sequence = op_sequence.sequence();
   Tensor invalid = zeroed_counter(device);
-  for (const RowRange& range : row_ranges(*device, rows, {static_cast<uint64_t>(cols),
-                                                          static_cast<uint64_t>(row_bytes)})) {
+  for (const RowRange& range :
+       row_ranges(*device, rows, {static_cast<uint64_t>(cols), static_cast<uint64_t>(row_bytes)})) {
     struct {
       uint32_t rows, k, words_per_row;
     } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
@@ -231,7 +238,8 @@ Tensor pack_ternary(const Tensor& values, const std::optional<Tensor>& given) {
 QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric, const RowOutputs& given) {
   require_float(x, "x");
   const int qmax = quantization_max(bits, symmetric);
-  if (x.shape().empty()) throw ShapeError("x: expected at least one axis [..., K], got a 0-d tensor");
+  if (x.shape().empty())
+    throw ShapeError("x: expected at least one axis [..., K], got a 0-d tensor");
   const int64_t cols = x.shape().back();
   if (cols == 0)
     throw ShapeError("x: the per-row scale reduces over the last axis, which is empty in shape " +
@@ -246,7 +254,8 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric, const Row
       output(device, given.q, x.shape(), symmetric ? DType::int8 : DType::uint8, "q", {&x}),
       output(device, given.scales, leading, DType::float32, "scale", {&x}), std::nullopt};
   if (!symmetric)
-    result.zero_points = output(device, given.zero_points, leading, DType::uint8, "zero_point", {&x});
+    result.zero_points =
+        output(device, given.zero_points, leading, DType::uint8, "zero_point", {&x});
   if (rows == 0) return result;
   Kernel kernel = Kernel::builtin(device, float_variant("quantize_rows", x.dtype()),
                                   {{0, symmetric}, {1, double(qmax)}, {2, double{kEps}}});
@@ -255,14 +264,18 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric, const Row
   Tensor nonfinite = zeroed_counter(device);
   Tensor unused = make(device, {1}, DType::uint8);
   const uint64_t element = dtype_size(x.dtype());
-  for (const RowRange& range : row_ranges(*device, rows, {cols * element, static_cast<uint64_t>(cols)})) {
+  for (const RowRange& range :
+       row_ranges(*device, rows, {cols * element, static_cast<uint64_t>(cols)})) {
     struct {
       uint32_t rows, k, first_row;
     } push{static_cast<uint32_t>(range.count), static_cast<uint32_t>(cols),
            static_cast<uint32_t>(range.first)};
     const BufferBinding input = rows_of(x, range, cols * element);
     const BufferBinding quantized = rows_of(result.q, range, cols);
-    BufferBinding bindings[] = {input, input, quantized, quantized,  // scalar and vector views
+    BufferBinding bindings[] = {input,
+                                input,
+                                quantized,
+                                quantized,  // scalar and vector views
                                 result.scales.binding(),
                                 (symmetric ? unused : *result.zero_points).binding(),
                                 nonfinite.binding()};
@@ -274,12 +287,14 @@ QuantizedRows quantize_rows(const Tensor& x, int bits, bool symmetric, const Row
 }
 
 Tensor dequantize_rows(const Tensor& q, const Tensor& scales,
-                       const std::optional<Tensor>& zero_points, const std::optional<Tensor>& given) {
+                       const std::optional<Tensor>& zero_points,
+                       const std::optional<Tensor>& given) {
   const bool symmetric = !zero_points.has_value();
   const DType expected = symmetric ? DType::int8 : DType::uint8;
   if (q.dtype() != expected)
-    throw DTypeError(std::string("q: expected ") + (symmetric ? "int8" : "uint8 (with zero_point)") +
-                     ", got " + std::string(dtype_name(q.dtype())));
+    throw DTypeError(std::string("q: expected ") +
+                     (symmetric ? "int8" : "uint8 (with zero_point)") + ", got " +
+                     std::string(dtype_name(q.dtype())));
   if (q.shape().empty() || q.shape().back() == 0)
     throw ShapeError("q: expected [..., K] with K > 0, got shape " + shape_text(q.shape()));
   const int64_t cols = q.shape().back();
@@ -288,12 +303,13 @@ Tensor dequantize_rows(const Tensor& q, const Tensor& scales,
     throw ShapeError("scale: expected float32 with one value per row (" + std::to_string(rows) +
                      "), got " + std::string(dtype_name(scales.dtype())) + " " +
                      shape_text(scales.shape()));
-  if (zero_points && (zero_points->dtype() != DType::uint8 ||
-                      static_cast<int64_t>(zero_points->size()) != rows))
-    throw ShapeError("zero_point: expected uint8 with one value per row (" + std::to_string(rows) + ")");
+  if (zero_points &&
+      (zero_points->dtype() != DType::uint8 || static_cast<int64_t>(zero_points->size()) != rows))
+    throw ShapeError("zero_point: expected uint8 with one value per row (" + std::to_string(rows) +
+                     ")");
   const auto& device = q.device_ptr();
-  Tensor out = output(device, given, q.shape(), DType::float32, "x", {&q, &scales,
-                      zero_points ? &*zero_points : nullptr});
+  Tensor out = output(device, given, q.shape(), DType::float32, "x",
+                      {&q, &scales, zero_points ? &*zero_points : nullptr});
   if (rows == 0) return out;
   Kernel kernel = Kernel::builtin(device, "dequantize_rows", {{0, symmetric}});
   Recorder op_sequence(device);

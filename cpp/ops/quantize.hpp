@@ -24,7 +24,7 @@ struct QuantizedWeights {
   std::optional<Tensor> means;  // float32 [groups]: alpha = mean(W), from quantization only
   int64_t rows = 0;
   int64_t cols = 0;
-  int64_t group_size = 0;       // 0: one scale for the whole tensor
+  int64_t group_size = 0;  // 0: one scale for the whole tensor
   bool binary = false;
 
   int64_t groups() const { return group_size == 0 ? 1 : rows * (cols / group_size); }

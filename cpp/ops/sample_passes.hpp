@@ -21,16 +21,17 @@ struct SampleScratch {
 
 // selects: the top-k select or nucleus passes run (else their bins are not read, and each row's
 // select state says "every value kept"); nucleus: the nucleus passes run.
-SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n, bool selects,
-                             bool nucleus);
+SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n,
+                             bool selects, bool nucleus);
 
 // Records sample_rows.comp's phases first_phase .. last_phase (0-2: the top_k select, 3: the draw)
 // over `rows` rows of n values (logits and out bound at their first row, row0 their index in the
 // whole array), with sample_nucleus.comp's four passes before the draw where nucleus (top-p).
-void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device, const SampleScratch& scratch,
-                   const BufferBinding& logits, const BufferBinding& out, const Tensor& params, const Tensor& start,
-                   int64_t n, int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase, int64_t last_phase,
-                   bool nucleus = false);
+void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
+                   const SampleScratch& scratch, const BufferBinding& logits,
+                   const BufferBinding& out, const Tensor& params, const Tensor& start, int64_t n,
+                   int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase,
+                   int64_t last_phase, bool nucleus = false);
 
 // The checks sample_rows and screened_sample share: params uint32 [6], start one int32, both on
 // `on`'s device, offset in [0, 2^32); UnsupportedError for top-p without 64-bit integer atomics.

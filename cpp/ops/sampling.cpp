@@ -21,12 +21,13 @@ constexpr int64_t kSampleChunk = 1024, kSampleBins = 2048, kSampleTickets = 8;
 
 // selects: the top-k select or nucleus passes run (else their bins are not read, and each row's
 // select state says "every value kept"); nucleus: the nucleus passes run.
-SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n, bool selects,
-                             bool nucleus) {
+SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n,
+                             bool selects, bool nucleus) {
   const int64_t chunks = (n + kSampleChunk - 1) / kSampleChunk;
   Tensor select = Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::uint32);
   if (!selects) {
-    std::vector<uint32_t> every_value_kept(static_cast<size_t>(rows) * 4, 0u);  // (prefix, wanted, all, -)
+    std::vector<uint32_t> every_value_kept(static_cast<size_t>(rows) * 4,
+                                           0u);  // (prefix, wanted, all, -)
     for (size_t r = 0; r < static_cast<size_t>(rows); ++r) every_value_kept[4 * r + 2] = 1u;
     select.upload(every_value_kept.data(), select.nbytes());
   }
@@ -43,13 +44,15 @@ SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows
 // Records sample_rows.comp's phases first_phase .. last_phase (0-2: the top_k select, 3: the draw)
 // over `rows` rows of n values (logits and out bound at their first row, row0 their index in the
 // whole array), with sample_nucleus.comp's four passes before the draw where nucleus (top-p).
-void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device, const SampleScratch& scratch,
-                   const BufferBinding& logits, const BufferBinding& out, const Tensor& params, const Tensor& start,
-                   int64_t n, int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase, int64_t last_phase,
-                   bool nucleus) {
+void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
+                   const SampleScratch& scratch, const BufferBinding& logits,
+                   const BufferBinding& out, const Tensor& params, const Tensor& start, int64_t n,
+                   int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase,
+                   int64_t last_phase, bool nucleus) {
   struct {
     uint32_t n, chunks, offset, row0;
-  } push{static_cast<uint32_t>(n), scratch.chunks, static_cast<uint32_t>(offset), static_cast<uint32_t>(row0)};
+  } push{static_cast<uint32_t>(n), scratch.chunks, static_cast<uint32_t>(offset),
+         static_cast<uint32_t>(row0)};
   BufferBinding bindings[] = {logits,
                               params.binding(),
                               start.binding(),
@@ -86,11 +89,11 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device, co
 // The checks sample_rows and screened_sample share.
 void check_sampling(const Tensor& params, const Tensor& start, int64_t offset, const Tensor& on) {
   if (params.dtype() != DType::uint32 || params.shape() != std::vector<int64_t>{6})
-    throw DTypeError("params: expected uint32 [6], got " + std::string(dtype_name(params.dtype())) + " " +
-                     shape_text(params.shape()));
+    throw DTypeError("params: expected uint32 [6], got " + std::string(dtype_name(params.dtype())) +
+                     " " + shape_text(params.shape()));
   if (start.dtype() != DType::int32 || start.size() != 1)
-    throw DTypeError("start: expected one int32 value, got " + std::string(dtype_name(start.dtype())) + " " +
-                     shape_text(start.shape()));
+    throw DTypeError("start: expected one int32 value, got " +
+                     std::string(dtype_name(start.dtype())) + " " + shape_text(start.shape()));
   if (&params.device() != &on.device() || &start.device() != &on.device())
     throw ArgumentError("params and start must live on the logits' device");
   if (offset < 0 || offset > std::numeric_limits<uint32_t>::max())
@@ -99,13 +102,16 @@ void check_sampling(const Tensor& params, const Tensor& start, int64_t offset, c
 
 void check_top_p(const Device& device, bool top_p) {
   if (top_p && !device.feature("int64_atomics"))
-    throw UnsupportedError("top-p sampling needs 64-bit integer atomics (shaderInt64 and shaderBufferInt64Atomics), "
-                           "which device '" + device.info().name + "' lacks");
+    throw UnsupportedError(
+        "top-p sampling needs 64-bit integer atomics (shaderInt64 and shaderBufferInt64Atomics), "
+        "which device '" +
+        device.info().name + "' lacks");
 }
 
 void raise_if_nan_logits(const Tensor& nans) {
   if (uint32_t found = read_counter(nans))
-    throw ArgumentError("logits contain " + std::to_string(found) + " NaN value" + (found == 1 ? "" : "s") +
+    throw ArgumentError("logits contain " + std::to_string(found) + " NaN value" +
+                        (found == 1 ? "" : "s") +
                         ": nothing to draw from (the rows holding them got index -1)");
 }
 
@@ -113,10 +119,12 @@ Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& sta
                    const std::optional<Tensor>& given, bool top_p, bool top_k) {
   if (logits.dtype() != DType::float32)
     throw DTypeError("logits: expected float32, got " + std::string(dtype_name(logits.dtype())));
-  if (logits.shape().size() != 2) throw ShapeError("logits: expected [M, N], got " + shape_text(logits.shape()));
+  if (logits.shape().size() != 2)
+    throw ShapeError("logits: expected [M, N], got " + shape_text(logits.shape()));
   check_sampling(params, start, offset, logits);
   const int64_t m = logits.shape()[0], n = logits.shape()[1];
-  if (n == 0) throw ShapeError("sampling from empty rows: logits have shape " + shape_text(logits.shape()));
+  if (n == 0)
+    throw ShapeError("sampling from empty rows: logits have shape " + shape_text(logits.shape()));
   if (n > std::numeric_limits<int32_t>::max())
     throw ShapeError("sample_rows: rows of " + std::to_string(n) + " values are over 2^31 - 1");
   const auto& device = logits.device_ptr();
@@ -129,19 +137,26 @@ Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& sta
   // takes as a storage buffer offset.
   const bool selects = top_k || top_p;
   const uint64_t block_limit =
-      selects ? 64 : std::max<uint64_t>(64, std::min<uint64_t>(65535, device->info().max_workgroup_count[1]) / 64 * 64);
+      selects ? 64
+              : std::max<uint64_t>(
+                    64, std::min<uint64_t>(65535, device->info().max_workgroup_count[1]) / 64 * 64);
   std::vector<RowRange> blocks;
-  for (const RowRange& range : row_ranges(*device, static_cast<uint64_t>(m), {static_cast<uint64_t>(n) * 4, 4}))
+  for (const RowRange& range :
+       row_ranges(*device, static_cast<uint64_t>(m), {static_cast<uint64_t>(n) * 4, 4}))
     for (uint64_t first = 0; first < range.count; first += block_limit)
       blocks.push_back({range.first + first, std::min(block_limit, range.count - first)});
-  const int64_t block_rows = static_cast<int64_t>(std::min<uint64_t>(block_limit, static_cast<uint64_t>(m)));
-  checked_grid(*device, {static_cast<uint64_t>((n + kSampleChunk - 1) / kSampleChunk), static_cast<uint64_t>(block_rows), 1},
+  const int64_t block_rows =
+      static_cast<int64_t>(std::min<uint64_t>(block_limit, static_cast<uint64_t>(m)));
+  checked_grid(*device,
+               {static_cast<uint64_t>((n + kSampleChunk - 1) / kSampleChunk),
+                static_cast<uint64_t>(block_rows), 1},
                "sample_rows over " + shape_text(logits.shape()));
   const SampleScratch scratch = sample_scratch(device, block_rows, n, selects, top_p);
   Recorder op(device);
   for (const RowRange& block : blocks)
-    record_sample(op.sequence(), device, scratch, rows_of(logits, block, static_cast<uint64_t>(n) * 4),
-                  rows_of(out, block, 4), params, start, n, offset, block.first, block.count, top_k ? 0 : 3, 3, top_p);
+    record_sample(op.sequence(), device, scratch,
+                  rows_of(logits, block, static_cast<uint64_t>(n) * 4), rows_of(out, block, 4),
+                  params, start, n, offset, block.first, block.count, top_k ? 0 : 3, 3, top_p);
   op.run([nans = scratch.nans] { raise_if_nan_logits(nans); });
   return out;
 }

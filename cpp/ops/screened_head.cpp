@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/sample_passes.hpp"
 #include "ops/dispatch.hpp"
+#include "ops/sample_passes.hpp"
 #include "ops/tuning.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
@@ -25,8 +25,9 @@ constexpr int64_t kScreenMaxVectors = 32;
 uint32_t screen_rows() { return tuning().screen_rows.value_or(2); }
 uint32_t screen_groups() { return tuning().screen_groups.value_or(2); }
 
-// Rows a head_verify workgroup takes (its CHUNK): its candidates go 8 at a time, one a team of 32 invocations, so where most rows are candidates (top-p
-// over logits of a small spread, a trained model's) many workgroups must share them.
+// Rows a head_verify workgroup takes (its CHUNK): its candidates go 8 at a time, one a team of 32
+// invocations, so where most rows are candidates (top-p over logits of a small spread, a trained
+// model's) many workgroups must share them.
 int64_t verify_chunk() { return tuning().verify_chunk.value_or(128); }
 // head_verify's workgroups over a head of v rows.
 int64_t verify_workgroups(int64_t v) { return (v + verify_chunk() - 1) / verify_chunk(); }
@@ -49,29 +50,38 @@ struct ScreenShape {
 };
 
 // The checks screened_argmax and screened_sample share.
-ScreenShape check_screening(const char* op, const Tensor& x, const Tensor& head, const Tensor& head_q,
-                            const Tensor& head_meta) {
-  if (x.dtype() != DType::float32) throw DTypeError("x: expected float32, got " + std::string(dtype_name(x.dtype())));
+ScreenShape check_screening(const char* op, const Tensor& x, const Tensor& head,
+                            const Tensor& head_q, const Tensor& head_meta) {
+  if (x.dtype() != DType::float32)
+    throw DTypeError("x: expected float32, got " + std::string(dtype_name(x.dtype())));
   require_float(head, "head");
   if (head_q.dtype() != DType::int8)
     throw DTypeError("head_q: expected int8, got " + std::string(dtype_name(head_q.dtype())));
   if (head_meta.dtype() != DType::float32)
-    throw DTypeError("head_meta: expected float32, got " + std::string(dtype_name(head_meta.dtype())));
-  if (x.shape().size() != 2 || x.shape()[0] != 1 || head.shape().size() != 2 || x.shape()[1] != head.shape()[1])
-    throw ShapeError("expected x [1, K] and head [V, K], got x " + shape_text(x.shape()) + " and head " +
-                     shape_text(head.shape()));
+    throw DTypeError("head_meta: expected float32, got " +
+                     std::string(dtype_name(head_meta.dtype())));
+  if (x.shape().size() != 2 || x.shape()[0] != 1 || head.shape().size() != 2 ||
+      x.shape()[1] != head.shape()[1])
+    throw ShapeError("expected x [1, K] and head [V, K], got x " + shape_text(x.shape()) +
+                     " and head " + shape_text(head.shape()));
   const int64_t v = head.shape()[0], k = x.shape()[1], padded_k = (k + 15) / 16 * 16;
-  if (v == 0) throw ShapeError(std::string(op) + ": the head has no rows (shape " + shape_text(head.shape()) + ")");
-  if (head_q.shape() != std::vector<int64_t>{v, padded_k} || head_meta.shape() != std::vector<int64_t>{v, 4})
-    throw ShapeError("expected head_q [" + std::to_string(v) + ", " + std::to_string(padded_k) + "] and head_meta [" +
-                     std::to_string(v) + ", 4] for head " + shape_text(head.shape()) + ", got " +
-                     shape_text(head_q.shape()) + " and " + shape_text(head_meta.shape()));
+  if (v == 0)
+    throw ShapeError(std::string(op) + ": the head has no rows (shape " + shape_text(head.shape()) +
+                     ")");
+  if (head_q.shape() != std::vector<int64_t>{v, padded_k} ||
+      head_meta.shape() != std::vector<int64_t>{v, 4})
+    throw ShapeError("expected head_q [" + std::to_string(v) + ", " + std::to_string(padded_k) +
+                     "] and head_meta [" + std::to_string(v) + ", 4] for head " +
+                     shape_text(head.shape()) + ", got " + shape_text(head_q.shape()) + " and " +
+                     shape_text(head_meta.shape()));
   for (const Tensor* t : {&head, &head_q, &head_meta})
-    if (&t->device() != &x.device()) throw ArgumentError("x, head, head_q and head_meta must live on one device");
+    if (&t->device() != &x.device())
+      throw ArgumentError("x, head, head_q and head_meta must live on one device");
   const auto& device = x.device_ptr();
   if (!screened_argmax_fits(*device, k))
     throw ArgumentError(std::string(op) + " takes K % 4 == 0 and at most " +
-                        std::to_string(kScreenMaxVectors * std::max<uint32_t>(1, device->info().subgroup_size) * 16) +
+                        std::to_string(kScreenMaxVectors *
+                                       std::max<uint32_t>(1, device->info().subgroup_size) * 16) +
                         " values a row on this device, got K = " + std::to_string(k));
   if (v > std::numeric_limits<int32_t>::max() / 2)
     throw ShapeError(std::string(op) + ": too many rows (" + std::to_string(v) + ")");
@@ -91,31 +101,37 @@ uint64_t screen_workgroups(const Device& device, int64_t v) {
 // head_screen for rows of k values ("_sample": the screened draw's variant), with the packed dot
 // products where the device accelerates them (as BitLinear takes them).
 Kernel screen_kernel(const std::shared_ptr<Device>& device, int64_t k, bool sample) {
-  const bool hardware = device->feature("integer_dot_product") && device->feature("integer_dot_product_accelerated");
-  return Kernel::builtin(device, std::string(hardware ? "head_screen_dot" : "head_screen_int") + (sample ? "_sample" : ""),
-                         {{0, screen_vectors(*device, k)}, {1, int64_t{screen_rows()}}});
+  const bool hardware =
+      device->feature("integer_dot_product") && device->feature("integer_dot_product_accelerated");
+  return Kernel::builtin(
+      device,
+      std::string(hardware ? "head_screen_dot" : "head_screen_int") + (sample ? "_sample" : ""),
+      {{0, screen_vectors(*device, k)}, {1, int64_t{screen_rows()}}});
 }
 
 // head_verify for a head of `dtype` ("head_verify_sample": the screened draw's variant). A
 // candidate row's vectors a lane requests at once: all of them, up to 8 (the sums' order does not
 // depend on it).
-Kernel verify_kernel(const std::shared_ptr<Device>& device, const char* base, DType dtype, int64_t k) {
+Kernel verify_kernel(const std::shared_ptr<Device>& device, const char* base, DType dtype,
+                     int64_t k) {
   return Kernel::builtin(device, float_variant(base, dtype),
                          {{0, std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8)}, {1, verify_chunk()}});
 }
 
-
 }  // namespace
 
-Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
-                       const std::optional<Tensor>& given, const std::optional<Tensor>& given_high) {
+Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q,
+                       const Tensor& head_meta, const std::optional<Tensor>& given,
+                       const std::optional<Tensor>& given_high) {
   const auto [v, k, padded_k] = check_screening("screened_argmax", x, head, head_q, head_meta);
   const auto& device = x.device_ptr();
   Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
   const uint64_t groups = screen_workgroups(*device, v);
   const int64_t chunks = verify_workgroups(v);
-  Tensor high = output(device, given_high, {v}, DType::float32, "high", {&x, &head, &head_q, &head_meta, &out});
-  Tensor lows = Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(groups)}, DType::float32);
+  Tensor high = output(device, given_high, {v}, DType::float32, "high",
+                       {&x, &head, &head_q, &head_meta, &out});
+  Tensor lows =
+      Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(groups)}, DType::float32);
   Tensor partial = Tensor::empty(device, std::vector<int64_t>{chunks, 2}, DType::uint32);
   // The last verifying workgroup resets the counter.
   Tensor counter = self_resetting_counters(device, 1);
@@ -124,41 +140,51 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
     Kernel kernel = screen_kernel(device, k, false);
     struct {
       uint32_t v, k, vectors;
-    } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(padded_k / 16)};
-    BufferBinding bindings[] = {x.binding(), head_q.binding(), head_meta.binding(), high.binding(), lows.binding()};
-    op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings, push_bytes(push));
+    } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k),
+           static_cast<uint32_t>(padded_k / 16)};
+    BufferBinding bindings[] = {x.binding(), head_q.binding(), head_meta.binding(), high.binding(),
+                                lows.binding()};
+    op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings,
+                           push_bytes(push));
   }
   {
     Kernel kernel = verify_kernel(device, "head_verify", head.dtype(), k);
     struct {
       uint32_t v, k, lows;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups)};
-    BufferBinding bindings[] = {x.binding(),       head.binding(),    high.binding(), lows.binding(),
-                                partial.binding(), counter.binding(), out.binding()};
-    const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1}, "screened_argmax over " + shape_text(head.shape()));
+    BufferBinding bindings[] = {x.binding(),    head.binding(),    high.binding(),
+                                lows.binding(), partial.binding(), counter.binding(),
+                                out.binding()};
+    const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1},
+                                   "screened_argmax over " + shape_text(head.shape()));
     op.sequence().dispatch(kernel, grid, bindings, push_bytes(push));
   }
   op.run();
   return out;
 }
 
-Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
-                       const Tensor& params, const Tensor& start, int64_t offset, const std::optional<Tensor>& given,
+Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q,
+                       const Tensor& head_meta, const Tensor& params, const Tensor& start,
+                       int64_t offset, const std::optional<Tensor>& given,
                        const std::optional<Tensor>& given_exact, bool top_p) {
   const auto [v, k, padded_k] = check_screening("screened_sample", x, head, head_q, head_meta);
   check_sampling(params, start, offset, x);
   const auto& device = x.device_ptr();
   check_top_p(*device, top_p);
-  Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta, &params, &start});
+  Tensor out = output(device, given, {1}, DType::int32, "out",
+                      {&x, &head, &head_q, &head_meta, &params, &start});
   const uint64_t groups = screen_workgroups(*device, v);
   const int64_t chunks = verify_workgroups(v);
-  checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1}, "screened_sample over " + shape_text(head.shape()));
+  checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1},
+               "screened_sample over " + shape_text(head.shape()));
   // Each row's bracket ends; the largest lower draw_score, and lower end, of each screening
   // workgroup; the candidates' exact logits with -inf for every other row; the draw's scratch.
   Tensor high = Tensor::empty(device, std::vector<int64_t>{v}, DType::float32);
   Tensor low = Tensor::empty(device, std::vector<int64_t>{1, v}, DType::float32);
-  Tensor lows = Tensor::empty(device, std::vector<int64_t>{2, static_cast<int64_t>(groups)}, DType::float32);
-  Tensor exact = output(device, given_exact, {v}, DType::float32, "exact", {&x, &head, &head_q, &head_meta, &params, &start, &out})
+  Tensor lows =
+      Tensor::empty(device, std::vector<int64_t>{2, static_cast<int64_t>(groups)}, DType::float32);
+  Tensor exact = output(device, given_exact, {v}, DType::float32, "exact",
+                        {&x, &head, &head_q, &head_meta, &params, &start, &out})
                      .reshaped({1, v});
   const SampleScratch scratch = sample_scratch(device, 1, v, true, top_p);
   Recorder op(device);
@@ -168,24 +194,29 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
       uint32_t v, k, vectors, offset;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(padded_k / 16),
            static_cast<uint32_t>(offset)};
-    BufferBinding bindings[] = {x.binding(),    head_q.binding(), head_meta.binding(), high.binding(),
-                                lows.binding(), low.binding(),    params.binding(),    start.binding()};
-    op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings, push_bytes(push));
+    BufferBinding bindings[] = {x.binding(),      head_q.binding(), head_meta.binding(),
+                                high.binding(),   lows.binding(),   low.binding(),
+                                params.binding(), start.binding()};
+    op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings,
+                           push_bytes(push));
   }
   // The top_k-th largest lower end (its passes do nothing without top_k).
-  record_sample(op.sequence(), device, scratch, low.binding(), out.binding(), params, start, v, offset, 0, 1, 0, 2);
+  record_sample(op.sequence(), device, scratch, low.binding(), out.binding(), params, start, v,
+                offset, 0, 1, 0, 2);
   {
     Kernel kernel = verify_kernel(device, "head_verify_sample", head.dtype(), k);
     struct {
       uint32_t v, k, lows, offset;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups),
            static_cast<uint32_t>(offset)};
-    BufferBinding bindings[] = {x.binding(),       head.binding(),   high.binding(),  lows.binding(),
-                                scratch.select.binding(), params.binding(), start.binding(), exact.binding()};
-    op.sequence().dispatch(kernel, {static_cast<uint32_t>(chunks), 1, 1}, bindings, push_bytes(push));
+    BufferBinding bindings[] = {x.binding(),     head.binding(),           high.binding(),
+                                lows.binding(),  scratch.select.binding(), params.binding(),
+                                start.binding(), exact.binding()};
+    op.sequence().dispatch(kernel, {static_cast<uint32_t>(chunks), 1, 1}, bindings,
+                           push_bytes(push));
   }
-  record_sample(op.sequence(), device, scratch, exact.binding(), out.binding(), params, start, v, offset, 0, 1, 0, 3,
-                top_p);
+  record_sample(op.sequence(), device, scratch, exact.binding(), out.binding(), params, start, v,
+                offset, 0, 1, 0, 3, top_p);
   op.run([nans = scratch.nans] { raise_if_nan_logits(nans); });
   return out;
 }

@@ -17,8 +17,9 @@ namespace bitnet::ops {
 // the float head. int32 [1]. ArgumentError where screened_argmax_fits(device, K) is false (K % 4,
 // or rows longer than a subgroup's lanes hold in registers). high (float32 [V], for inspection):
 // receives each row's upper bracket end, NaN where the row is not screened.
-Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
-                       const std::optional<Tensor>& out = {}, const std::optional<Tensor>& high = {});
+Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q,
+                       const Tensor& head_meta, const std::optional<Tensor>& out = {},
+                       const std::optional<Tensor>& high = {});
 // sample_rows(linear_rows(x, head), params, start, offset) for one row of x (float32 [1, K],
 // K % 4 == 0, as screened_argmax takes it), through the head's screening copy: every row's bracket
 // [low, high] around its logit; with top_k, the rows whose high reaches the top_k-th largest low
@@ -30,8 +31,9 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
 // candidates are then the rows whose high reaches the largest low less 22.5 t (every other row's
 // top-p weight is 0: it is never kept, and the nucleus threshold is the same). exact (float32
 // [V], for inspection): receives the candidates' logits and -inf elsewhere.
-Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q, const Tensor& head_meta,
-                       const Tensor& params, const Tensor& start, int64_t offset, const std::optional<Tensor>& out = {},
+Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q,
+                       const Tensor& head_meta, const Tensor& params, const Tensor& start,
+                       int64_t offset, const std::optional<Tensor>& out = {},
                        const std::optional<Tensor>& exact = {}, bool top_p = false);
 // Whether screened_argmax (and screened_sample) take rows of k values on this device.
 bool screened_argmax_fits(const Device& device, int64_t k);

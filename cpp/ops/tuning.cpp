@@ -56,7 +56,8 @@ const std::vector<Knob>& knobs() {
 
 std::string variable_of(const char* name) {
   std::string variable = "BITNET_GPU_";
-  for (const char* c = name; *c; ++c) variable += static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
+  for (const char* c = name; *c; ++c)
+    variable += static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
   return variable;
 }
 
@@ -66,7 +67,10 @@ std::string values_of(const Knob& knob) {
   if (knob.choices.empty()) return std::to_string(knob.least) + " to " + std::to_string(knob.most);
   std::string text;
   for (size_t i = 0; i < knob.choices.size(); ++i)
-    text += (i == 0 ? "" : i + 1 == knob.choices.size() ? " or " : ", ") + std::to_string(knob.choices[i]);
+    text += (i == 0                         ? ""
+             : i + 1 == knob.choices.size() ? " or "
+                                            : ", ") +
+            std::to_string(knob.choices[i]);
   return text;
 }
 
@@ -89,8 +93,11 @@ std::optional<TileSetting> parse_tile(const std::string& text) {
 }
 
 // Sets `knob` in `tuning` from its text (the environment's form); `label` names it in errors.
-void set_from_text(Tuning& tuning, const Knob& knob, const std::string& text, const std::string& label) {
-  const auto fail = [&] { throw ArgumentError(label + "=" + text + ": expected " + values_of(knob)); };
+void set_from_text(Tuning& tuning, const Knob& knob, const std::string& text,
+                   const std::string& label) {
+  const auto fail = [&] {
+    throw ArgumentError(label + "=" + text + ": expected " + values_of(knob));
+  };
   if (knob.tile) {
     auto tile = parse_tile(text);
     if (!tile) fail();
@@ -99,7 +106,9 @@ void set_from_text(Tuning& tuning, const Knob& knob, const std::string& text, co
   }
   unsigned value = 0;
   char extra = 0;
-  if (std::sscanf(text.c_str(), "%u%c", &value, &extra) != 1 || text.empty() || !std::isdigit(text[0])) fail();
+  if (std::sscanf(text.c_str(), "%u%c", &value, &extra) != 1 || text.empty() ||
+      !std::isdigit(text[0]))
+    fail();
   if (knob.flag) {
     if (value > 1) fail();
     tuning.*knob.flag = value == 1;
@@ -136,7 +145,8 @@ Tuning tuning() {
 void set_tuning(const Tuning& tuning) {
   // Every value through its textual check, so the API takes what the environment takes.
   Tuning checked;
-  for (const Knob& knob : knobs()) checked = with_knob(checked, knob.name, knob_value(tuning, knob.name));
+  for (const Knob& knob : knobs())
+    checked = with_knob(checked, knob.name, knob_value(tuning, knob.name));
   std::lock_guard lock(tuning_mutex);
   current = checked;
 }
@@ -144,7 +154,8 @@ void set_tuning(const Tuning& tuning) {
 const std::vector<KnobInfo>& tuning_knobs() {
   static const std::vector<KnobInfo> info = [] {
     std::vector<KnobInfo> list;
-    for (const Knob& knob : knobs()) list.push_back({knob.name, variable_of(knob.name), values_of(knob)});
+    for (const Knob& knob : knobs())
+      list.push_back({knob.name, variable_of(knob.name), values_of(knob)});
     return list;
   }();
   return info;
@@ -178,7 +189,8 @@ Tuning with_knob(Tuning tuning, const std::string& name, const std::optional<Kno
   }
   std::string text;
   if (const bool* b = std::get_if<bool>(&*value)) {
-    if (!knob.flag) throw ArgumentError(name + "=" + (*b ? "True" : "False") + ": expected " + values_of(knob));
+    if (!knob.flag)
+      throw ArgumentError(name + "=" + (*b ? "True" : "False") + ": expected " + values_of(knob));
     text = *b ? "1" : "0";
   } else if (const int64_t* i = std::get_if<int64_t>(&*value)) {
     if (knob.tile || *i < 0 || *i > 0xFFFFFFFFll)

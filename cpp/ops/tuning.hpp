@@ -8,7 +8,8 @@
 
 namespace bitnet::ops {
 
-// The cooperative-matrix kernel's output tile and K step, as BITNET_GPU_COOPMAT_TILE=MxN[xK] gives it.
+// The cooperative-matrix kernel's output tile and K step, as BITNET_GPU_COOPMAT_TILE=MxN[xK] gives
+// it.
 struct TileSetting {
   uint32_t m = 0, n = 0, k = 64;
   bool operator==(const TileSetting&) const = default;
@@ -18,32 +19,32 @@ struct TileSetting {
 // op's own rule for the device and shape; docs/TUNING.md lists each with its environment variable.
 struct Tuning {
   // BitLinear, few activation rows (bitlinear_matvec.comp).
-  std::optional<bool> fused_matvec;              // quantize x inside the matvec where it fits
-  std::optional<uint32_t> fused_matvec_most;     // the most values of x (M x K) a fused matvec takes
-  std::optional<uint32_t> matvec_rows;           // output rows a subgroup computes together
-  std::optional<uint32_t> matvec_unroll;         // vectors of a row a lane requests at once
-  std::optional<bool> matvec_prefetch;           // request the first weights before the pre-pass
-  std::optional<bool> matvec_masked;             // multiply the codes masked in place
-  std::optional<uint32_t> matvec_strided;        // strided grid's local size (0: never)
-  std::optional<uint32_t> matvec_strided_groups; // strided grid's workgroups a multiprocessor
-  std::optional<bool> prepare_split;             // spread the pre-pass over chunks of rows
+  std::optional<bool> fused_matvec;           // quantize x inside the matvec where it fits
+  std::optional<uint32_t> fused_matvec_most;  // the most values of x (M x K) a fused matvec takes
+  std::optional<uint32_t> matvec_rows;        // output rows a subgroup computes together
+  std::optional<uint32_t> matvec_unroll;      // vectors of a row a lane requests at once
+  std::optional<bool> matvec_prefetch;        // request the first weights before the pre-pass
+  std::optional<bool> matvec_masked;          // multiply the codes masked in place
+  std::optional<uint32_t> matvec_strided;     // strided grid's local size (0: never)
+  std::optional<uint32_t> matvec_strided_groups;  // strided grid's workgroups a multiprocessor
+  std::optional<bool> prepare_split;              // spread the pre-pass over chunks of rows
   // BitLinear, many activation rows (bitlinear_coopmat.comp).
   std::optional<TileSetting> coopmat_tile;
   std::optional<uint32_t> coopmat_subgroup_rows;
   std::optional<uint32_t> coopmat_depth;
   // Attention.
-  std::optional<bool> attention_split;           // split the keys over workgroups (few queries)
-  std::optional<bool> attention_tiled;           // tiles of keys shared by blocks of queries
-  std::optional<uint32_t> attention_tile_keys;   // keys a tile of attention_tiled
-  std::optional<bool> fused_attention;           // rope, append and attention in one decode dispatch
-  std::optional<uint32_t> decode_split;          // keys a decode_attention workgroup takes
+  std::optional<bool> attention_split;          // split the keys over workgroups (few queries)
+  std::optional<bool> attention_tiled;          // tiles of keys shared by blocks of queries
+  std::optional<uint32_t> attention_tile_keys;  // keys a tile of attention_tiled
+  std::optional<bool> fused_attention;          // rope, append and attention in one decode dispatch
+  std::optional<uint32_t> decode_split;         // keys a decode_attention workgroup takes
   // The decoder's head.
-  std::optional<uint32_t> head_in_flight;        // linear_rows' vectors a lane requests at once
-  std::optional<uint32_t> screen_rows;           // head_screen's rows a subgroup requests at once
-  std::optional<uint32_t> screen_groups;         // head_screen's workgroups a multiprocessor
-  std::optional<uint32_t> verify_chunk;          // head_verify's rows a workgroup
+  std::optional<uint32_t> head_in_flight;  // linear_rows' vectors a lane requests at once
+  std::optional<uint32_t> screen_rows;     // head_screen's rows a subgroup requests at once
+  std::optional<uint32_t> screen_groups;   // head_screen's workgroups a multiprocessor
+  std::optional<uint32_t> verify_chunk;    // head_verify's rows a workgroup
   // Norms' backward pass.
-  std::optional<uint32_t> norm_groups_per_sm;    // workgroups a multiprocessor for column sums
+  std::optional<uint32_t> norm_groups_per_sm;  // workgroups a multiprocessor for column sums
 };
 
 // The knobs in force: those set_tuning() gave, else the environment's, read once per process.

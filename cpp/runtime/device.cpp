@@ -68,7 +68,8 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   std::optional<uint32_t> family;
   for (uint32_t i = 0; i < family_count; ++i) {
     if (!(families[i].queueFlags & VK_QUEUE_COMPUTE_BIT)) continue;
-    if (!family || (families[i].timestampValidBits > 0 && families[*family].timestampValidBits == 0))
+    if (!family ||
+        (families[i].timestampValidBits > 0 && families[*family].timestampValidBits == 0))
       family = i;
   }
   if (!family) throw UnsupportedError("device '" + info_.name + "' has no compute queue");
@@ -320,7 +321,8 @@ void Device::add_profile(const std::vector<std::pair<std::string, double>>& timi
 
 namespace {
 
-// The top of this thread's stack in a per-thread map of stacks (active sequences, recording graphs).
+// The top of this thread's stack in a per-thread map of stacks (active sequences, recording
+// graphs).
 template <typename T>
 T* top_of_thread(const std::unordered_map<std::thread::id, std::vector<T*>>& stacks) {
   auto found = stacks.find(std::this_thread::get_id());

@@ -26,12 +26,18 @@ constexpr size_t dtype_size(DType dtype) {
 
 constexpr std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::float32: return "float32";
-    case DType::float16: return "float16";
-    case DType::int8: return "int8";
-    case DType::uint8: return "uint8";
-    case DType::int32: return "int32";
-    case DType::uint32: return "uint32";
+    case DType::float32:
+      return "float32";
+    case DType::float16:
+      return "float16";
+    case DType::int8:
+      return "int8";
+    case DType::uint8:
+      return "uint8";
+    case DType::int32:
+      return "int32";
+    case DType::uint32:
+      return "uint32";
   }
   return "?";
 }

@@ -38,10 +38,14 @@ Switch parse(const std::string& spec) {
                          "out_of_host_memory or device_lost");
   };
   if (parts.size() < 2 || parts.size() > 4) throw fail();
-  if (parts[0] == "allocation") s.site = Site::allocation, s.result = VK_ERROR_OUT_OF_DEVICE_MEMORY;
-  else if (parts[0] == "submission") s.site = Site::submission, s.result = VK_ERROR_DEVICE_LOST;
-  else if (parts[0] == "wait") s.site = Site::wait, s.result = VK_ERROR_DEVICE_LOST;
-  else throw fail();
+  if (parts[0] == "allocation")
+    s.site = Site::allocation, s.result = VK_ERROR_OUT_OF_DEVICE_MEMORY;
+  else if (parts[0] == "submission")
+    s.site = Site::submission, s.result = VK_ERROR_DEVICE_LOST;
+  else if (parts[0] == "wait")
+    s.site = Site::wait, s.result = VK_ERROR_DEVICE_LOST;
+  else
+    throw fail();
   auto number = [&](const std::string& text) {
     char* end = nullptr;
     const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
@@ -51,10 +55,14 @@ Switch parse(const std::string& spec) {
   s.first = number(parts[1]);
   s.count = parts.size() >= 3 ? number(parts[2]) : 1;
   if (parts.size() == 4) {
-    if (parts[3] == "out_of_device_memory") s.result = VK_ERROR_OUT_OF_DEVICE_MEMORY;
-    else if (parts[3] == "out_of_host_memory") s.result = VK_ERROR_OUT_OF_HOST_MEMORY;
-    else if (parts[3] == "device_lost") s.result = VK_ERROR_DEVICE_LOST;
-    else throw fail();
+    if (parts[3] == "out_of_device_memory")
+      s.result = VK_ERROR_OUT_OF_DEVICE_MEMORY;
+    else if (parts[3] == "out_of_host_memory")
+      s.result = VK_ERROR_OUT_OF_HOST_MEMORY;
+    else if (parts[3] == "device_lost")
+      s.result = VK_ERROR_DEVICE_LOST;
+    else
+      throw fail();
   }
   s.armed = true;
   return s;

@@ -1,8 +1,8 @@
 #pragma once
+#include <vulkan/vulkan.h>
+
 #include <cstdint>
 #include <string>
-
-#include <vulkan/vulkan.h>
 
 // A debug switch that makes chosen Vulkan calls fail, to prove every failure becomes the
 // documented exception, leaks nothing and leaves the next call working (tests_py/test_faults.py).

@@ -35,8 +35,9 @@ bool layer_available(const char* name) {
   std::vector<VkLayerProperties> layers(count);
   check(vkEnumerateInstanceLayerProperties(&count, layers.data()),
         "vkEnumerateInstanceLayerProperties");
-  return std::any_of(layers.begin(), layers.end(),
-                     [&](const VkLayerProperties& l) { return std::strcmp(l.layerName, name) == 0; });
+  return std::any_of(layers.begin(), layers.end(), [&](const VkLayerProperties& l) {
+    return std::strcmp(l.layerName, name) == 0;
+  });
 }
 
 std::string version_string(uint32_t version) {
@@ -47,11 +48,16 @@ std::string version_string(uint32_t version) {
 
 const char* type_name(VkPhysicalDeviceType type) {
   switch (type) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
-    default: return "other";
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "cpu";
+    default:
+      return "other";
   }
 }
 
@@ -77,20 +83,22 @@ bool has_extension(VkPhysicalDevice physical, const char* name) {
 // Whether the NV cooperative-matrix extension offers the int8 x int8 -> int32, 16 x 16 x 32,
 // subgroup-scope multiply that shaders/bitlinear/bitlinear_coopmat.comp is written for.
 bool has_int8_cooperative_matrix(VkPhysicalDevice physical) {
-  auto properties_of = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
-      vkGetInstanceProcAddr(Instance::get()->handle(),
-                            "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+  auto properties_of =
+      reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(vkGetInstanceProcAddr(
+          Instance::get()->handle(), "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
   if (!properties_of) return false;
   uint32_t count = 0;
-  check(properties_of(physical, &count, nullptr), "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+  check(properties_of(physical, &count, nullptr),
+        "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
   std::vector<VkCooperativeMatrixPropertiesNV> shapes(
       count, VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
   check(properties_of(physical, &count, shapes.data()),
         "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
   return std::any_of(shapes.begin(), shapes.end(), [](const VkCooperativeMatrixPropertiesNV& s) {
-    return s.MSize == 16 && s.NSize == 16 && s.KSize == 32 && s.AType == VK_COMPONENT_TYPE_SINT8_NV &&
-           s.BType == VK_COMPONENT_TYPE_SINT8_NV && s.CType == VK_COMPONENT_TYPE_SINT32_NV &&
-           s.DType == VK_COMPONENT_TYPE_SINT32_NV && s.scope == VK_SCOPE_SUBGROUP_NV;
+    return s.MSize == 16 && s.NSize == 16 && s.KSize == 32 &&
+           s.AType == VK_COMPONENT_TYPE_SINT8_NV && s.BType == VK_COMPONENT_TYPE_SINT8_NV &&
+           s.CType == VK_COMPONENT_TYPE_SINT32_NV && s.DType == VK_COMPONENT_TYPE_SINT32_NV &&
+           s.scope == VK_SCOPE_SUBGROUP_NV;
   });
 }
 
@@ -129,8 +137,8 @@ Instance::Instance() {
       VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
   messenger_info.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
                                    VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
-  messenger_info.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
-                               VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT;
+  messenger_info.messageType =
+      VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT;
   messenger_info.pfnUserCallback = on_validation_message;
   messenger_info.pUserData = this;
 
@@ -148,7 +156,8 @@ Instance::Instance() {
   info.ppEnabledExtensionNames = extensions.data();
   VkResult result = vkCreateInstance(&info, nullptr, &instance_);
   if (result == VK_ERROR_INCOMPATIBLE_DRIVER)
-    throw UnsupportedError("no Vulkan driver found (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER)");
+    throw UnsupportedError(
+        "no Vulkan driver found (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER)");
   check(result, "vkCreateInstance");
 
   if (validation) {
@@ -158,7 +167,8 @@ Instance::Instance() {
       vkDestroyInstance(instance_, nullptr);
       throw UnsupportedError("VK_EXT_debug_utils is not available for validation messages");
     }
-    check(create(instance_, &messenger_info, nullptr, &messenger_), "vkCreateDebugUtilsMessengerEXT");
+    check(create(instance_, &messenger_info, nullptr, &messenger_),
+          "vkCreateDebugUtilsMessengerEXT");
   }
 }
 
@@ -175,7 +185,8 @@ std::vector<VkPhysicalDevice> Instance::physical_devices() const {
   uint32_t count = 0;
   check(vkEnumeratePhysicalDevices(instance_, &count, nullptr), "vkEnumeratePhysicalDevices");
   std::vector<VkPhysicalDevice> devices(count);
-  check(vkEnumeratePhysicalDevices(instance_, &count, devices.data()), "vkEnumeratePhysicalDevices");
+  check(vkEnumeratePhysicalDevices(instance_, &count, devices.data()),
+        "vkEnumeratePhysicalDevices");
   devices.resize(count);
   return devices;
 }
@@ -192,7 +203,8 @@ void Instance::add_validation_message(std::string message) {
 
 DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
   VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
-  VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceSubgroupProperties subgroup{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
   VkPhysicalDeviceMaintenance3Properties maintenance3{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
   VkPhysicalDeviceExternalMemoryHostPropertiesEXT host_memory{
@@ -203,7 +215,8 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
   VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   const bool external_host = has_extension(physical, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
-  const bool sm_builtins_available = has_extension(physical, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
+  const bool sm_builtins_available =
+      has_extension(physical, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
   VkPhysicalDeviceProperties basic;
   vkGetPhysicalDeviceProperties(physical, &basic);
   const bool vulkan13 = basic.apiVersion >= VK_API_VERSION_1_3;
@@ -300,19 +313,21 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
            f12.vulkanMemoryModel == VK_TRUE && has_int8_cooperative_matrix(physical)},
       {"external_memory_host", external_host},
       // 64-bit integers with atomics on storage buffers (top-p sampling's mass sums).
-      {"int64_atomics", features.features.shaderInt64 == VK_TRUE && f12.shaderBufferInt64Atomics == VK_TRUE},
+      {"int64_atomics",
+       features.features.shaderInt64 == VK_TRUE && f12.shaderBufferInt64Atomics == VK_TRUE},
       // Kernel statistics (registers, shared and spilled memory, ...) from the driver's compiler.
-      {"pipeline_statistics", executables_available && executables.pipelineExecutableInfo == VK_TRUE},
+      {"pipeline_statistics",
+       executables_available && executables.pipelineExecutableInfo == VK_TRUE},
       {"timestamps", timestamps},
       {"subgroup_arithmetic",
        (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) != 0 &&
            (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0},
       // Butterfly reductions over 8 invocations (prefill attention's query rows): shuffles, on
       // subgroups of a power of two from 8.
-      {"subgroup_shuffle8",
-       (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 &&
-           (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 && subgroup.subgroupSize >= 8 &&
-           (subgroup.subgroupSize & (subgroup.subgroupSize - 1)) == 0},
+      {"subgroup_shuffle8", (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 &&
+                                (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
+                                subgroup.subgroupSize >= 8 &&
+                                (subgroup.subgroupSize & (subgroup.subgroupSize - 1)) == 0},
   };
   return info;
 }
@@ -344,7 +359,8 @@ uint32_t choose_device_index(std::optional<uint32_t> requested) {
       return static_cast<uint32_t>(index);
     }
     auto lower = [](std::string s) {
-      std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+      std::transform(s.begin(), s.end(), s.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
       return s;
     };
     for (const auto& info : infos)

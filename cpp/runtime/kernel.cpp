@@ -17,21 +17,32 @@ std::vector<KernelStatistic> Kernel::statistics() const {
   executable.pipeline = pipeline_->pipeline.get();
   executable.executableIndex = 0;
   uint32_t count = 0;
-  device_->check(device_->get_executable_statistics(device_->handle(), &executable, &count, nullptr),
-                 "vkGetPipelineExecutableStatisticsKHR");
+  device_->check(
+      device_->get_executable_statistics(device_->handle(), &executable, &count, nullptr),
+      "vkGetPipelineExecutableStatisticsKHR");
   std::vector<VkPipelineExecutableStatisticKHR> statistics(
       count, VkPipelineExecutableStatisticKHR{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
-  VkResult status = device_->get_executable_statistics(device_->handle(), &executable, &count, statistics.data());
+  VkResult status =
+      device_->get_executable_statistics(device_->handle(), &executable, &count, statistics.data());
   if (status != VK_INCOMPLETE) device_->check(status, "vkGetPipelineExecutableStatisticsKHR");
   statistics.resize(count);
   for (const auto& s : statistics) {
     KernelStatistic out{s.name, s.description, false};
     switch (s.format) {
-      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: out.value = s.value.b32 == VK_TRUE; break;
-      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: out.value = s.value.i64; break;
-      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: out.value = s.value.u64; break;
-      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: out.value = s.value.f64; break;
-      default: continue;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+        out.value = s.value.b32 == VK_TRUE;
+        break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+        out.value = s.value.i64;
+        break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+        out.value = s.value.u64;
+        break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR:
+        out.value = s.value.f64;
+        break;
+      default:
+        continue;
     }
     result.push_back(std::move(out));
   }

@@ -26,9 +26,11 @@ struct KernelStatistic {
 // Recorder (runtime/recorder.hpp), which decides where they are recorded.
 class Kernel {
  public:
-  Kernel(std::shared_ptr<Device> device, std::span<const uint32_t> spirv, std::string entry = "main",
-         const Specialization& specialization = {}, std::string name = {});
-  Kernel(std::shared_ptr<Device> device, std::shared_ptr<const Pipeline> pipeline, std::string name);
+  Kernel(std::shared_ptr<Device> device, std::span<const uint32_t> spirv,
+         std::string entry = "main", const Specialization& specialization = {},
+         std::string name = {});
+  Kernel(std::shared_ptr<Device> device, std::shared_ptr<const Pipeline> pipeline,
+         std::string name);
   static Kernel builtin(std::shared_ptr<Device> device, std::string_view shader,
                         const Specialization& specialization = {});
 

@@ -23,9 +23,12 @@ constexpr uint64_t kMinCapacity = 256;
 
 const char* placement_name(Placement placement) {
   switch (placement) {
-    case Placement::device: return "device";
-    case Placement::host: return "host";
-    case Placement::imported: return "imported";
+    case Placement::device:
+      return "device";
+    case Placement::host:
+      return "host";
+    case Placement::imported:
+      return "imported";
   }
   return "?";
 }
@@ -61,7 +64,8 @@ std::optional<uint32_t> MemoryPool::choose_type(Placement placement) const {
   auto find = [&](VkMemoryPropertyFlags wanted) -> std::optional<uint32_t> {
     for (uint32_t i = 0; i < memory.memoryTypeCount; ++i) {
       VkMemoryPropertyFlags flags = memory.memoryTypes[i].propertyFlags;
-      if ((buffer_type_bits_ & (1u << i)) && (flags & wanted) == wanted && (flags & ~kPlainFlags) == 0)
+      if ((buffer_type_bits_ & (1u << i)) && (flags & wanted) == wanted &&
+          (flags & ~kPlainFlags) == 0)
         return i;
     }
     return std::nullopt;
@@ -109,10 +113,13 @@ MemoryHandle MemoryPool::allocate_memory(uint64_t size, uint32_t type_index, uin
   return MemoryHandle(device_.handle(), handle);
 }
 
-std::byte* MemoryPool::map(VkDeviceMemory memory, uint32_t type_index, Placement placement, bool& host_cached) const {
-  const VkMemoryPropertyFlags flags = device_.memory_properties().memoryTypes[type_index].propertyFlags;
+std::byte* MemoryPool::map(VkDeviceMemory memory, uint32_t type_index, Placement placement,
+                           bool& host_cached) const {
+  const VkMemoryPropertyFlags flags =
+      device_.memory_properties().memoryTypes[type_index].propertyFlags;
   host_cached = false;
-  if (!(flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) || (unmapped_device_memory_ && placement == Placement::device))
+  if (!(flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) ||
+      (unmapped_device_memory_ && placement == Placement::device))
     return nullptr;
   void* mapped;
   device_.check(vkMapMemory(device_.handle(), memory, 0, VK_WHOLE_SIZE, 0, &mapped), "vkMapMemory");
@@ -123,7 +130,8 @@ std::byte* MemoryPool::map(VkDeviceMemory memory, uint32_t type_index, Placement
 // The slab of (placement, type) with room for `requirements` at the returned offset: the one being
 // filled, or a new one (the old one then lives on in the blocks bound to it).
 std::shared_ptr<MemorySlab> MemoryPool::slab_with_room(uint32_t type_index, Placement placement,
-                                                       const VkMemoryRequirements& requirements, uint64_t& offset) {
+                                                       const VkMemoryRequirements& requirements,
+                                                       uint64_t& offset) {
   const uint64_t alignment = std::max<uint64_t>(requirements.alignment, 1);
   const std::pair key{placement, type_index};
   uint64_t size = kSlabBytes;
@@ -157,10 +165,10 @@ MemoryBlock MemoryPool::create_block(uint64_t capacity, Placement placement) {
   if (capacity > memory.memoryHeaps[memory.memoryTypes[type_index].heapIndex].size)
     throw_out_of_memory(capacity, type_index, "larger than the memory heap");
   if (capacity > device_.info().max_allocation_size)
-    throw_out_of_memory(capacity, type_index,
-                        ("over maxMemoryAllocationSize " +
-                         format_bytes(device_.info().max_allocation_size))
-                            .c_str());
+    throw_out_of_memory(
+        capacity, type_index,
+        ("over maxMemoryAllocationSize " + format_bytes(device_.info().max_allocation_size))
+            .c_str());
 
   MemoryBlock block;
   block.capacity = capacity;
@@ -176,7 +184,8 @@ MemoryBlock MemoryPool::create_block(uint64_t capacity, Placement placement) {
   vkGetBufferMemoryRequirements(device_.handle(), buffer, &requirements);
 
   uint64_t offset = 0;
-  if (slabs_ && requirements.size <= kSlabBlockMost && (requirements.memoryTypeBits & (1u << type_index))) {
+  if (slabs_ && requirements.size <= kSlabBlockMost &&
+      (requirements.memoryTypeBits & (1u << type_index))) {
     try {
       block.slab = slab_with_room(type_index, placement, requirements, offset);
     } catch (const OutOfMemory&) {
@@ -191,7 +200,8 @@ MemoryBlock MemoryPool::create_block(uint64_t capacity, Placement placement) {
     return block;
   }
   block.memory = allocate_memory(requirements.size, type_index, capacity);
-  device_.check(vkBindBufferMemory(device_.handle(), buffer, block.memory.get(), 0), "vkBindBufferMemory");
+  device_.check(vkBindBufferMemory(device_.handle(), buffer, block.memory.get(), 0),
+                "vkBindBufferMemory");
   block.mapped = map(block.memory.get(), type_index, placement, block.host_cached);
   return block;
 }
@@ -292,7 +302,8 @@ void MemoryPool::release(MemoryBlock block, uint64_t size) {
 
 void MemoryPool::trim() {
   std::map<std::tuple<Placement, uint32_t, uint64_t>, std::vector<MemoryBlock>> dropped;
-  std::map<std::pair<Placement, uint32_t>, SlabCursor> cursors;  // slabs are freed with their last block
+  std::map<std::pair<Placement, uint32_t>, SlabCursor>
+      cursors;  // slabs are freed with their last block
   {
     std::lock_guard lock(slab_mutex_);
     cursors.swap(slab_cursors_);

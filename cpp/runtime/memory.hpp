@@ -43,7 +43,7 @@ struct MemorySlab {
 // mapped where the memory type is host-visible.
 struct MemoryBlock {
   // Declared before the buffer, so the buffer is destroyed before the memory it is bound to.
-  MemoryHandle memory;                 // empty for a block in a slab
+  MemoryHandle memory;  // empty for a block in a slab
   std::shared_ptr<MemorySlab> slab;
   BufferHandle buffer;
   std::byte* mapped = nullptr;
@@ -54,23 +54,23 @@ struct MemoryBlock {
 };
 
 struct MemoryStats {
-  uint64_t allocated_bytes = 0;    // Vulkan memory held: in use plus pooled
-  uint64_t in_use_bytes = 0;       // bytes of live tensors (as requested)
+  uint64_t allocated_bytes = 0;  // Vulkan memory held: in use plus pooled
+  uint64_t in_use_bytes = 0;     // bytes of live tensors (as requested)
   uint64_t peak_in_use_bytes = 0;
-  uint64_t pooled_bytes = 0;       // capacity of free blocks kept for reuse
+  uint64_t pooled_bytes = 0;  // capacity of free blocks kept for reuse
   uint64_t pool_hits = 0;
   uint64_t pool_misses = 0;
-  uint64_t live_blocks = 0;        // blocks alive (a VkBuffer each), in use or pooled
-  uint64_t slab_bytes = 0;         // VkDeviceMemory of the slabs that small blocks share
+  uint64_t live_blocks = 0;  // blocks alive (a VkBuffer each), in use or pooled
+  uint64_t slab_bytes = 0;   // VkDeviceMemory of the slabs that small blocks share
 };
 
 // Hands out MemoryBlocks and recycles them by size class. Each tensor gets a whole VkBuffer of its
 // own (so a kernel binds it with offset 0 and the storage-buffer range limit applies per tensor);
-// freed blocks wait on a free list keyed by (placement, memory type, capacity), and capacities are rounded up
-// to four classes per power of two, so a loop of kernel calls reuses blocks instead of calling
-// vkAllocateMemory, while at most 25% of a block is slack. Blocks of up to kSlabBlockMost bytes are
-// bound to consecutive ranges of shared slabs (one vkAllocateMemory and one map for many: a
-// recorded graph holds hundreds of intermediates, and drivers limit the number of allocations;
+// freed blocks wait on a free list keyed by (placement, memory type, capacity), and capacities are
+// rounded up to four classes per power of two, so a loop of kernel calls reuses blocks instead of
+// calling vkAllocateMemory, while at most 25% of a block is slack. Blocks of up to kSlabBlockMost
+// bytes are bound to consecutive ranges of shared slabs (one vkAllocateMemory and one map for many:
+// a recorded graph holds hundreds of intermediates, and drivers limit the number of allocations;
 // BITNET_GPU_MEMORY_SLABS=0 gives every block its own). A memory type's first slab since the last
 // trim() takes kSlabBytes, each next one twice the one before, up to kSlabMostBytes, so a few small
 // tensors hold little. trim() gives the free blocks back, and with them every slab no live block is
@@ -91,9 +91,11 @@ class MemoryPool {
   MemoryHandle allocate_memory(uint64_t size, uint32_t type_index, uint64_t capacity);
   // Maps `memory` (of type type_index) where its type is host-visible (and not kept unmapped for
   // debugging).
-  std::byte* map(VkDeviceMemory memory, uint32_t type_index, Placement placement, bool& host_cached) const;
+  std::byte* map(VkDeviceMemory memory, uint32_t type_index, Placement placement,
+                 bool& host_cached) const;
   std::shared_ptr<MemorySlab> slab_with_room(uint32_t type_index, Placement placement,
-                                             const VkMemoryRequirements& requirements, uint64_t& offset);
+                                             const VkMemoryRequirements& requirements,
+                                             uint64_t& offset);
   std::optional<uint32_t> choose_type(Placement placement) const;
   [[noreturn]] void throw_out_of_memory(uint64_t size, uint32_t type_index, const char* why) const;
 

@@ -56,8 +56,8 @@ uint32_t spec_bits(uint32_t id, const SpecConstant& constant, const SpecValue& v
       int64_t v = std::get<int64_t>(value);
       const bool is_signed = constant.type == SpecType::int32;
       const int64_t lo = is_signed ? std::numeric_limits<int32_t>::min() : 0;
-      const int64_t hi = is_signed ? std::numeric_limits<int32_t>::max()
-                                   : std::numeric_limits<uint32_t>::max();
+      const int64_t hi =
+          is_signed ? std::numeric_limits<int32_t>::max() : std::numeric_limits<uint32_t>::max();
       if (v < lo || v > hi)
         throw ArgumentError("specialization constant " + std::to_string(id) + " = " +
                             std::to_string(v) + " is out of range for " +
@@ -218,8 +218,8 @@ std::shared_ptr<const Pipeline> PipelineCache::build(std::span<const uint32_t> s
   for (int axis = 0; axis < 3; ++axis)
     if (auto spec_id = interface.local_size_spec_ids[axis])
       if (auto value = specialization.find(*spec_id); value != specialization.end())
-        pipeline->local_size[axis] = spec_bits(*spec_id, interface.spec_constants.at(*spec_id),
-                                               value->second);
+        pipeline->local_size[axis] =
+            spec_bits(*spec_id, interface.spec_constants.at(*spec_id), value->second);
   const auto& limits = device_.limits();
   const uint64_t invocations =
       uint64_t(pipeline->local_size[0]) * pipeline->local_size[1] * pipeline->local_size[2];
@@ -237,12 +237,14 @@ std::shared_ptr<const Pipeline> PipelineCache::build(std::span<const uint32_t> s
   module_info.codeSize = spirv.size_bytes();
   module_info.pCode = spirv.data();
   VkShaderModule module;
-  device_.check(vkCreateShaderModule(device, &module_info, nullptr, &module), "vkCreateShaderModule");
+  device_.check(vkCreateShaderModule(device, &module_info, nullptr, &module),
+                "vkCreateShaderModule");
   pipeline->module = ShaderModuleHandle(device, module);
 
   std::vector<VkDescriptorSetLayoutBinding> bindings;
   for (uint32_t i = 0; i < interface.binding_writable.size(); ++i)
-    bindings.push_back({i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr});
+    bindings.push_back(
+        {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr});
   VkDescriptorSetLayoutCreateInfo set_info{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
   set_info.bindingCount = static_cast<uint32_t>(bindings.size());
   set_info.pBindings = bindings.data();
@@ -271,7 +273,8 @@ std::shared_ptr<const Pipeline> PipelineCache::build(std::span<const uint32_t> s
   info.stage.pName = interface.entry.c_str();
   info.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec_info;
   info.layout = layout;
-  if (device_.feature("pipeline_statistics")) info.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
+  if (device_.feature("pipeline_statistics"))
+    info.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   VkPipeline handle;
   device_.check(vkCreateComputePipelines(device, cache_.get(), 1, &info, nullptr, &handle),
                 "vkCreateComputePipelines");

@@ -39,7 +39,8 @@ class PipelineCache {
                                       const Specialization& specialization);
   // A built-in shader's pipeline, looked up by its name and specialization alone: the hot path of
   // every op, which must not hash the SPIR-V on each call.
-  std::shared_ptr<const Pipeline> get_builtin(std::string_view name, std::span<const uint32_t> spirv,
+  std::shared_ptr<const Pipeline> get_builtin(std::string_view name,
+                                              std::span<const uint32_t> spirv,
                                               const Specialization& specialization);
   void save();
   const std::string& path() const { return path_; }

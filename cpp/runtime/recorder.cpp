@@ -24,7 +24,8 @@ Recorder::Recorder(const std::shared_ptr<Device>& device, Joins joins) {
 
 Recorder::~Recorder() {
   // An op that raised after recording part of its work leaves the graph unusable.
-  if (graph_ && !ran_ && graph_->op_count() != ops_before_) graph_->spoil("an op raised after recording part of its work");
+  if (graph_ && !ran_ && graph_->op_count() != ops_before_)
+    graph_->spoil("an op raised after recording part of its work");
 }
 
 void Recorder::run(std::function<void()> check) {
@@ -38,8 +39,8 @@ void Recorder::run(std::function<void()> check) {
   if (check) check();
 }
 
-void dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups, std::span<const BufferBinding> bindings,
-              std::span<const std::byte> push_constants) {
+void dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups,
+              std::span<const BufferBinding> bindings, std::span<const std::byte> push_constants) {
   Recorder recorder(kernel.device(), Recorder::Joins::active_sequence);
   recorder.sequence().dispatch(kernel, groups, bindings, push_constants);
   recorder.run();

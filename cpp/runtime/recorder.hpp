@@ -45,7 +45,8 @@ class Recorder {
 
 // A user's kernel over `bindings`: recorded where Recorder(Joins::active_sequence) says, or run
 // now and waited for.
-void dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups, std::span<const BufferBinding> bindings,
+void dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups,
+              std::span<const BufferBinding> bindings,
               std::span<const std::byte> push_constants = {});
 
 }  // namespace bitnet

@@ -55,11 +55,12 @@ std::vector<OpTiming> read_timings(Device& device, CommandContext& context,
   std::vector<uint64_t> stamps(count);
   for (uint32_t first = 0; first < count; first += CommandContext::kQueriesPerPool) {
     const uint32_t n = std::min(CommandContext::kQueriesPerPool, count - first);
-    device.check(vkGetQueryPoolResults(device.handle(),
-                                       context.query_pools[first / CommandContext::kQueriesPerPool].get(),
-                                       0, n, n * sizeof(uint64_t), stamps.data() + first,
-                                       sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
-                 "vkGetQueryPoolResults");
+    device.check(
+        vkGetQueryPoolResults(device.handle(),
+                              context.query_pools[first / CommandContext::kQueriesPerPool].get(), 0,
+                              n, n * sizeof(uint64_t), stamps.data() + first, sizeof(uint64_t),
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+        "vkGetQueryPoolResults");
   }
   const uint32_t bits = device.timestamp_valid_bits();
   const uint64_t mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
@@ -110,8 +111,9 @@ bool Submission::done() {
 
 std::vector<OpTiming> Submission::timings() {
   if (timing_ == Timing::off)
-    throw UnsupportedError("this sequence was recorded without timings (timings=False, or the "
-                           "device has no timestamp queries)");
+    throw UnsupportedError(
+        "this sequence was recorded without timings (timings=False, or the "
+        "device has no timestamp queries)");
   std::lock_guard lock(mutex_);
   finish_locked();
   return timings_;
@@ -155,7 +157,8 @@ void Sequence::deactivate() {
 }
 
 void Sequence::ensure_recording() const {
-  if (!context_) throw ArgumentError("this sequence was already submitted or discarded; record into a new one");
+  if (!context_)
+    throw ArgumentError("this sequence was already submitted or discarded; record into a new one");
   if (closed_) throw ArgumentError("this graph is closed: it can be replayed, not recorded into");
   device_->ensure_usable();
 }
@@ -164,7 +167,8 @@ void Sequence::keep(std::shared_ptr<const void> object) {
   if (kept_.insert(object.get()).second) context_->keep_alive.push_back(std::move(object));
 }
 
-void Sequence::before_op(std::span<const VkBuffer> reads, std::span<const VkBuffer> writes, bool transfer) {
+void Sequence::before_op(std::span<const VkBuffer> reads, std::span<const VkBuffer> writes,
+                         bool transfer) {
   bool hazard = false;
   for (VkBuffer buffer : reads) hazard = hazard || pending_writes_.count(buffer);
   for (VkBuffer buffer : writes)
@@ -173,10 +177,13 @@ void Sequence::before_op(std::span<const VkBuffer> reads, std::span<const VkBuff
     // Only the stages involved: compute to compute is the common case and the cheapest wait.
     const VkPipelineStageFlags src = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
                                      (pending_transfer_ ? VK_PIPELINE_STAGE_TRANSFER_BIT : 0);
-    const VkAccessFlags src_access = VK_ACCESS_SHADER_WRITE_BIT | (pending_transfer_ ? VK_ACCESS_TRANSFER_WRITE_BIT : 0);
-    const VkPipelineStageFlags dst = transfer ? VK_PIPELINE_STAGE_TRANSFER_BIT : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
-    const VkAccessFlags dst_access = transfer ? VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT
-                                              : VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    const VkAccessFlags src_access =
+        VK_ACCESS_SHADER_WRITE_BIT | (pending_transfer_ ? VK_ACCESS_TRANSFER_WRITE_BIT : 0);
+    const VkPipelineStageFlags dst =
+        transfer ? VK_PIPELINE_STAGE_TRANSFER_BIT : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+    const VkAccessFlags dst_access =
+        transfer ? VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT
+                 : VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
     memory_barrier(context_->commands, src, src_access, dst, dst_access);
     ++barriers_;
     pending_reads_.clear();
@@ -195,7 +202,8 @@ void Sequence::write_timestamp() {
     info.queryType = VK_QUERY_TYPE_TIMESTAMP;
     info.queryCount = CommandContext::kQueriesPerPool;
     VkQueryPool pool;
-    device_->check(vkCreateQueryPool(device_->handle(), &info, nullptr, &pool), "vkCreateQueryPool");
+    device_->check(vkCreateQueryPool(device_->handle(), &info, nullptr, &pool),
+                   "vkCreateQueryPool");
     context_->query_pools.emplace_back(device_->handle(), pool);
   }
   VkQueryPool pool = context_->query_pools[pool_index].get();
@@ -257,15 +265,14 @@ void Sequence::dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups,
                      "), got " + std::to_string(bindings.size()));
   if (push_constants.size() != interface.push_constant_size)
     throw ShapeError("kernel '" + kernel.name() + "' takes " +
-                     std::to_string(interface.push_constant_size) + " bytes of push constants, got " +
-                     std::to_string(push_constants.size()));
+                     std::to_string(interface.push_constant_size) +
+                     " bytes of push constants, got " + std::to_string(push_constants.size()));
   for (int axis = 0; axis < 3; ++axis)
     if (groups[axis] > limits.maxComputeWorkGroupCount[axis])
-      throw UnsupportedError("dispatch of " + std::to_string(groups[axis]) +
-                             " workgroups along axis " + std::to_string(axis) +
-                             " is over this device's maxComputeWorkGroupCount[" +
-                             std::to_string(axis) + "] = " +
-                             std::to_string(limits.maxComputeWorkGroupCount[axis]));
+      throw UnsupportedError(
+          "dispatch of " + std::to_string(groups[axis]) + " workgroups along axis " +
+          std::to_string(axis) + " is over this device's maxComputeWorkGroupCount[" +
+          std::to_string(axis) + "] = " + std::to_string(limits.maxComputeWorkGroupCount[axis]));
   std::vector<VkBuffer> reads, writes;
   std::vector<VkDescriptorBufferInfo> infos(bindings.size());
   for (size_t i = 0; i < bindings.size(); ++i) {
@@ -287,7 +294,8 @@ void Sequence::dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups,
   const Pipeline& pipeline = *kernel.pipeline();
   VkDescriptorSet set = VK_NULL_HANDLE;
   if (!bindings.empty()) {
-    set = allocate_descriptor_set(pipeline.set_layout.get(), static_cast<uint32_t>(bindings.size()));
+    set =
+        allocate_descriptor_set(pipeline.set_layout.get(), static_cast<uint32_t>(bindings.size()));
     std::vector<VkWriteDescriptorSet> descriptor_writes(bindings.size());
     for (size_t i = 0; i < bindings.size(); ++i) {
       descriptor_writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
@@ -360,7 +368,8 @@ void end_commands(Device& device, VkCommandBuffer commands) {
 }  // namespace
 
 void Sequence::close() {
-  if (reuse_ != Reuse::replay) throw ArgumentError("only a replayable sequence (a graph) can be closed");
+  if (reuse_ != Reuse::replay)
+    throw ArgumentError("only a replayable sequence (a graph) can be closed");
   ensure_recording();
   deactivate();
   if (timing_ == Timing::total) write_timestamp();
@@ -377,14 +386,16 @@ void Sequence::replay() {
   device_->check(device_->wait_for_fence(fence, last_replay_us_), "vkWaitForFences");
   const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(
       std::chrono::steady_clock::now() - submitted);
-  last_replay_us_ = static_cast<uint32_t>(std::min<int64_t>(waited.count(), Device::kMostExpectedSpinUs));
+  last_replay_us_ =
+      static_cast<uint32_t>(std::min<int64_t>(waited.count(), Device::kMostExpectedSpinUs));
   context_->submitted = false;
   device_->check(vkResetFences(device_->handle(), 1, &fence), "vkResetFences");
   replay_timings_ = read_timings(*device_, *context_, labels_, timing_);
 }
 
 std::shared_ptr<Submission> Sequence::submit() {
-  if (reuse_ == Reuse::replay) throw ArgumentError("a graph is replayed (close(), then replay()), not submitted");
+  if (reuse_ == Reuse::replay)
+    throw ArgumentError("a graph is replayed (close(), then replay()), not submitted");
   ensure_recording();
   if (timing_ == Timing::total) write_timestamp();
   end_commands(*device_, context_->commands);

@@ -11,38 +11,64 @@ namespace {
 
 // Opcodes, decorations and storage classes from the SPIR-V specification.
 enum : uint32_t {
-  OpEntryPoint = 15, OpExecutionMode = 16, OpTypeBool = 20, OpTypeInt = 21, OpTypeFloat = 22,
-  OpTypeVector = 23, OpTypeMatrix = 24, OpTypeArray = 28, OpTypeRuntimeArray = 29,
-  OpTypeStruct = 30, OpTypePointer = 32, OpConstant = 43, OpSpecConstantTrue = 48,
-  OpSpecConstantFalse = 49, OpSpecConstant = 50, OpSpecConstantComposite = 51, OpVariable = 59,
-  OpDecorate = 71, OpMemberDecorate = 72,
+  OpEntryPoint = 15,
+  OpExecutionMode = 16,
+  OpTypeBool = 20,
+  OpTypeInt = 21,
+  OpTypeFloat = 22,
+  OpTypeVector = 23,
+  OpTypeMatrix = 24,
+  OpTypeArray = 28,
+  OpTypeRuntimeArray = 29,
+  OpTypeStruct = 30,
+  OpTypePointer = 32,
+  OpConstant = 43,
+  OpSpecConstantTrue = 48,
+  OpSpecConstantFalse = 49,
+  OpSpecConstant = 50,
+  OpSpecConstantComposite = 51,
+  OpVariable = 59,
+  OpDecorate = 71,
+  OpMemberDecorate = 72,
 };
 enum : uint32_t {
-  DecorationSpecId = 1, DecorationBlock = 2, DecorationBufferBlock = 3, DecorationArrayStride = 6,
-  DecorationBuiltIn = 11, DecorationNonWritable = 24, DecorationBinding = 33,
-  DecorationDescriptorSet = 34, DecorationOffset = 35, BuiltInWorkgroupSize = 25,
+  DecorationSpecId = 1,
+  DecorationBlock = 2,
+  DecorationBufferBlock = 3,
+  DecorationArrayStride = 6,
+  DecorationBuiltIn = 11,
+  DecorationNonWritable = 24,
+  DecorationBinding = 33,
+  DecorationDescriptorSet = 34,
+  DecorationOffset = 35,
+  BuiltInWorkgroupSize = 25,
 };
 enum : uint32_t {
-  StorageUniformConstant = 0, StorageUniform = 2, StoragePushConstant = 9, StorageStorageBuffer = 12,
-  ModeLocalSize = 17, ModelGLCompute = 5,
+  StorageUniformConstant = 0,
+  StorageUniform = 2,
+  StoragePushConstant = 9,
+  StorageStorageBuffer = 12,
+  ModeLocalSize = 17,
+  ModelGLCompute = 5,
 };
 
 struct Type {
   uint32_t opcode = 0;
-  uint32_t width = 0;       // int/float bits
+  uint32_t width = 0;  // int/float bits
   bool is_signed = false;
-  uint32_t element = 0;     // vector/matrix/array element, pointer pointee
-  uint32_t count = 0;       // vector/matrix count, array length id
-  uint32_t storage = 0;     // pointer storage class
+  uint32_t element = 0;  // vector/matrix/array element, pointer pointee
+  uint32_t count = 0;    // vector/matrix count, array length id
+  uint32_t storage = 0;  // pointer storage class
   std::vector<uint32_t> members;
 };
 
 struct Module {
   std::unordered_map<uint32_t, Type> types;
-  std::unordered_map<uint32_t, uint32_t> constants;               // id -> value (32-bit)
+  std::unordered_map<uint32_t, uint32_t> constants;                  // id -> value (32-bit)
   std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> spec;  // id -> (type, bits)
   std::unordered_map<uint32_t, std::vector<uint32_t>> composites;
-  std::unordered_map<uint32_t, std::unordered_map<uint32_t, uint32_t>> decorations;  // id -> deco -> value
+  std::unordered_map<uint32_t, std::unordered_map<uint32_t, uint32_t>>
+      decorations;  // id -> deco -> value
   std::unordered_map<uint64_t, std::unordered_map<uint32_t, uint32_t>> member_decorations;
   std::vector<std::pair<uint32_t, uint32_t>> variables;  // (pointer type, id)
 };
@@ -60,32 +86,38 @@ uint32_t type_size(const Module& m, uint32_t id, int depth = 0) {
   if (found == m.types.end()) throw ArgumentError("SPIR-V references an unknown type");
   const Type& type = found->second;
   switch (type.opcode) {
-    case OpTypeBool: return 4;
+    case OpTypeBool:
+      return 4;
     case OpTypeInt:
-    case OpTypeFloat: return type.width / 8;
+    case OpTypeFloat:
+      return type.width / 8;
     case OpTypeVector:
-    case OpTypeMatrix: return type.count * type_size(m, type.element, depth + 1);
+    case OpTypeMatrix:
+      return type.count * type_size(m, type.element, depth + 1);
     case OpTypeArray: {
       auto length = m.constants.find(type.count);
       uint32_t n = length == m.constants.end() ? 0 : length->second;
       auto stride = m.decorations.find(id);
-      uint32_t element = stride != m.decorations.end() && stride->second.count(DecorationArrayStride)
-                             ? stride->second.at(DecorationArrayStride)
-                             : type_size(m, type.element, depth + 1);
+      uint32_t element =
+          stride != m.decorations.end() && stride->second.count(DecorationArrayStride)
+              ? stride->second.at(DecorationArrayStride)
+              : type_size(m, type.element, depth + 1);
       return n * element;
     }
     case OpTypeStruct: {
       uint32_t size = 0;
       for (uint32_t i = 0; i < type.members.size(); ++i) {
         auto decos = m.member_decorations.find(member_key(id, i));
-        uint32_t offset = decos != m.member_decorations.end() && decos->second.count(DecorationOffset)
-                              ? decos->second.at(DecorationOffset)
-                              : size;
+        uint32_t offset =
+            decos != m.member_decorations.end() && decos->second.count(DecorationOffset)
+                ? decos->second.at(DecorationOffset)
+                : size;
         size = std::max(size, offset + type_size(m, type.members[i], depth + 1));
       }
       return size;
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -130,7 +162,9 @@ KernelInterface reflect_spirv(std::span<const uint32_t> words, std::string_view 
       case OpExecutionMode:
         if (count >= 6 && op[2] == ModeLocalSize) local_sizes[op[1]] = {op[3], op[4], op[5]};
         break;
-      case OpTypeBool: m.types[op[1]] = Type{opcode}; break;
+      case OpTypeBool:
+        m.types[op[1]] = Type{opcode};
+        break;
       case OpTypeInt:
         if (count >= 4) m.types[op[1]] = Type{opcode, op[2], op[3] != 0};
         break;
@@ -174,9 +208,11 @@ KernelInterface reflect_spirv(std::span<const uint32_t> words, std::string_view 
         if (count >= 3) m.decorations[op[1]][op[2]] = count >= 4 ? op[3] : 1;
         break;
       case OpMemberDecorate:
-        if (count >= 4) m.member_decorations[member_key(op[1], op[2])][op[3]] = count >= 5 ? op[4] : 1;
+        if (count >= 4)
+          m.member_decorations[member_key(op[1], op[2])][op[3]] = count >= 5 ? op[4] : 1;
         break;
-      default: break;
+      default:
+        break;
     }
     i += count;
   }
@@ -242,11 +278,13 @@ KernelInterface reflect_spirv(std::span<const uint32_t> words, std::string_view 
     auto decos = m.decorations.find(id);
     uint32_t set = 0, binding = 0;
     if (decos != m.decorations.end()) {
-      if (decos->second.count(DecorationDescriptorSet)) set = decos->second.at(DecorationDescriptorSet);
+      if (decos->second.count(DecorationDescriptorSet))
+        set = decos->second.at(DecorationDescriptorSet);
       if (decos->second.count(DecorationBinding)) binding = decos->second.at(DecorationBinding);
     }
-    if (set != 0) throw UnsupportedError("kernel uses descriptor set " + std::to_string(set) +
-                                         "; bitnet_gpu binds tensors in set 0 only");
+    if (set != 0)
+      throw UnsupportedError("kernel uses descriptor set " + std::to_string(set) +
+                             "; bitnet_gpu binds tensors in set 0 only");
     bool read_only = decorated(m, id, DecorationNonWritable);
     if (!read_only && !block.members.empty()) {
       read_only = true;
@@ -263,8 +301,10 @@ KernelInterface reflect_spirv(std::span<const uint32_t> words, std::string_view 
   uint32_t expected = 0;
   for (const auto& [binding, writable] : bindings) {
     if (binding != expected)
-      throw UnsupportedError("kernel storage buffer bindings must be numbered 0..n-1 without gaps; "
-                             "binding " + std::to_string(expected) + " is missing");
+      throw UnsupportedError(
+          "kernel storage buffer bindings must be numbered 0..n-1 without gaps; "
+          "binding " +
+          std::to_string(expected) + " is missing");
     interface.binding_writable.push_back(writable);
     ++expected;
   }

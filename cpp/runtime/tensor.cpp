@@ -47,7 +47,8 @@ Tensor Tensor::import_host(const std::shared_ptr<Device>& device, void* data,
     throw UnsupportedError("device '" + device->info().name +
                            "' does not support VK_EXT_external_memory_host (zero-copy import)");
   // The import covers whole alignment units; the tensor itself never touches the tail.
-  const uint64_t imported = std::max<uint64_t>(alignment, (bytes + alignment - 1) / alignment * alignment);
+  const uint64_t imported =
+      std::max<uint64_t>(alignment, (bytes + alignment - 1) / alignment * alignment);
   return Tensor(device->import_host_memory(data, imported, std::move(owner)),
                 {shape.begin(), shape.end()}, dtype);
 }
@@ -101,13 +102,15 @@ Tensor Tensor::reshaped(std::vector<int64_t> shape) const {
   const auto count = static_cast<int64_t>(size_);
   if (unknown >= 0) {
     if (known == 0 || count % known != 0)
-      throw ShapeError("cannot reshape a tensor of " + std::to_string(count) + " elements with a -1 dimension");
+      throw ShapeError("cannot reshape a tensor of " + std::to_string(count) +
+                       " elements with a -1 dimension");
     shape[static_cast<size_t>(unknown)] = count / known;
   }
   if (static_cast<uint64_t>(element_count(shape, dtype_)) != size_) {
     std::string text;
     for (int64_t d : shape) text += (text.empty() ? "" : ", ") + std::to_string(d);
-    throw ShapeError("cannot reshape a tensor of " + std::to_string(count) + " elements into shape (" + text + ")");
+    throw ShapeError("cannot reshape a tensor of " + std::to_string(count) +
+                     " elements into shape (" + text + ")");
   }
   return Tensor(allocation_, std::move(shape), dtype_);
 }

@@ -38,9 +38,34 @@ from .tensor_ops import max as max  # noqa: A004 - NumPy's names, as np.max and 
 from .tensor_ops import sum as sum  # noqa: A004
 from .attention import KVCache, attention, rope, rope_tables
 from .ops import (  # noqa: F401 - activations, norms, softmax and sampling at the top level
-    add, div, mul, sub, gelu, gelu_backward, layer_norm, leaky_relu, leaky_relu_backward, relu, relu2, relu2_backward,
-    relu2_mul, relu_backward, relu_dropout, rms_norm, sample_logits, sigmoid, sigmoid_backward, silu,
-    silu_backward, silu_mul, softmax, softmax_backward, swish, swish_backward, tanh, tanh_backward,
+    add,
+    div,
+    mul,
+    sub,
+    gelu,
+    gelu_backward,
+    layer_norm,
+    leaky_relu,
+    leaky_relu_backward,
+    relu,
+    relu2,
+    relu2_backward,
+    relu2_mul,
+    relu_backward,
+    relu_dropout,
+    rms_norm,
+    sample_logits,
+    sigmoid,
+    sigmoid_backward,
+    silu,
+    silu_backward,
+    silu_mul,
+    softmax,
+    softmax_backward,
+    swish,
+    swish_backward,
+    tanh,
+    tanh_backward,
 )
 from . import quantize
 from ._tuning import Knob, get_tuning, tuning, tuning_knobs
@@ -106,7 +131,8 @@ def aligned_empty(shape, dtype=np.float32, device: Device | None = None) -> np.n
 
 
 def builtin_kernel(name: str, device: Device | None = None, specialization=None) -> Kernel:
-    """A Kernel from one of the shaders compiled into bitnet_gpu (see ``_core.builtin_shaders()``)."""
+    """A Kernel from one of the shaders compiled into bitnet_gpu (see
+    ``_core.builtin_shaders()``)."""
     device = device or default_device()
     return Kernel(device, _core.builtin_spirv(name), specialization=specialization, name=name)
 
@@ -117,7 +143,8 @@ from . import models  # noqa: E402
 
 
 def _device_graph(self, *, timings=False) -> Graph:
-    """A new Graph on this device: ``with device.graph() as g: ...`` records, ``g.run()`` replays."""
+    """A new Graph on this device: ``with device.graph() as g: ...`` records, ``g.run()``
+    replays."""
     return Graph(self, timings=timings)
 
 
@@ -156,7 +183,30 @@ def profile(device=None) -> Profile:
     return Profile(device)
 
 
-__all__ += ["Profile", "profile", "ops", "tensor_ops", "layer_norm_backward", "matmul", "mean",
-            "rms_norm_backward", "transpose", "max", "sum", "KVCache", "attention", "rope", "rope_tables",
-            "Graph", "models", "Knob", "get_tuning", "tuning", "tuning_knobs", "activations", "arithmetic", "norms",
-            "sampling"] + ops.__all__
+__all__ += [
+    "Profile",
+    "profile",
+    "ops",
+    "tensor_ops",
+    "layer_norm_backward",
+    "matmul",
+    "mean",
+    "rms_norm_backward",
+    "transpose",
+    "max",
+    "sum",
+    "KVCache",
+    "attention",
+    "rope",
+    "rope_tables",
+    "Graph",
+    "models",
+    "Knob",
+    "get_tuning",
+    "tuning",
+    "tuning_knobs",
+    "activations",
+    "arithmetic",
+    "norms",
+    "sampling",
+] + ops.__all__

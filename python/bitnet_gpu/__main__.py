@@ -28,17 +28,22 @@ def info(_args) -> int:
     for d in bg.devices():
         mark = "*" if d.index == chosen else " "
         print(f"{mark} device {d.index}: {d.name}")
-        print(f"    type {d.type}, vendor 0x{d.vendor_id:04x}, Vulkan {d.vulkan_version}, "
-              f"driver {d.driver_name} ({d.driver_info})")
+        print(
+            f"    type {d.type}, vendor 0x{d.vendor_id:04x}, Vulkan {d.vulkan_version}, "
+            f"driver {d.driver_name} ({d.driver_info})"
+        )
         heaps = ", ".join(
             f"{_size(h['size'])}{' device-local' if h['device_local'] else ''}"
-            for h in d.memory_heaps)
+            for h in d.memory_heaps
+        )
         print(f"    memory heaps: {heaps}")
-        print(f"    subgroup {d.subgroup_size}, workgroup <= {d.max_workgroup_invocations} "
-              f"invocations, shared memory {_size(d.max_shared_memory)}, "
-              f"storage buffer range {_size(d.max_storage_buffer_range)}, "
-              f"allocation <= {_size(d.max_allocation_size)}"
-              + (f", {d.multiprocessors} multiprocessors" if d.multiprocessors else ""))
+        print(
+            f"    subgroup {d.subgroup_size}, workgroup <= {d.max_workgroup_invocations} "
+            f"invocations, shared memory {_size(d.max_shared_memory)}, "
+            f"storage buffer range {_size(d.max_storage_buffer_range)}, "
+            f"allocation <= {_size(d.max_allocation_size)}"
+            + (f", {d.multiprocessors} multiprocessors" if d.multiprocessors else "")
+        )
         features = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in sorted(d.features.items()))
         print(f"    features: {features}")
     print("(* = the device bitnet_gpu uses by default; BITNET_GPU_DEVICE=<index|name> changes it)")
@@ -85,14 +90,18 @@ def demo(_args) -> int:
         expected = reference.axpy(0.5, x, expected)
     err = float(np.max(np.abs(ty.numpy() - expected)))
     gpu = sum(t for _, t in seq.timings()) if seq.timings_enabled else float("nan")
-    report(f"{steps} dependent axpy in one sequence", err <= 1e-4 * float(np.max(np.abs(expected))),
-           f"{seq.barrier_count} barriers, max |err| {err:.2e}, GPU {gpu * 1e3:.2f} ms")
+    report(
+        f"{steps} dependent axpy in one sequence",
+        err <= 1e-4 * float(np.max(np.abs(expected))),
+        f"{seq.barrier_count} barriers, max |err| {err:.2e}, GPU {gpu * 1e3:.2f} ms",
+    )
     print("demo passed" if ok else "demo FAILED")
     return 0 if ok else 1
 
 
 def generate(args) -> int:
     from bitnet_gpu.models import BitNetConfig, BitNetModel
+
     if bool(args.weights) == bool(args.random_weights):
         print("generate: pass exactly one of --weights FILE and --random-weights", file=sys.stderr)
         return 2
@@ -101,20 +110,26 @@ def generate(args) -> int:
     start = time.perf_counter()
     try:
         if args.random_weights:
-            model = BitNetModel.random(config or BitNetConfig.preset("tiny"), seed=args.seed, max_tokens=max_tokens)
+            model = BitNetModel.random(
+                config or BitNetConfig.preset("tiny"), seed=args.seed, max_tokens=max_tokens
+            )
         else:
             model = BitNetModel.from_weights(args.weights, config, max_tokens=max_tokens)
         model.prepare_screened_head()  # before the first token's clock starts
     except (bg.Error, OSError) as e:
         print(f"generate: {e}", file=sys.stderr)
         return 2
-    print(f"model: {model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}, "
-          f"{_size(model.nbytes + model.screening_nbytes)} on {model.device.name}; loaded in "
-          f"{time.perf_counter() - start:.1f} s")
+    print(
+        f"model: {model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}, "
+        f"{_size(model.nbytes + model.screening_nbytes)} on {model.device.name}; loaded in "
+        f"{time.perf_counter() - start:.1f} s"
+    )
     if args.prompt is not None:
         prompt = np.array(args.prompt, np.int64)
     else:
-        prompt = np.random.default_rng(args.seed).integers(0, model.config.vocab_size, args.prompt_tokens)
+        prompt = np.random.default_rng(args.seed).integers(
+            0, model.config.vocab_size, args.prompt_tokens
+        )
     tokens = []
     times = []
     begin = time.perf_counter()
@@ -126,13 +141,26 @@ def generate(args) -> int:
         done = step + 1
         filled = width * done // args.tokens
         rate = (done - 1) / (times[-1] - times[0]) if done > 1 else 0.0
-        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{args.tokens} tokens, "
-              f"{rate:.1f} tokens/s", end="", flush=True)
+        print(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{args.tokens} tokens, "
+            f"{rate:.1f} tokens/s",
+            end="",
+            flush=True,
+        )
 
     try:
-        model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
-                       seed=args.seed, callback=progress, top_p=args.top_p)
-    except bg.Error as e:  # a bad setting (tokens, temperature, top-k, top-p, prompt ids): no traceback
+        model.generate(
+            prompt,
+            args.tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+            callback=progress,
+            top_p=args.top_p,
+        )
+    except (
+        bg.Error
+    ) as e:  # a bad setting (tokens, temperature, top-k, top-p, prompt ids): no traceback
         print(f"{chr(10) if times else ''}generate: {e}", file=sys.stderr)
         return 2
     print()
@@ -142,12 +170,23 @@ def generate(args) -> int:
     # after it is what later steps run at. Decoding runs up to model.decode_chunk steps a replay
     # (model._chunk), whose tokens arrive together.
     chunk = model._chunk(len(prompt), len(times) - 1) if len(times) > 1 else 1
-    later = (len(times) - 1 - chunk) / (times[-1] - times[chunk]) if len(times) > chunk + 1 else float("nan")
+    later = (
+        (len(times) - 1 - chunk) / (times[-1] - times[chunk])
+        if len(times) > chunk + 1
+        else float("nan")
+    )
     what = "step" if chunk == 1 else f"{chunk} steps"
-    print(f"prompt {len(prompt)} tokens: first token after {first * 1e3:.1f} ms; "
-          f"decode {decode:.1f} tokens/s ({len(times)} tokens)"
-          + (f"; the first decode replay ({what}) {(times[chunk] - times[0]) * 1e3:.1f} ms (recording its "
-             f"graph), {later:.1f} tokens/s after it" if len(times) > chunk + 1 else ""))
+    print(
+        f"prompt {len(prompt)} tokens: first token after {first * 1e3:.1f} ms; "
+        f"decode {decode:.1f} tokens/s ({len(times)} tokens)"
+        + (
+            f"; the first decode replay ({what}) {(times[chunk] - times[0]) * 1e3:.1f} ms "
+            f"(recording its "
+            f"graph), {later:.1f} tokens/s after it"
+            if len(times) > chunk + 1
+            else ""
+        )
+    )
     print("token ids:", " ".join(str(t) for t in tokens))
     return 0
 
@@ -157,7 +196,9 @@ def _token_ids(text: str) -> list[int]:
     try:
         return [int(t) for t in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated token ids, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated token ids, got {text!r}"
+        ) from None
 
 
 def main(argv=None) -> int:
@@ -166,17 +207,28 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="list Vulkan devices and their capabilities")
     sub.add_parser("demo", help="run kernels on NumPy arrays and check them against NumPy")
     gen = sub.add_parser("generate", help="generate tokens with the BitNet b1.58 decoder")
-    gen.add_argument("--config", choices=["tiny", "2b4t"], help="model preset (default: from the "
-                     "checkpoint's config.json, or tiny with --random-weights)")
+    gen.add_argument(
+        "--config",
+        choices=["tiny", "2b4t"],
+        help="model preset (default: from the "
+        "checkpoint's config.json, or tiny with --random-weights)",
+    )
     gen.add_argument("--weights", help="a safetensors file, or a checkpoint directory")
     gen.add_argument("--random-weights", action="store_true", help="random ternary weights")
     gen.add_argument("--tokens", type=int, default=64, help="new tokens to generate")
     gen.add_argument("--prompt", type=_token_ids, help="comma-separated prompt token ids")
-    gen.add_argument("--prompt-tokens", type=int, default=8, help="random prompt length without --prompt")
+    gen.add_argument(
+        "--prompt-tokens", type=int, default=8, help="random prompt length without --prompt"
+    )
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-k", type=int, default=None)
-    gen.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep the most likely "
-                     "tokens holding this share of the probability (0 < p <= 1)")
+    gen.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        help="nucleus sampling: keep the most likely "
+        "tokens holding this share of the probability (0 < p <= 1)",
+    )
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
     args = parser.parse_args(argv)

@@ -59,7 +59,8 @@ def _seed(seed):
 
 
 def _like(value, device, name, dtypes=_FLOATS):
-    """`value` as a Tensor on `device`: Tensors as they are, other input uploaded (dtype checked)."""
+    """`value` as a Tensor on `device`: Tensors as they are, other input uploaded (dtype
+    checked)."""
     return value if isinstance(value, Tensor) else _tensor(value, name, device, dtypes)[0]
 
 
@@ -96,18 +97,25 @@ class _Outputs:
         targets = list(out) if isinstance(out, tuple) else [out]
         if len(targets) != len(specs):
             names = ", ".join(name for name, _, _ in specs)
-            raise _core.ArgumentError(f"out: expected {len(specs)} target(s) ({names}), got {len(targets)}")
+            raise _core.ArgumentError(
+                f"out: expected {len(specs)} target(s) ({names}), got {len(targets)}"
+            )
         arrays = []
         for target, (name, shape, dtype) in zip(targets, specs):
             if target is None or isinstance(target, Tensor):
                 continue
             if not isinstance(target, np.ndarray):
-                raise DTypeError(f"out ({name}): expected a NumPy array or a Tensor, "
-                                 f"got {type(target).__name__}")
+                raise DTypeError(
+                    f"out ({name}): expected a NumPy array or a Tensor, got {type(target).__name__}"
+                )
             if target.dtype != np.dtype(dtype):
-                raise DTypeError(f"out ({name}): expected {np.dtype(dtype).name}, got {target.dtype}")
+                raise DTypeError(
+                    f"out ({name}): expected {np.dtype(dtype).name}, got {target.dtype}"
+                )
             if target.shape != tuple(shape):
-                raise _core.ShapeError(f"out ({name}): expected shape {tuple(shape)}, got {target.shape}")
+                raise _core.ShapeError(
+                    f"out ({name}): expected shape {tuple(shape)}, got {target.shape}"
+                )
             if not (target.flags.c_contiguous and target.flags.writeable):
                 raise _core.ArgumentError(f"out ({name}): expected a writeable C-contiguous array")
             if any(np.shares_memory(target, other) for other in arrays):
@@ -126,8 +134,10 @@ class _Outputs:
         for target, t in zip(self.targets, tensors):
             if isinstance(target, np.ndarray):
                 if _core._recording(t.device):
-                    raise _core.ArgumentError("out: inside a recording graph, targets must be Tensors "
-                                              "(a NumPy array would be filled before the graph runs)")
+                    raise _core.ArgumentError(
+                        "out: inside a recording graph, targets must be Tensors "
+                        "(a NumPy array would be filled before the graph runs)"
+                    )
                 values.append(t.numpy(out=target))
             elif target is not None:
                 values.append(target)
@@ -137,7 +147,8 @@ class _Outputs:
 
 
 def _call(fn, x, name, out, *others):
-    """fn(x, *others, out) for an op whose result has x's shape and dtype; `others` are (value, name)
+    """fn(x, *others, out) for an op whose result has x's shape and dtype; `others` are (value,
+    name)
     pairs taken onto x's device."""
     t, as_tensor = _tensor(x, name, None, _FLOATS)
     rest = [_like(v, t.device, n) for v, n in others]

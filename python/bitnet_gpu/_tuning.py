@@ -49,7 +49,9 @@ def tuning(**knobs) -> Iterator[dict]:
     after = dict(before)
     for name, value in knobs.items():
         if name not in before:
-            raise TypeError(f"tuning() got an unexpected keyword argument '{name}' (knobs: {', '.join(before)})")
+            raise TypeError(
+                f"tuning() got an unexpected keyword argument '{name}' (knobs: {', '.join(before)})"
+            )
         after[name] = _value(name, value)
     _core._set_tuning(after)
     try:

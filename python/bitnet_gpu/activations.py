@@ -1,7 +1,8 @@
 """Activations and their backward passes, fused gates and dropout on the GPU.
 
 NumPy in, NumPy out; Tensor in, Tensor out; float32 or float16 (the output keeps the input's
-dtype; arithmetic is float32). `out=` takes a NumPy array or a Tensor. Formulas: docs/NUMERICS.md."""
+dtype; arithmetic is float32). `out=` takes a NumPy array or a Tensor. Formulas:
+docs/NUMERICS.md."""
 
 from __future__ import annotations
 
@@ -9,9 +10,25 @@ from . import _core
 from ._args import _call, _seed
 
 __all__ = [
-    "gelu", "gelu_backward", "leaky_relu", "leaky_relu_backward", "relu", "relu2", "relu2_backward", "relu2_mul",
-    "relu_backward", "relu_dropout", "sigmoid", "sigmoid_backward", "silu", "silu_backward", "silu_mul", "swish",
-    "swish_backward", "tanh", "tanh_backward",
+    "gelu",
+    "gelu_backward",
+    "leaky_relu",
+    "leaky_relu_backward",
+    "relu",
+    "relu2",
+    "relu2_backward",
+    "relu2_mul",
+    "relu_backward",
+    "relu_dropout",
+    "sigmoid",
+    "sigmoid_backward",
+    "silu",
+    "silu_backward",
+    "silu_mul",
+    "swish",
+    "swish_backward",
+    "tanh",
+    "tanh_backward",
 ]
 
 
@@ -23,8 +40,14 @@ def _activation(op, alpha=0.0):
         return _call(lambda t, o: _core.activation(t, op, alpha, o), x, "x", out)
 
     def backward(grad_y, x, *, out=None):
-        return _call(lambda g, t, o: _core.activation_backward(g, t, op, alpha, o), grad_y,
-                     "grad_y", out, (x, "x"))
+        return _call(
+            lambda g, t, o: _core.activation_backward(g, t, op, alpha, o),
+            grad_y,
+            "grad_y",
+            out,
+            (x, "x"),
+        )
+
     return forward, backward
 
 
@@ -34,9 +57,13 @@ silu, silu_backward = _activation(_A.silu)
 swish, swish_backward = silu, silu_backward
 sigmoid, sigmoid_backward = _activation(_A.sigmoid)
 tanh, tanh_backward = _activation(_A.tanh)
-for _f, _doc in [(relu, "max(x, 0)"), (relu2, "relu(x)^2 (squared ReLU)"),
-                 (silu, "x * sigmoid(x) (= swish)"), (sigmoid, "1 / (1 + exp(-x))"),
-                 (tanh, "tanh(x)")]:
+for _f, _doc in [
+    (relu, "max(x, 0)"),
+    (relu2, "relu(x)^2 (squared ReLU)"),
+    (silu, "x * sigmoid(x) (= swish)"),
+    (sigmoid, "1 / (1 + exp(-x))"),
+    (tanh, "tanh(x)"),
+]:
     _f.__doc__ = f"y = {_doc}, element-wise."
 
 
@@ -66,14 +93,16 @@ def gelu_backward(grad_y, x, approximate="none", *, out=None):
 
 def silu_mul(gate, up, *, out=None):
     """SwiGLU: silu(gate) * up (gate and up of one shape and dtype)."""
-    return _call(lambda g, u, o: _core.gated_activation(g, u, _A.silu, o), gate, "gate", out,
-                 (up, "up"))
+    return _call(
+        lambda g, u, o: _core.gated_activation(g, u, _A.silu, o), gate, "gate", out, (up, "up")
+    )
 
 
 def relu2_mul(gate, up, *, out=None):
     """relu(gate)^2 * up: BitNet b1.58 2B4T's gated FFN."""
-    return _call(lambda g, u, o: _core.gated_activation(g, u, _A.relu2, o), gate, "gate", out,
-                 (up, "up"))
+    return _call(
+        lambda g, u, o: _core.gated_activation(g, u, _A.relu2, o), gate, "gate", out, (up, "up")
+    )
 
 
 def relu_dropout(x, p, seed=0, *, out=None):

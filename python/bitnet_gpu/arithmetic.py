@@ -15,7 +15,8 @@ __all__ = ["add", "div", "mul", "sub"]
 
 
 def _operand(value, like_dtype, device, name):
-    """A Tensor for one operand: Tensors as they are; Python scalars in the other operand's dtype."""
+    """A Tensor for one operand: Tensors as they are; Python scalars in the other operand's
+    dtype."""
     if isinstance(value, Tensor):
         return value
     if np.isscalar(value) and not isinstance(value, np.generic):

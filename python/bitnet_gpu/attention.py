@@ -20,7 +20,9 @@ def rope_tables(positions, head_dim, theta=10000.0):
     in float64 before rounding (float32 angles in the thousands of radians lose the phase)."""
     pos = np.asarray(positions.numpy() if isinstance(positions, Tensor) else positions)
     if pos.ndim != 1 or pos.dtype.kind not in "iu":
-        raise _core.DTypeError(f"positions: expected a 1-D integer array, got {pos.dtype} {pos.shape}")
+        raise _core.DTypeError(
+            f"positions: expected a 1-D integer array, got {pos.dtype} {pos.shape}"
+        )
     head_dim = _count(head_dim, "head_dim")
     if head_dim % 2:
         raise _core.ShapeError(f"head_dim {head_dim} must be even")
@@ -38,10 +40,13 @@ def rope(x, positions, theta=10000.0, *, out=None):
         raise _core.ShapeError(f"x: expected [T, H, D], got shape {tuple(t.shape)}")
     cos, sin = rope_tables(positions, t.shape[2], theta)
     if cos.shape[0] != t.shape[0]:
-        raise _core.ShapeError(f"positions: expected {t.shape[0]} (one per row of x), got {cos.shape[0]}")
+        raise _core.ShapeError(
+            f"positions: expected {t.shape[0]} (one per row of x), got {cos.shape[0]}"
+        )
     outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
-    y = _core.rope(t, Tensor.from_numpy(cos, t.device), Tensor.from_numpy(sin, t.device),
-                   outputs.tensor(0))
+    y = _core.rope(
+        t, Tensor.from_numpy(cos, t.device), Tensor.from_numpy(sin, t.device), outputs.tensor(0)
+    )
     return outputs.results([y], as_tensor)[0]
 
 
@@ -53,8 +58,14 @@ def attention(q, k, v, causal=True, *, kv_length=None, out=None):
     tq, as_tensor = _tensor(q, "q", None, _FLOATS)
     tk, tv = _like(k, tq.device, "k"), _like(v, tq.device, "v")
     outputs = _Outputs(out, [("out", tuple(tq.shape), np.dtype(tq.dtype))])
-    o = _core.attention(tq, tk, tv, bool(causal), None if kv_length is None else _count(kv_length, "kv_length", 0),
-                        outputs.tensor(0))
+    o = _core.attention(
+        tq,
+        tk,
+        tv,
+        bool(causal),
+        None if kv_length is None else _count(kv_length, "kv_length", 0),
+        outputs.tensor(0),
+    )
     return outputs.results([o], as_tensor)[0]
 
 
@@ -64,6 +75,7 @@ class KVCache:
 
     def __init__(self, layers, max_tokens, kv_heads, head_dim, dtype=np.float32, device=None):
         from . import default_device
+
         self.device = device or default_device()
         self.layers, self.max_tokens = _count(layers, "layers"), _count(max_tokens, "max_tokens")
         self.kv_heads, self.head_dim = _count(kv_heads, "kv_heads"), _count(head_dim, "head_dim")
@@ -82,8 +94,10 @@ class KVCache:
         tk, tv = _like(k, self.device, "k"), _like(v, self.device, "v")
         first = self.lengths[layer]
         if first + tk.shape[0] > self.max_tokens:
-            raise _core.ShapeError(f"layer {layer}: {first} + {tk.shape[0]} tokens exceed the cache's "
-                                   f"max_tokens={self.max_tokens}")
+            raise _core.ShapeError(
+                f"layer {layer}: {first} + {tk.shape[0]} tokens exceed the cache's "
+                f"max_tokens={self.max_tokens}"
+            )
         _core.copy_rows(tk, self.keys[layer], first)
         _core.copy_rows(tv, self.values[layer], first)
         self.lengths[layer] = first + tk.shape[0]
@@ -92,8 +106,9 @@ class KVCache:
     def attention(self, layer, q, causal=True, *, out=None):
         """Attention of q [TQ, HQ, D] over the layer's filled keys and values."""
         layer = self._layer(layer)
-        return attention(q, self.keys[layer], self.values[layer], causal,
-                         kv_length=self.lengths[layer], out=out)
+        return attention(
+            q, self.keys[layer], self.values[layer], causal, kv_length=self.lengths[layer], out=out
+        )
 
     def _layer(self, layer):
         """A layer's index, checked: 0 to layers - 1 (no counting from the end)."""
@@ -106,5 +121,7 @@ class KVCache:
         self.lengths = [0] * self.layers
 
     def __repr__(self):
-        return (f"<bitnet_gpu.KVCache layers={self.layers} max_tokens={self.max_tokens} "
-                f"kv_heads={self.kv_heads} head_dim={self.head_dim} lengths={self.lengths}>")
+        return (
+            f"<bitnet_gpu.KVCache layers={self.layers} max_tokens={self.max_tokens} "
+            f"kv_heads={self.kv_heads} head_dim={self.head_dim} lengths={self.lengths}>"
+        )

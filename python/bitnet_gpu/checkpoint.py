@@ -19,9 +19,18 @@ from . import _core
 __all__ = ["load_safetensors", "save_safetensors"]
 
 _DTYPES = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
-    "I16": np.int16, "I8": np.int8, "U8": np.uint8, "U16": np.uint16, "U32": np.uint32,
-    "U64": np.uint64, "BOOL": np.bool_,
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "U16": np.uint16,
+    "U32": np.uint32,
+    "U64": np.uint64,
+    "BOOL": np.bool_,
 }
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
@@ -47,8 +56,10 @@ def _whole_numbers(value, count=None):
 def _entry(file, name, info, data_size):
     """(dtype name, shape, begin, end) of one header entry, checked against the format and the
     file's data size; ArgumentError naming the file and the tensor otherwise."""
+
     def bad(what):
         return _core.ArgumentError(f"{file}: tensor {name!r} {what}")
+
     if not isinstance(info, dict):
         raise bad(f"has a header entry that is not an object: {info!r}"[:200])
     kind = info.get("dtype")
@@ -56,10 +67,15 @@ def _entry(file, name, info, data_size):
         raise bad(f"has no dtype name (got {kind!r})"[:200])
     shape = _whole_numbers(info.get("shape"))
     if shape is None:
-        raise bad(f"has a shape that is not a list of non-negative integers: {info.get('shape')!r}"[:200])
+        raise bad(
+            f"has a shape that is not a list of non-negative integers: {info.get('shape')!r}"[:200]
+        )
     offsets = _whole_numbers(info.get("data_offsets"), 2)
     if offsets is None:
-        raise bad(f"has data_offsets that are not two non-negative integers: {info.get('data_offsets')!r}"[:200])
+        raise bad(
+            f"has data_offsets that are not two non-negative integers: "
+            f"{info.get('data_offsets')!r}"[:200]
+        )
     begin, end = offsets
     if begin > end or end > data_size:
         raise bad("lies past the end of the file")
@@ -80,14 +96,17 @@ def load_safetensors(path) -> dict[str, np.ndarray]:
                 raise _core.ArgumentError(f"{file}: not a safetensors file (too short)")
             (length,) = struct.unpack("<Q", head)
             if length > 100 * 2**20 or 8 + length > size:
-                raise _core.ArgumentError(f"{file}: not a safetensors file (header of {length} bytes "
-                                          f"in a file of {size})")
+                raise _core.ArgumentError(
+                    f"{file}: not a safetensors file (header of {length} bytes in a file of {size})"
+                )
             try:
                 header = json.loads(f.read(length))
             except ValueError as e:
                 raise _core.ArgumentError(f"{file}: not a safetensors file ({e})") from None
         if not isinstance(header, dict):
-            raise _core.ArgumentError(f"{file}: not a safetensors file (its header is not a JSON object)")
+            raise _core.ArgumentError(
+                f"{file}: not a safetensors file (its header is not a JSON object)"
+            )
         data_start = 8 + length
         for name, info in header.items():
             if name == "__metadata__":
@@ -96,18 +115,30 @@ def load_safetensors(path) -> dict[str, np.ndarray]:
             count = math.prod(shape)
             if kind == "BF16":
                 if end - begin != 2 * count:
-                    raise _core.ArgumentError(f"{file}: tensor {name!r} has {end - begin} bytes for {shape}")
-                raw = np.memmap(file, np.uint16, "r", data_start + begin, (count,)) if count else \
-                    np.zeros(0, np.uint16)
+                    raise _core.ArgumentError(
+                        f"{file}: tensor {name!r} has {end - begin} bytes for {shape}"
+                    )
+                raw = (
+                    np.memmap(file, np.uint16, "r", data_start + begin, (count,))
+                    if count
+                    else np.zeros(0, np.uint16)
+                )
                 result[name] = (raw.astype(np.uint32) << 16).view(np.float32).reshape(shape)
                 continue
             if kind not in _DTYPES:
-                raise _core.DTypeError(f"{file}: tensor {name!r} has dtype {kind}, which bitnet_gpu cannot read")
+                raise _core.DTypeError(
+                    f"{file}: tensor {name!r} has dtype {kind}, which bitnet_gpu cannot read"
+                )
             dtype = np.dtype(_DTYPES[kind])
             if end - begin != dtype.itemsize * count:
-                raise _core.ArgumentError(f"{file}: tensor {name!r} has {end - begin} bytes for {kind} {shape}")
-            result[name] = (np.memmap(file, dtype, "r", data_start + begin, shape) if count
-                            else np.zeros(shape, dtype))
+                raise _core.ArgumentError(
+                    f"{file}: tensor {name!r} has {end - begin} bytes for {kind} {shape}"
+                )
+            result[name] = (
+                np.memmap(file, dtype, "r", data_start + begin, shape)
+                if count
+                else np.zeros(shape, dtype)
+            )
     return result
 
 
@@ -118,8 +149,11 @@ def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
         a = np.ascontiguousarray(value)
         if a.dtype not in _NAMES:
             raise _core.DTypeError(f"{name}: dtype {a.dtype} has no safetensors name here")
-        header[name] = {"dtype": _NAMES[a.dtype], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
+        header[name] = {
+            "dtype": _NAMES[a.dtype],
+            "shape": list(a.shape),
+            "data_offsets": [offset, offset + a.nbytes],
+        }
         offset += a.nbytes
         arrays.append(a)
     if metadata:

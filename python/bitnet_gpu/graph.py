@@ -30,6 +30,7 @@ class Graph:
         """timings: False, True (a timestamp after every op) or "total" (one pair around the
         whole graph); the last run's are then in timings()."""
         from . import default_device
+
         self.device = device or default_device()
         mode = "total" if timings == "total" else ("per_op" if timings else "off")
         self._core = _core._Graph(self.device, mode)
@@ -63,7 +64,9 @@ class Graph:
     def output(self, name, tensor):
         """Names a Tensor an op produced while recording as an output of `run`."""
         if not isinstance(tensor, Tensor):
-            raise _core.DTypeError(f"output {name!r}: expected a Tensor, got {type(tensor).__name__}")
+            raise _core.DTypeError(
+                f"output {name!r}: expected a Tensor, got {type(tensor).__name__}"
+            )
         if name in self._outputs:
             raise _core.ArgumentError(f"output {name!r} is already defined")
         self._outputs[name] = tensor
@@ -105,7 +108,9 @@ class Graph:
             if not isinstance(value, Tensor):
                 value = np.asarray(value)
                 if value.dtype != target.dtype:
-                    raise _core.DTypeError(f"input {name!r}: expected {target.dtype}, got {value.dtype}")
+                    raise _core.DTypeError(
+                        f"input {name!r}: expected {target.dtype}, got {value.dtype}"
+                    )
             target.copy_from(value)
         self._core.replay()
         if numpy:
@@ -119,5 +124,7 @@ class Graph:
 
     def __repr__(self):
         state = "recording" if self._core.recording else ("ready" if self._core.closed else "new")
-        return (f"<bitnet_gpu.Graph {state} ops={self.op_count} inputs={list(self._inputs)} "
-                f"outputs={list(self._outputs)}>")
+        return (
+            f"<bitnet_gpu.Graph {state} ops={self.op_count} inputs={list(self._inputs)} "
+            f"outputs={list(self._outputs)}>"
+        )

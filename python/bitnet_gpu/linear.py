@@ -28,8 +28,9 @@ def _weights(w, device):
 _HOST_RESULT_BYTES = 4 << 20
 
 
-def bitlinear(x, w, bias=None, *, return_accumulator=False, algorithm=None, out=None,
-              _hardware_dot=None):
+def bitlinear(
+    x, w, bias=None, *, return_accumulator=False, algorithm=None, out=None, _hardware_dot=None
+):
     """y = (x_q . W_q^T) * gamma / s (+ bias), x float32/float16 [..., K] -> float32 [..., N].
 
     The per-token int8 quantization of x runs on the GPU in the same submission; accumulation is
@@ -47,20 +48,36 @@ def bitlinear(x, w, bias=None, *, return_accumulator=False, algorithm=None, out=
     weights = _weights(w, tx.device)
     tb = None if bias is None else _float32(bias, tx.device, "bias")
     shape = tuple(tx.shape[:-1]) + (weights.shape[0],)
-    specs = [("y", shape, np.float32)] + ([("accumulators", shape, np.int32)] if return_accumulator else [])
+    specs = [("y", shape, np.float32)] + (
+        [("accumulators", shape, np.int32)] if return_accumulator else []
+    )
     outputs = _Outputs(out, specs)
     targets = [outputs.tensor(i) for i in range(len(specs))] + [None]
-    if not as_tensor and targets[0] is None and 4 * int(np.prod(shape)) <= _HOST_RESULT_BYTES \
-            and tx.ndim >= 1 and weights.shape[1] == tx.shape[-1]:
+    if (
+        not as_tensor
+        and targets[0] is None
+        and 4 * int(np.prod(shape)) <= _HOST_RESULT_BYTES
+        and tx.ndim >= 1
+        and weights.shape[1] == tx.shape[-1]
+    ):
         targets[0] = tx.device.empty(shape, np.float32, memory="host")
-    r = _core.bitlinear(tx, weights._core, tb, bool(return_accumulator), algorithm or "auto",
-                        _hardware_dot, targets[0], targets[1])
+    r = _core.bitlinear(
+        tx,
+        weights._core,
+        tb,
+        bool(return_accumulator),
+        algorithm or "auto",
+        _hardware_dot,
+        targets[0],
+        targets[1],
+    )
     results = outputs.results([r.y, r.accumulators] if return_accumulator else [r.y], as_tensor)
     return tuple(results) if return_accumulator else results[0]
 
 
 def bitlinear_backward_input(grad_y, w):
-    """grad_x = grad_y @ (W_q * gamma), the straight-through estimator: float32 [..., N] -> [..., K]."""
+    """grad_x = grad_y @ (W_q * gamma), the straight-through estimator: float32 [..., N] ->
+    [..., K]."""
     tg, as_tensor = _tensor(grad_y, "grad_y", None, [np.float32])
     return _out(_core.bitlinear_backward_input(tg, _weights(w, tg.device)._core), as_tensor)
 
@@ -70,6 +87,8 @@ def mixed_precision_matmul(a, b, *, algorithm=None, _hardware_dot=None):
     b of shape [N, K]. algorithm: None (tensor cores where available), 'tiled' or 'coopmat'."""
     ta, as_tensor = _tensor(a, "a", None, [np.int8])
     if isinstance(b, TernaryWeights):
-        return _out(_core.ternary_matmul(ta, b._core, algorithm or "auto", _hardware_dot), as_tensor)
+        return _out(
+            _core.ternary_matmul(ta, b._core, algorithm or "auto", _hardware_dot), as_tensor
+        )
     tb, _ = _tensor(b, "b", ta.device, [np.int8])
     return _out(_core.int8_matmul(ta, tb, algorithm or "auto", _hardware_dot), as_tensor)

@@ -8,7 +8,8 @@
 Architecture (transformers' BitNetForCausalLM): token embedding; per layer
     h = x + o_proj(attn_sub_norm(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))))
         with n = input_layernorm(x)
-    x = h + down_proj(ffn_sub_norm(relu2(gate_proj(m)) * up_proj(m))),  m = post_attention_layernorm(h)
+    x = h + down_proj(ffn_sub_norm(relu2(gate_proj(m)) * up_proj(m))),  m =
+    post_attention_layernorm(h)
 then norm and the (float) language-model head, tied to the embedding unless lm_head.weight is
 given. Every projection is a BitLinear: per-token int8 activations times ternary weights
 (docs/NUMERICS.md). RMSNorm eps and RoPE theta come from the config; attention is causal with
@@ -40,13 +41,31 @@ from ._args import _count, _integer
 from .quantize import TernaryWeights, quantize_weights
 from . import reference
 
-__all__ = ["BitNetConfig", "BitNetModel", "PROJECTIONS", "weight_names", "unpack_hf_ternary", "screening_tables"]
+__all__ = [
+    "BitNetConfig",
+    "BitNetModel",
+    "PROJECTIONS",
+    "weight_names",
+    "unpack_hf_ternary",
+    "screening_tables",
+]
 
 # (module path, short name) of the seven BitLinear projections of a layer.
-PROJECTIONS = [("self_attn.q_proj", "q"), ("self_attn.k_proj", "k"), ("self_attn.v_proj", "v"),
-               ("self_attn.o_proj", "o"), ("mlp.gate_proj", "gate"), ("mlp.up_proj", "up"),
-               ("mlp.down_proj", "down")]
-_NORMS = ["input_layernorm", "self_attn.attn_sub_norm", "post_attention_layernorm", "mlp.ffn_sub_norm"]
+PROJECTIONS = [
+    ("self_attn.q_proj", "q"),
+    ("self_attn.k_proj", "k"),
+    ("self_attn.v_proj", "v"),
+    ("self_attn.o_proj", "o"),
+    ("mlp.gate_proj", "gate"),
+    ("mlp.up_proj", "up"),
+    ("mlp.down_proj", "down"),
+]
+_NORMS = [
+    "input_layernorm",
+    "self_attn.attn_sub_norm",
+    "post_attention_layernorm",
+    "mlp.ffn_sub_norm",
+]
 
 
 # The step modes that draw (BitNetModel._record): without top-p, with it, with it and top_k.
@@ -69,21 +88,36 @@ class BitNetConfig:
     tie_word_embeddings: bool = True
 
     def __post_init__(self):
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+        ):
             value = _integer(getattr(self, name), f"BitNetConfig.{name}")
             if value <= 0:
                 raise _core.ArgumentError(f"BitNetConfig.{name} must be positive, got {value}")
         if not (np.isfinite(self.rms_norm_eps) and self.rms_norm_eps >= 0):
-            raise _core.ArgumentError(f"BitNetConfig.rms_norm_eps must be finite and >= 0, got {self.rms_norm_eps}")
+            raise _core.ArgumentError(
+                f"BitNetConfig.rms_norm_eps must be finite and >= 0, got {self.rms_norm_eps}"
+            )
         if not (np.isfinite(self.rope_theta) and self.rope_theta > 0):
-            raise _core.ArgumentError(f"BitNetConfig.rope_theta must be finite and > 0, got {self.rope_theta}")
+            raise _core.ArgumentError(
+                f"BitNetConfig.rope_theta must be finite and > 0, got {self.rope_theta}"
+            )
         if self.hidden_size % self.num_attention_heads:
-            raise _core.ArgumentError(f"hidden_size {self.hidden_size} is not a multiple of "
-                                      f"num_attention_heads {self.num_attention_heads}")
+            raise _core.ArgumentError(
+                f"hidden_size {self.hidden_size} is not a multiple of "
+                f"num_attention_heads {self.num_attention_heads}"
+            )
         if self.num_attention_heads % self.num_key_value_heads:
-            raise _core.ArgumentError(f"num_attention_heads {self.num_attention_heads} is not a multiple of "
-                                      f"num_key_value_heads {self.num_key_value_heads}")
+            raise _core.ArgumentError(
+                f"num_attention_heads {self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads {self.num_key_value_heads}"
+            )
         if self.head_dim % 2 or self.head_dim > 256:
             raise _core.ArgumentError(f"head dim {self.head_dim} must be even and at most 256")
 
@@ -100,12 +134,21 @@ class BitNetConfig:
         """'tiny' (for tests), '2b4t' (microsoft/bitnet-b1.58-2B-4T), with any field changed."""
         presets = {
             "2b4t": {},
-            "tiny": dict(vocab_size=384, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         rope_theta=10000.0),
+            "tiny": dict(
+                vocab_size=384,
+                hidden_size=64,
+                intermediate_size=176,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=256,
+                rope_theta=10000.0,
+            ),
         }
         if name not in presets:
-            raise _core.ArgumentError(f"unknown preset {name!r}: expected one of {', '.join(presets)}")
+            raise _core.ArgumentError(
+                f"unknown preset {name!r}: expected one of {', '.join(presets)}"
+            )
         return cls(**{**presets[name], **changes})
 
     @classmethod
@@ -124,8 +167,15 @@ class BitNetConfig:
 def _layer_shapes(config: BitNetConfig):
     """({projection short name: (out, in)}, {norm: size}) of one layer."""
     h, i, kv = config.hidden_size, config.intermediate_size, config.kv_size
-    projections = {"q": (h, h), "k": (kv, h), "v": (kv, h), "o": (h, h), "gate": (i, h), "up": (i, h),
-                   "down": (h, i)}
+    projections = {
+        "q": (h, h),
+        "k": (kv, h),
+        "v": (kv, h),
+        "o": (h, h),
+        "gate": (i, h),
+        "up": (i, h),
+        "down": (h, i),
+    }
     norms = {norm: i if norm == "mlp.ffn_sub_norm" else h for norm in _NORMS}
     return projections, norms
 
@@ -153,12 +203,14 @@ def unpack_hf_ternary(packed: np.ndarray, rows: int) -> np.ndarray:
     quarter = packed.shape[0]
     out = np.empty((4 * quarter,) + packed.shape[1:], np.int8)
     for i in range(4):
-        out[i * quarter:(i + 1) * quarter] = ((packed >> (2 * i)) & 3).astype(np.int8) - 1
+        out[i * quarter : (i + 1) * quarter] = ((packed >> (2 * i)) & 3).astype(np.int8) - 1
     return out[:rows]
 
 
 # The packed byte (docs/NUMERICS.md layout) of four ternary codes c0 + 3 c1 + 9 c2 + 27 c3.
-_BYTE_OF_CODES = np.array([sum(((n // 3**j) % 3) << (2 * j) for j in range(4)) for n in range(81)], np.uint8)
+_BYTE_OF_CODES = np.array(
+    [sum(((n // 3**j) % 3) << (2 * j) for j in range(4)) for n in range(81)], np.uint8
+)
 
 
 def screening_tables(head, chunk_rows=4096):
@@ -168,33 +220,40 @@ def screening_tables(head, chunk_rows=4096):
     D' = D_v + gamma (N_v + D_v) and N_v, each bounded from above, where D_v = ||head[v] -
     sigma_v q_v||, N_v = ||head[v]|| and gamma = n u / (1 - n u) + 8 u, n = K + 64, u = 2^-24,
     bounds the float32 rounding of a K-term dot product in any order and of the screening's own
-    products (shaders/screened_head/head_screen.comp has the bound). D_v and N_v are computed in float32
+    products (shaders/screened_head/head_screen.comp has the bound). D_v and N_v are computed in
+    float32
     and raised by what that rounding can hide: (1 + 2^-10) for a sum of K squares (K < 2^20), and
     1.02 sqrt(K) u m_v for the K differences. Rows with NaN or Inf, or whose largest value is below
     1e-15 (their squares could underflow), get D' = N = inf: never screened out."""
     head = np.asarray(head)
     if head.ndim != 2 or head.dtype not in (np.float16, np.float32):
-        raise _core.ShapeError(f"head: expected float16 or float32 [V, K], got {head.dtype} {head.shape}")
+        raise _core.ShapeError(
+            f"head: expected float16 or float32 [V, K], got {head.dtype} {head.shape}"
+        )
     v, k = head.shape
     if k >= 1 << 20:
         raise _core.ShapeError(f"head: rows of at most 2^20 values, got {k}")
     padded = -(-k // 16) * 16
     q = np.zeros((v, padded), np.int8)
     meta = np.zeros((v, 4), np.float32)
-    u = 2.0 ** -24
+    u = 2.0**-24
     n = k + 64
     gamma = n * u / (1 - n * u) + 8 * u
 
     def rounded_up(values):
         single = values.astype(np.float32)
-        return np.where(single.astype(np.float64) < values, np.nextafter(single, np.float32(np.inf)), single)
+        return np.where(
+            single.astype(np.float64) < values, np.nextafter(single, np.float32(np.inf)), single
+        )
 
     def fill(first_chunk, chunk_step):
-        rows_buffer = np.empty((min(chunk_rows, v), k), np.float32)  # reused: no page faults a chunk
+        rows_buffer = np.empty(
+            (min(chunk_rows, v), k), np.float32
+        )  # reused: no page faults a chunk
         work_buffer = np.empty_like(rows_buffer)
         for first in range(first_chunk * chunk_rows, v, chunk_step * chunk_rows):
             end = min(first + chunk_rows, v)
-            rows, work = rows_buffer[:end - first], work_buffer[:end - first]
+            rows, work = rows_buffer[: end - first], work_buffer[: end - first]
             rows[...] = head[first:end]
             with np.errstate(invalid="ignore", over="ignore"):
                 amax = np.abs(rows, out=work).max(axis=1)
@@ -202,7 +261,9 @@ def screening_tables(head, chunk_rows=4096):
             rows[~bounded] = 0.0
             amax = np.where(bounded, amax, np.float32(0))
             sigma = amax / np.float32(127)
-            inverse = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, np.float32(1)), np.float32(0))
+            inverse = np.where(
+                amax > 0, np.float32(127) / np.where(amax > 0, amax, np.float32(1)), np.float32(0)
+            )
             values = np.multiply(rows, inverse[:, None], out=work)
             np.rint(values, out=values)
             np.clip(values, -127, 127, out=values)
@@ -210,11 +271,18 @@ def screening_tables(head, chunk_rows=4096):
             error = np.multiply(values, sigma[:, None], out=values)
             np.subtract(rows, error, out=error)
             amax64 = amax.astype(np.float64)
-            d = (np.sqrt(np.einsum("ij,ij->i", error, error, dtype=np.float32).astype(np.float64)) * (1 + 2.0 ** -10)
-                 + 1.02 * math.sqrt(k) * u * amax64) * (1 + 2.0 ** -20)
-            norm = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float32).astype(np.float64)) * (1 + 2.0 ** -10)
+            d = (
+                np.sqrt(np.einsum("ij,ij->i", error, error, dtype=np.float32).astype(np.float64))
+                * (1 + 2.0**-10)
+                + 1.02 * math.sqrt(k) * u * amax64
+            ) * (1 + 2.0**-20)
+            norm = np.sqrt(
+                np.einsum("ij,ij->i", rows, rows, dtype=np.float32).astype(np.float64)
+            ) * (1 + 2.0**-10)
             meta[first:end, 0] = sigma
-            meta[first:end, 1] = np.where(bounded, rounded_up(d + gamma * (norm + d)), np.float32(np.inf))
+            meta[first:end, 1] = np.where(
+                bounded, rounded_up(d + gamma * (norm + d)), np.float32(np.inf)
+            )
             meta[first:end, 2] = np.where(bounded, rounded_up(norm), np.float32(np.inf))
 
     # Rows are independent: chunks dealt to threads (NumPy's loops release the GIL).
@@ -223,6 +291,7 @@ def screening_tables(head, chunk_rows=4096):
         fill(0, 1)
     else:
         from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(threads) as pool:
             for done in [pool.submit(fill, t, threads) for t in range(threads)]:
                 done.result()
@@ -251,8 +320,16 @@ class BitNetModel:
     ``from_weights`` (a dict of arrays or a safetensors file, names as in transformers'
     BitNetForCausalLM) or ``random``."""
 
-    def __init__(self, config: BitNetConfig, *, device=None, max_tokens=None,
-                 embedding_dtype=np.float16, screened_head=None, decode_chunk=8):
+    def __init__(
+        self,
+        config: BitNetConfig,
+        *,
+        device=None,
+        max_tokens=None,
+        embedding_dtype=np.float16,
+        screened_head=None,
+        decode_chunk=8,
+    ):
         """screened_head: decode steps of one sequence pick the next token through an int8 copy
         of the head (``_core.screened_argmax``, ``_core.screened_sample``: the same ids as the
         argmax of, or the draw from, the float head's logits, reading half the bytes; the copy
@@ -262,12 +339,17 @@ class BitNetModel:
         the next step's embedding on the GPU, so the host submits and waits once a chunk, and
         stream() yields a chunk's ids as it arrives); 1 replays the graph once a token."""
         from . import default_device
+
         self.config = config
         self.device = device or default_device()
-        self.max_tokens = _count(config.max_position_embeddings if max_tokens is None else max_tokens, "max_tokens")
+        self.max_tokens = _count(
+            config.max_position_embeddings if max_tokens is None else max_tokens, "max_tokens"
+        )
         self.embedding_dtype = np.dtype(embedding_dtype)
         if self.embedding_dtype not in (np.dtype(np.float16), np.dtype(np.float32)):
-            raise _core.DTypeError(f"embedding_dtype: expected float16 or float32, got {self.embedding_dtype}")
+            raise _core.DTypeError(
+                f"embedding_dtype: expected float16 or float32, got {self.embedding_dtype}"
+            )
         self.layers = [_Layer() for _ in range(config.num_hidden_layers)]
         self.embed = self.lm_head = self.norm = None
         cos, sin = rope_tables(np.arange(self.max_tokens), config.head_dim, config.rope_theta)
@@ -278,11 +360,15 @@ class BitNetModel:
         self.timings = False  # record graphs with per-op timestamps (benchmarks)
         fits = _core.screened_argmax_fits(self.device, config.hidden_size)
         if screened_head and not fits:
-            raise _core.ArgumentError(f"screened_head: hidden size {config.hidden_size} does not fit screened_argmax "
-                                      "on this device")
+            raise _core.ArgumentError(
+                f"screened_head: hidden size {config.hidden_size} does not fit screened_argmax "
+                "on this device"
+            )
         self.screened_head = fits if screened_head is None else bool(screened_head)
         self.decode_chunk = _count(decode_chunk, "decode_chunk")
-        self._screening = None  # (the head it copies, head_q, head_meta), built at the first screened step
+        self._screening = (
+            None  # (the head it copies, head_q, head_meta), built at the first screened step
+        )
 
     # ----------------------------------------------------------------------------- weights
     @classmethod
@@ -294,8 +380,13 @@ class BitNetModel:
         values [out, in] with a ``.weight_scale`` in the same sense."""
         if isinstance(weights, (str, os.PathLike)):
             path = os.fspath(weights)
-            if config is None and os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
+            if (
+                config is None
+                and os.path.isdir(path)
+                and os.path.exists(os.path.join(path, "config.json"))
+            ):
                 import json
+
                 with open(os.path.join(path, "config.json")) as f:
                     config = BitNetConfig.from_dict(json.load(f))
             weights = load_safetensors(path)
@@ -315,22 +406,42 @@ class BitNetModel:
         rng = np.random.default_rng(seed)
         h = config.hidden_size
         model.embed = Tensor.from_numpy(
-            rng.standard_normal((config.vocab_size, h), np.float32).astype(model.embedding_dtype), model.device)
-        model.lm_head = model.embed if config.tie_word_embeddings else Tensor.from_numpy(
-            (rng.standard_normal((config.vocab_size, h), np.float32) / np.float32(math.sqrt(h))).astype(
-                model.embedding_dtype), model.device)
-        model.norm = Tensor.from_numpy((1 + 0.1 * rng.standard_normal(h)).astype(np.float32), model.device)
+            rng.standard_normal((config.vocab_size, h), np.float32).astype(model.embedding_dtype),
+            model.device,
+        )
+        model.lm_head = (
+            model.embed
+            if config.tie_word_embeddings
+            else Tensor.from_numpy(
+                (
+                    rng.standard_normal((config.vocab_size, h), np.float32)
+                    / np.float32(math.sqrt(h))
+                ).astype(model.embedding_dtype),
+                model.device,
+            )
+        )
+        model.norm = Tensor.from_numpy(
+            (1 + 0.1 * rng.standard_normal(h)).astype(np.float32), model.device
+        )
         projections, norms = _layer_shapes(config)
         for layer in model.layers:
             for short, (rows, cols) in projections.items():
                 packed = _random_packed(rng, rows, cols)
                 scale = np.array([1.0 / math.sqrt(cols)], np.float32)
-                layer.proj[short] = TernaryWeights(_core.weights_from_packed(
-                    Tensor.from_numpy(packed, model.device), Tensor.from_numpy(scale, model.device),
-                    rows, cols, 0, False))
+                layer.proj[short] = TernaryWeights(
+                    _core.weights_from_packed(
+                        Tensor.from_numpy(packed, model.device),
+                        Tensor.from_numpy(scale, model.device),
+                        rows,
+                        cols,
+                        0,
+                        False,
+                    )
+                )
             for norm, size in norms.items():
                 layer.norms[norm] = Tensor.from_numpy(
-                    (1 + 0.1 * rng.standard_normal(size)).astype(np.float32), model.device)
+                    (1 + 0.1 * rng.standard_normal(size)).astype(np.float32), model.device
+                )
         return model
 
     def _load(self, weights):
@@ -349,21 +460,39 @@ class BitNetModel:
             is_packed = kind == np.uint8 and got == packed_shape
             if got != shape and not is_packed:
                 problems.append(f"{name}: expected shape {shape}, got {got}")
-            elif kind in (np.uint8, np.int8) and name.replace(".weight", ".weight_scale") not in weights:
-                problems.append(f"{name}: ternary weights need {name.replace('.weight', '.weight_scale')}")
+            elif (
+                kind in (np.uint8, np.int8)
+                and name.replace(".weight", ".weight_scale") not in weights
+            ):
+                problems.append(
+                    f"{name}: ternary weights need {name.replace('.weight', '.weight_scale')}"
+                )
         if problems:
-            raise _core.ShapeError("checkpoint does not fit " + repr(self.config) + ":\n  " + "\n  ".join(problems))
+            raise _core.ShapeError(
+                "checkpoint does not fit " + repr(self.config) + ":\n  " + "\n  ".join(problems)
+            )
         dev = self.device
-        self.embed = Tensor.from_numpy(np.asarray(weights["model.embed_tokens.weight"]).astype(self.embedding_dtype), dev)
-        self.lm_head = self.embed if self.config.tie_word_embeddings else Tensor.from_numpy(
-            np.asarray(weights["lm_head.weight"]).astype(self.embedding_dtype), dev)
+        self.embed = Tensor.from_numpy(
+            np.asarray(weights["model.embed_tokens.weight"]).astype(self.embedding_dtype), dev
+        )
+        self.lm_head = (
+            self.embed
+            if self.config.tie_word_embeddings
+            else Tensor.from_numpy(
+                np.asarray(weights["lm_head.weight"]).astype(self.embedding_dtype), dev
+            )
+        )
         self.norm = Tensor.from_numpy(np.asarray(weights["model.norm.weight"], np.float32), dev)
         for index, layer in enumerate(self.layers):
             p = f"model.layers.{index}."
             for module, short in PROJECTIONS:
-                layer.proj[short] = self._projection(weights, p + module, expected[p + module + ".weight"])
+                layer.proj[short] = self._projection(
+                    weights, p + module, expected[p + module + ".weight"]
+                )
             for norm in _NORMS:
-                layer.norms[norm] = Tensor.from_numpy(np.asarray(weights[p + norm + ".weight"], np.float32), dev)
+                layer.norms[norm] = Tensor.from_numpy(
+                    np.asarray(weights[p + norm + ".weight"], np.float32), dev
+                )
 
     def _projection(self, weights, prefix, shape) -> TernaryWeights:
         w = np.asarray(weights[prefix + ".weight"])
@@ -373,9 +502,12 @@ class BitNetModel:
                 raise _core.ArgumentError(f"{prefix}.weight: ternary values must be -1, 0 or 1")
             scale = float(np.asarray(weights[prefix + ".weight_scale"], np.float32).reshape(-1)[0])
             if not (np.isfinite(scale) and scale > 0):
-                raise _core.ArgumentError(f"{prefix}.weight_scale must be positive and finite, got {scale}")
-            return TernaryWeights.from_packed(reference.pack_ternary(values), np.float32(1.0 / scale),
-                                              shape, device=self.device)
+                raise _core.ArgumentError(
+                    f"{prefix}.weight_scale must be positive and finite, got {scale}"
+                )
+            return TernaryWeights.from_packed(
+                reference.pack_ternary(values), np.float32(1.0 / scale), shape, device=self.device
+            )
         if w.dtype not in (np.float32, np.float16):
             w = w.astype(np.float32)
         return quantize_weights(np.ascontiguousarray(w), device=self.device)
@@ -398,18 +530,24 @@ class BitNetModel:
 
     def prepare_screened_head(self):
         """Builds the head's int8 screening copy now (a decode step builds it when first needed:
-        NumPy over the whole head, seconds for the 2B4T vocabulary); nothing if screened_head is off."""
+        NumPy over the whole head, seconds for the 2B4T vocabulary); nothing if screened_head is
+        off."""
         if self.screened_head:
             self._screening_tensors()
 
     def _screens(self, batch, logits):
-        """Whether a step's graph picks the next id through the screened head (its graph key too)."""
+        """Whether a step's graph picks the next id through the screened head (its graph key
+        too)."""
         return logits in ("next", "sample", "nucleus_top_k") and batch == 1 and self.screened_head
 
     def _screening_tensors(self):
         if self._screening is None or self._screening[0] is not self.lm_head:
             q, meta = screening_tables(self.lm_head.numpy())
-            self._screening = (self.lm_head, Tensor.from_numpy(q, self.device), Tensor.from_numpy(meta, self.device))
+            self._screening = (
+                self.lm_head,
+                Tensor.from_numpy(q, self.device),
+                Tensor.from_numpy(meta, self.device),
+            )
         return self._screening[1:]
 
     @property
@@ -418,23 +556,35 @@ class BitNetModel:
         return sum(w.nbytes for layer in self.layers for w in layer.proj.values())
 
     def reference_params(self) -> dict:
-        """The model's parameters as NumPy (ternary values and gammas), for reference.bitnet_forward."""
+        """The model's parameters as NumPy (ternary values and gammas), for
+        reference.bitnet_forward."""
         layers = []
         for layer in self.layers:
-            layers.append({
-                "proj": {k: (w.unpack(), float(np.asarray(w.scale).reshape(-1)[0])) for k, w in layer.proj.items()},
-                "norms": {k: t.numpy() for k, t in layer.norms.items()},
-            })
-        return {"embed": self.embed.numpy().astype(np.float32), "lm_head": self.lm_head.numpy().astype(np.float32),
-                "norm": self.norm.numpy(), "layers": layers}
+            layers.append(
+                {
+                    "proj": {
+                        k: (w.unpack(), float(np.asarray(w.scale).reshape(-1)[0]))
+                        for k, w in layer.proj.items()
+                    },
+                    "norms": {k: t.numpy() for k, t in layer.norms.items()},
+                }
+            )
+        return {
+            "embed": self.embed.numpy().astype(np.float32),
+            "lm_head": self.lm_head.numpy().astype(np.float32),
+            "norm": self.norm.numpy(),
+            "layers": layers,
+        }
 
     # ----------------------------------------------------------------------------- running
     def _cache(self, batch):
         if batch not in self._caches:
             c = self.config
             shape = (batch, self.max_tokens, c.num_key_value_heads, c.head_dim)
-            self._caches[batch] = [(self.device.empty(shape, np.float32), self.device.empty(shape, np.float32))
-                                   for _ in self.layers]
+            self._caches[batch] = [
+                (self.device.empty(shape, np.float32), self.device.empty(shape, np.float32))
+                for _ in self.layers
+            ]
         return self._caches[batch]
 
     @property
@@ -446,7 +596,8 @@ class BitNetModel:
         logits: 'last' (each sequence's last token, and its argmax), 'all', 'next' (the argmax
         alone: through the screened head for one sequence where screened_head, else as 'last'),
         'sample' (as 'next', the ids drawn, by sample_rows or for one sequence screened_sample,
-        with input 'sampling', uint32 [6]: sampling._sampling_params'; the draw of the token at position
+        with input 'sampling', uint32 [6]: sampling._sampling_params'; the draw of the token at
+        position
         p is keyed by step p), 'nucleus' (as 'sample' with top-p: the nucleus passes too, after
         the float16 head) or 'nucleus_top_k' (the same with top_k set: for one sequence through the
         screened head, whose top-k candidates hold every row top-p can keep. Without top_k they
@@ -462,13 +613,16 @@ class BitNetModel:
             sampling = graph.input("sampling", (6,), np.uint32) if logits in SAMPLED else None
             for step in range(steps):
                 start = graph.input("start" if step == 0 else f"start{step}", (1,), np.int32)
-                ids = self._record_step(graph, ids, start, batch, tokens, logits, split_keys, steps == 1,
-                                        sampling)
+                ids = self._record_step(
+                    graph, ids, start, batch, tokens, logits, split_keys, steps == 1, sampling
+                )
                 if ids is not None:
                     graph.output("next" if step == 0 else f"next{step}", ids)
         return graph
 
-    def _record_step(self, graph, ids, start, batch, tokens, logits, split_keys, logits_output, sampling=None):
+    def _record_step(
+        self, graph, ids, start, batch, tokens, logits, split_keys, logits_output, sampling=None
+    ):
         """The ops of one step (see _record) into `graph`: returns its next ids (int32 [batch], in
         host memory: reading them back is a memcpy, not a second submission), or None for 'all';
         the logits as output 'logits' where logits_output."""
@@ -480,35 +634,82 @@ class BitNetModel:
         for layer, (k_cache, v_cache) in zip(self.layers, caches):
             w, norms = layer.proj, layer.norms
             # norm + int8 pre-pass once, then q, k and v (bitlinear_group fuses them).
-            q, k, v = _core.bitlinear_group(x, None, norms["input_layernorm"], eps,
-                                            [w["q"]._core, w["k"]._core, w["v"]._core], [None] * 3)
+            q, k, v = _core.bitlinear_group(
+                x,
+                None,
+                norms["input_layernorm"],
+                eps,
+                [w["q"]._core, w["k"]._core, w["v"]._core],
+                [None] * 3,
+            )
             kv_shape = (rows, c.num_key_value_heads, c.head_dim)
-            q, k, v = q.reshape(rows, c.num_attention_heads, c.head_dim), k.reshape(*kv_shape), v.reshape(*kv_shape)
+            q, k, v = (
+                q.reshape(rows, c.num_attention_heads, c.head_dim),
+                k.reshape(*kv_shape),
+                v.reshape(*kv_shape),
+            )
             if tokens == 1:  # decode: RoPE, the cache append and attention in one dispatch
-                a = _core.decode_attention(q, k, v, self._cos, self._sin, start, k_cache, v_cache, split_keys)
+                a = _core.decode_attention(
+                    q, k, v, self._cos, self._sin, start, k_cache, v_cache, split_keys
+                )
             else:
                 q = _core.rope_append(q, k, v, self._cos, self._sin, start, k_cache, v_cache)
                 a = _core.attention_cached(q, k_cache, v_cache, start, True)
-            (x,) = _core.bitlinear_group(a.reshape(rows, c.hidden_size), None,
-                                         norms["self_attn.attn_sub_norm"], eps, [w["o"]._core], [x])
+            (x,) = _core.bitlinear_group(
+                a.reshape(rows, c.hidden_size),
+                None,
+                norms["self_attn.attn_sub_norm"],
+                eps,
+                [w["o"]._core],
+                [x],
+            )
             if tokens == 1:  # decode: the gate/up dispatch writes relu(gate)^2 * up itself
-                (f,) = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
-                                             [w["gate"]._core, w["up"]._core], [None, None], True)
-                (x,) = _core.bitlinear_group(f, None, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
+                (f,) = _core.bitlinear_group(
+                    x,
+                    None,
+                    norms["post_attention_layernorm"],
+                    eps,
+                    [w["gate"]._core, w["up"]._core],
+                    [None, None],
+                    True,
+                )
+                (x,) = _core.bitlinear_group(
+                    f, None, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x]
+                )
             else:
-                g, u = _core.bitlinear_group(x, None, norms["post_attention_layernorm"], eps,
-                                             [w["gate"]._core, w["up"]._core], [None, None])
-                (x,) = _core.bitlinear_group(g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x])
+                g, u = _core.bitlinear_group(
+                    x,
+                    None,
+                    norms["post_attention_layernorm"],
+                    eps,
+                    [w["gate"]._core, w["up"]._core],
+                    [None, None],
+                )
+                (x,) = _core.bitlinear_group(
+                    g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x]
+                )
         x = rms_norm(x, self.norm, eps)
         if logits in ("last", "next") + SAMPLED:
-            last = Tensor.from_numpy(np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device)
+            last = Tensor.from_numpy(
+                np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device
+            )
             x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
         if self._screens(batch, logits):
             head_q, head_meta = self._screening_tensors()
             picked = self.device.empty((1,), np.int32, memory="host")
             if logits in SAMPLED:  # the drawn token sits at position start + tokens: its step
-                return _core.screened_sample(x, self.lm_head, head_q, head_meta, sampling, start, tokens, picked,
-                                             None, logits != "sample")
+                return _core.screened_sample(
+                    x,
+                    self.lm_head,
+                    head_q,
+                    head_meta,
+                    sampling,
+                    start,
+                    tokens,
+                    picked,
+                    None,
+                    logits != "sample",
+                )
             return _core.screened_argmax(x, self.lm_head, head_q, head_meta, picked)
         out = _core.linear_rows(x, self.lm_head)
         if logits_output:
@@ -516,8 +717,14 @@ class BitNetModel:
         if logits == "all":
             return None
         if logits in SAMPLED:  # the drawn token sits at position start + tokens: its step
-            return _core.sample_rows(out, sampling, start, tokens, self.device.empty((batch,), np.int32, memory="host"),
-                                     logits != "sample")
+            return _core.sample_rows(
+                out,
+                sampling,
+                start,
+                tokens,
+                self.device.empty((batch,), np.int32, memory="host"),
+                logits != "sample",
+            )
         return _core.argmax_rows(out, self.device.empty((batch,), np.int32, memory="host"))
 
     # Prefill graphs hold their intermediates (hundreds of MB for long prompts): only the most
@@ -533,8 +740,15 @@ class BitNetModel:
     def _split_keys(self, tokens, start):
         """The keys a decode attention workgroup takes for a step after `start` cached tokens."""
         context = start + 1
-        return (0 if tokens > 1 else 16 if context <= self.SHORT_DECODE_CONTEXT
-                else 32 if context <= self.LONG_DECODE_CONTEXT else 64)
+        return (
+            0
+            if tokens > 1
+            else 16
+            if context <= self.SHORT_DECODE_CONTEXT
+            else 32
+            if context <= self.LONG_DECODE_CONTEXT
+            else 64
+        )
 
     def _graph(self, batch, tokens, logits, start=0, steps=1):
         split = self._split_keys(tokens, start)
@@ -566,7 +780,9 @@ class BitNetModel:
         squeeze = ids.ndim == 1
         ids = ids[None, :] if squeeze else ids
         if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
-            raise _core.ShapeError(f"token_ids: expected [T] or [B, T] with B, T > 0, got shape {np.shape(token_ids)}")
+            raise _core.ShapeError(
+                f"token_ids: expected [T] or [B, T] with B, T > 0, got shape {np.shape(token_ids)}"
+            )
         if ids.min() < 0 or ids.max() >= self.config.vocab_size:
             raise _core.ArgumentError(f"token_ids: ids must lie in [0, {self.config.vocab_size})")
         return ids.astype(np.int32), squeeze
@@ -574,9 +790,15 @@ class BitNetModel:
     def _step(self, ids, start, logits, steps=1, sampling=None):
         batch, tokens = ids.shape
         if start + tokens + steps - 1 > self.max_tokens:
-            raise _core.ShapeError(f"{start} cached + {tokens + steps - 1} new tokens exceed max_tokens={self.max_tokens}")
+            raise _core.ShapeError(
+                f"{start} cached + {tokens + steps - 1} new tokens exceed "
+                f"max_tokens={self.max_tokens}"
+            )
         graph = self._graph(batch, tokens, logits, start, steps)
-        starts = {"start" if i == 0 else f"start{i}": np.array([start + i], np.int32) for i in range(steps)}
+        starts = {
+            "start" if i == 0 else f"start{i}": np.array([start + i], np.int32)
+            for i in range(steps)
+        }
         if sampling is not None:
             starts["sampling"] = sampling
         return graph.run(ids=ids.reshape(-1), **starts)
@@ -585,11 +807,23 @@ class BitNetModel:
         """logits float32 [B, T, vocab] (or [T, vocab] for 1-D token_ids) of a prefill from an
         empty cache; the cache then holds these tokens."""
         ids, squeeze = self._ids(token_ids)
-        logits = self._step(ids, 0, "all")["logits"].numpy().reshape(ids.shape + (self.config.vocab_size,))
+        logits = (
+            self._step(ids, 0, "all")["logits"]
+            .numpy()
+            .reshape(ids.shape + (self.config.vocab_size,))
+        )
         return logits[0] if squeeze else logits
 
-    def stream(self, token_ids, max_new_tokens, temperature=0.0, top_k=None, seed=0, eos_token_id=None,
-               top_p=None):
+    def stream(
+        self,
+        token_ids,
+        max_new_tokens,
+        temperature=0.0,
+        top_k=None,
+        seed=0,
+        eos_token_id=None,
+        top_p=None,
+    ):
         """Yields the next token ids (int32 [B]) one step at a time: a prefill of the prompt, then
         one graph replay per decode_chunk tokens (yielded together as the replay ends).
         temperature 0 is greedy (argmax on the GPU); otherwise each token is drawn on the GPU from
@@ -603,18 +837,31 @@ class BitNetModel:
         if _integer(max_new_tokens, "max_new_tokens") < 0:
             raise _core.ArgumentError("max_new_tokens must be >= 0")
         if tokens + max_new_tokens > self.max_tokens:
-            raise _core.ShapeError(f"{tokens} prompt + {max_new_tokens} new tokens exceed max_tokens={self.max_tokens}")
+            raise _core.ShapeError(
+                f"{tokens} prompt + {max_new_tokens} new tokens exceed max_tokens={self.max_tokens}"
+            )
         if top_k is not None and not 0 < _integer(top_k, "top_k") <= self.config.vocab_size:
-            raise _core.ArgumentError(f"top_k must lie in [1, {self.config.vocab_size}], got {top_k}")
+            raise _core.ArgumentError(
+                f"top_k must lie in [1, {self.config.vocab_size}], got {top_k}"
+            )
         sampling = _sampling_params(temperature, top_k, seed, self.config.vocab_size, top_p)
-        mode = ("next" if temperature == 0 else "sample" if not sampling[5]
-                else "nucleus_top_k" if sampling[2] else "nucleus")
+        mode = (
+            "next"
+            if temperature == 0
+            else "sample"
+            if not sampling[5]
+            else "nucleus_top_k"
+            if sampling[2]
+            else "nucleus"
+        )
         done = np.zeros(batch, bool)
         position, current, made = 0, ids, 0
         while made < max_new_tokens:
             # Decode steps run decode_chunk at a time (_chunk); the prompt's step alone.
             steps = self._chunk(position, max_new_tokens - made) if current.shape[1] == 1 else 1
-            result = self._step(current, position, mode, steps, None if mode == "next" else sampling)
+            result = self._step(
+                current, position, mode, steps, None if mode == "next" else sampling
+            )
             position += current.shape[1] + steps - 1
             for step in range(steps):
                 chosen = result["next" if step == 0 else f"next{step}"].numpy()
@@ -627,14 +874,24 @@ class BitNetModel:
                     return
             current = chosen.reshape(batch, 1)
 
-    def generate(self, token_ids, max_new_tokens, temperature=0.0, top_k=None, seed=0,
-                 eos_token_id=None, callback=None, top_p=None) -> np.ndarray:
+    def generate(
+        self,
+        token_ids,
+        max_new_tokens,
+        temperature=0.0,
+        top_k=None,
+        seed=0,
+        eos_token_id=None,
+        callback=None,
+        top_p=None,
+    ) -> np.ndarray:
         """The prompt followed by up to max_new_tokens generated ids ([T + n] or [B, T + n]).
         callback(step, ids [B]) is called as each token arrives (streaming)."""
         ids, squeeze = self._ids(token_ids)
         new = []
-        for step, chosen in enumerate(self.stream(ids, max_new_tokens, temperature, top_k, seed, eos_token_id,
-                                                  top_p)):
+        for step, chosen in enumerate(
+            self.stream(ids, max_new_tokens, temperature, top_k, seed, eos_token_id, top_p)
+        ):
             new.append(chosen)
             if callback is not None:
                 callback(step, chosen)
@@ -647,6 +904,7 @@ class BitNetModel:
 
     def __repr__(self):
         c = self.config
-        return (f"<bitnet_gpu.models.BitNetModel layers={c.num_hidden_layers} hidden={c.hidden_size} "
-                f"vocab={c.vocab_size} max_tokens={self.max_tokens} nbytes={self.nbytes}>")
-
+        return (
+            f"<bitnet_gpu.models.BitNetModel layers={c.num_hidden_layers} hidden={c.hidden_size} "
+            f"vocab={c.vocab_size} max_tokens={self.max_tokens} nbytes={self.nbytes}>"
+        )

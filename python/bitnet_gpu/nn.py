@@ -22,8 +22,17 @@ class BitLinear:
     arrays it returns NumPy; on Tensors, Tensors.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, seed=None,
-                 device=None, _weights: TernaryWeights | None = None, _bias=None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        seed=None,
+        device=None,
+        _weights: TernaryWeights | None = None,
+        _bias=None,
+    ):
         self.in_features = _count(in_features, "in_features")
         self.out_features = _count(out_features, "out_features")
         if _weights is None:
@@ -36,8 +45,10 @@ class BitLinear:
         self.weight = _weights
         self.bias = _bias
         if self.weight.shape != (self.out_features, self.in_features):
-            raise ValueError(f"weights of shape {self.weight.shape} do not match "
-                             f"({self.out_features}, {self.in_features})")
+            raise ValueError(
+                f"weights of shape {self.weight.shape} do not match "
+                f"({self.out_features}, {self.in_features})"
+            )
 
     @classmethod
     def from_float(cls, w, bias=None, device=None, *, group_size=None) -> "BitLinear":
@@ -45,7 +56,9 @@ class BitLinear:
         return cls(q.shape[1], q.shape[0], _weights=q, _bias=bias)
 
     @classmethod
-    def from_packed(cls, packed, scale, shape, bias=None, device=None, *, group_size=None) -> "BitLinear":
+    def from_packed(
+        cls, packed, scale, shape, bias=None, device=None, *, group_size=None
+    ) -> "BitLinear":
         q = TernaryWeights.from_packed(packed, scale, shape, group_size=group_size, device=device)
         return cls(q.shape[1], q.shape[0], _weights=q, _bias=bias)
 
@@ -78,5 +91,7 @@ class BitLinear:
         return bitlinear_backward_input(grad_y, self.weight)
 
     def __repr__(self):
-        return (f"BitLinear(in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, nbytes={self.nbytes})")
+        return (
+            f"BitLinear(in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, nbytes={self.nbytes})"
+        )

@@ -12,7 +12,14 @@ from . import _core
 from ._args import _FLOATS, _call, _float32, _integer, _like, _out, _Outputs, _tensor
 from ._core import Tensor
 
-__all__ = ["layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "softmax", "softmax_backward"]
+__all__ = [
+    "layer_norm",
+    "layer_norm_backward",
+    "rms_norm",
+    "rms_norm_backward",
+    "softmax",
+    "softmax_backward",
+]
 
 
 def _over_axis(fn, arrays, axis, out, name):
@@ -37,14 +44,20 @@ def _over_axis(fn, arrays, axis, out, name):
         return None
     if any(isinstance(a, Tensor) for a in arrays):
         if axis is not None or not all(isinstance(a, Tensor) for a in arrays):
-            raise _core.UnsupportedError("a Tensor is normalized over its last axis (axis=-1) or over every "
-                                         "element (axis=None, all operands Tensors) only")
+            raise _core.UnsupportedError(
+                "a Tensor is normalized over its last axis (axis=-1) or over every "
+                "element (axis=None, all operands Tensors) only"
+            )
         outputs = _Outputs(out, [(name, shape, np.dtype(x.dtype))])  # checks a NumPy target
         target = outputs.tensor(0)
         if target is not None and tuple(target.shape) != shape:
-            raise _core.ShapeError(f"out ({name}): expected shape {shape}, got {tuple(target.shape)}")
-        flat = fn(*(a.reshape(1, -1) for a in arrays),  # views of the same memory
-                  out=None if target is None else target.reshape(1, -1)).reshape(shape)
+            raise _core.ShapeError(
+                f"out ({name}): expected shape {shape}, got {tuple(target.shape)}"
+            )
+        flat = fn(
+            *(a.reshape(1, -1) for a in arrays),  # views of the same memory
+            out=None if target is None else target.reshape(1, -1),
+        ).reshape(shape)
         if target is not None:
             return target
         return flat if out is None else outputs.results([flat], True)[0]
@@ -120,5 +133,8 @@ def layer_norm_backward(grad_y, x, gamma, eps=1e-5):
     tg = _like(grad_y, tx.device, "grad_y")
     r = _core.norm_backward(tg, tx, _float32(gamma, tx.device, "gamma"), float(eps), True)
     grad_beta = _rows_sum(r.grad_sum)
-    return (_out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor),
-            _out(grad_beta, as_tensor))
+    return (
+        _out(r.grad_x, as_tensor),
+        _out(_rows_sum(r.grad_times_xhat), as_tensor),
+        _out(grad_beta, as_tensor),
+    )

@@ -10,5 +10,8 @@ from .arithmetic import __all__ as _arithmetic
 from .norms import layer_norm, rms_norm, softmax, softmax_backward  # noqa: F401
 from .sampling import _sampling_params, sample_logits  # noqa: F401
 
-__all__ = sorted(_activations + _arithmetic + ["layer_norm", "rms_norm", "softmax", "softmax_backward",
-                                               "sample_logits"])
+__all__ = sorted(
+    _activations
+    + _arithmetic
+    + ["layer_norm", "rms_norm", "softmax", "softmax_backward", "sample_logits"]
+)

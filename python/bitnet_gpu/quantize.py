@@ -25,6 +25,7 @@ __all__ = [
     "unpack_ternary",
 ]
 
+
 class _PackedWeights:
     """Weights kept on the device, packed, with their scales (one, or one per group along K)."""
 
@@ -76,15 +77,23 @@ class _PackedWeights:
 
     def __repr__(self):
         groups = "per tensor" if self.group_size is None else f"group_size={self.group_size}"
-        return f"<bitnet_gpu.{type(self).__name__} shape={self.shape} {groups} nbytes={self.nbytes}>"
+        return (
+            f"<bitnet_gpu.{type(self).__name__} shape={self.shape} {groups} nbytes={self.nbytes}>"
+        )
 
     @classmethod
     def _from_packed(cls, packed, scale, shape, group_size, binary, device):
         rows, cols = _matrix_shape(shape)
         packed_t, _ = _tensor(packed, "packed", device, [np.uint8])
-        scale_t, _ = _tensor(np.asarray(scale, np.float32).reshape(-1) if not isinstance(
-            scale, Tensor) else scale, "scale", packed_t.device, [np.float32])
-        core = _core.weights_from_packed(packed_t, scale_t, rows, cols, _group_size(group_size), binary)
+        scale_t, _ = _tensor(
+            np.asarray(scale, np.float32).reshape(-1) if not isinstance(scale, Tensor) else scale,
+            "scale",
+            packed_t.device,
+            [np.float32],
+        )
+        core = _core.weights_from_packed(
+            packed_t, scale_t, rows, cols, _group_size(group_size), binary
+        )
         if not binary:
             codes = packed_t.numpy()
             if (((codes[..., None] >> np.array([0, 2, 4, 6], np.uint8)) & 3) == 3).any():
@@ -171,7 +180,9 @@ def quantize_activations(x, *, bits=8, symmetric=True, out=None, device=None):
     if not symmetric:
         specs.append(("zero_point", shape[:-1], np.uint8))
     outputs = _Outputs(out, specs)
-    r = _core.quantize_rows(t, _count(bits, "bits"), bool(symmetric), *(outputs.tensor(i) for i in range(len(specs))))
+    r = _core.quantize_rows(
+        t, _count(bits, "bits"), bool(symmetric), *(outputs.tensor(i) for i in range(len(specs)))
+    )
     results = [r.q, r.scales] if symmetric else [r.q, r.scales, r.zero_points]
     return tuple(outputs.results(results, as_tensor))
 
@@ -195,8 +206,9 @@ def quantize_gradients(g, *, bits=8, stochastic=False, seed=0, out=None, device=
     t, as_tensor = _tensor(g, "g", device, _FLOATS)
     seed = _seed(seed)
     outputs = _Outputs(out, [("q", tuple(t.shape), np.int8), ("scale", (1,), np.float32)])
-    r = _core.quantize_tensor(t, _count(bits, "bits"), bool(stochastic), seed, outputs.tensor(0),
-                              outputs.tensor(1))
+    r = _core.quantize_tensor(
+        t, _count(bits, "bits"), bool(stochastic), seed, outputs.tensor(0), outputs.tensor(1)
+    )
     q, scale = outputs.results([r.q, r.scale], as_tensor)
     if out is None and not as_tensor:
         scale = scale[0]

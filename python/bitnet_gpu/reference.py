@@ -55,8 +55,11 @@ def quantize_ternary(w: np.ndarray, group_size=None, gamma=None):
 def quantize_binary(w: np.ndarray, group_size=None, alpha=None):
     """(W_b int8 in {-1, +1}, alpha, beta): W_b = sign(W - alpha), sign(0) = +1."""
     g = _groups(np.asarray(w, np.float64), group_size)
-    mean = g.mean(axis=-1, keepdims=True) if alpha is None else np.asarray(
-        alpha, np.float64).reshape(g.shape[0], g.shape[1], 1)
+    mean = (
+        g.mean(axis=-1, keepdims=True)
+        if alpha is None
+        else np.asarray(alpha, np.float64).reshape(g.shape[0], g.shape[1], 1)
+    )
     beta = np.maximum(np.abs(g).mean(axis=-1), EPS)
     b = np.where(g - mean >= 0, 1, -1).astype(np.int8).reshape(np.shape(w))
     shape = (-1,) if group_size is None else g.shape[:2]
@@ -77,7 +80,9 @@ def pack_ternary(q: np.ndarray) -> np.ndarray:
     padded = np.ones((n, -(-k // 16) * 16), np.uint8)
     padded[:, :k] = (q.astype(np.int16) + 1).astype(np.uint8)
     codes = padded.reshape(n, -1, 4)
-    return (codes[..., 0] | codes[..., 1] << 2 | codes[..., 2] << 4 | codes[..., 3] << 6).astype(np.uint8)
+    return (codes[..., 0] | codes[..., 1] << 2 | codes[..., 2] << 4 | codes[..., 3] << 6).astype(
+        np.uint8
+    )
 
 
 def unpack_ternary(packed: np.ndarray, shape) -> np.ndarray:
@@ -121,8 +126,11 @@ def quantize_activations_asymmetric(x: np.ndarray, bits=8, scale=None, zero_poin
     lo = np.minimum(x64.min(axis=-1), 0)
     hi = np.maximum(x64.max(axis=-1), 0)
     step = np.maximum(hi - lo, EPS) / levels if scale is None else np.asarray(scale, np.float64)
-    zp = np.clip(np.rint(-lo / step), 0, levels) if zero_point is None else np.asarray(
-        zero_point, np.float64)
+    zp = (
+        np.clip(np.rint(-lo / step), 0, levels)
+        if zero_point is None
+        else np.asarray(zero_point, np.float64)
+    )
     q = np.clip(np.rint(x64 / step[..., None]) + zp[..., None], 0, levels).astype(np.uint8)
     return q, step.astype(np.float32), zp.astype(np.uint8)
 
@@ -132,15 +140,17 @@ def dequantize_activations(q, scale, zero_point=None) -> np.ndarray:
     if zero_point is None:
         return (q.astype(np.float32) / scale).astype(np.float32)
     return ((q.astype(np.float32) - np.asarray(zero_point, np.float32)[..., None]) * scale).astype(
-        np.float32)
+        np.float32
+    )
 
 
 @np.errstate(over="ignore")  # uint32 arithmetic wraps, as in the shader
 def _pcg_hash(v: np.ndarray) -> np.ndarray:
     v = np.asarray(v, np.uint32)
     state = (v * np.uint32(747796405) + np.uint32(2891336453)).astype(np.uint32)
-    word = (((state >> ((state >> np.uint32(28)) + np.uint32(4))) ^ state)
-            * np.uint32(277803737)).astype(np.uint32)
+    word = (
+        ((state >> ((state >> np.uint32(28)) + np.uint32(4))) ^ state) * np.uint32(277803737)
+    ).astype(np.uint32)
     return ((word >> np.uint32(22)) ^ word).astype(np.uint32)
 
 
@@ -150,7 +160,9 @@ def uniform01(seed: int, count: int) -> np.ndarray:
     lo, hi = np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32)
     key = _pcg_hash(lo ^ _pcg_hash(hi))
     h = _pcg_hash(np.arange(count, dtype=np.uint32) ^ key)
-    return ((h >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)).astype(np.float32)
+    return ((h >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)).astype(
+        np.float32
+    )
 
 
 def sampling_scores(logits_row, temperature, seed, step, row):
@@ -173,7 +185,8 @@ def sampling_scores(logits_row, temperature, seed, step, row):
 
 
 def top_p_share(top_p):
-    """top-p's P = round(p 2^32) (0: none, for None and 1), as bitnet_gpu.sample_logits passes it."""
+    """top-p's P = round(p 2^32) (0: none, for None and 1), as bitnet_gpu.sample_logits passes
+    it."""
     if top_p is None or top_p == 1:
         return 0
     return max(1, min(int(round(float(top_p) * 2.0**32)), 2**32 - 1))
@@ -193,7 +206,11 @@ def nucleus_weights(values, largest, temperature):
     t = np.float32(temperature)
     d = (np.asarray(values, np.float32) - np.float32(largest)).astype(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
-        e = (d * np.float32(1.0 / float(t))).astype(np.float32) if t >= 1 else (d / t).astype(np.float32)
+        e = (
+            (d * np.float32(1.0 / float(t))).astype(np.float32)
+            if t >= 1
+            else (d / t).astype(np.float32)
+        )
         return np.rint(np.exp(e.astype(np.float64)) * 2.0**31).astype(np.int64)
 
 
@@ -217,8 +234,12 @@ def _nucleus(x, kept, top_p, temperature):
     if not np.isfinite(largest):
         return None, np.inf
     distinct, inverse = np.unique(values, return_inverse=True)  # ascending; -0 and +0 one value
-    distinct, mass = distinct[::-1], np.bincount(inverse, nucleus_weights(values, largest, temperature),
-                                                 distinct.size)[::-1].astype(np.int64)
+    distinct, mass = (
+        distinct[::-1],
+        np.bincount(inverse, nucleus_weights(values, largest, temperature), distinct.size)[
+            ::-1
+        ].astype(np.int64),
+    )
     above = np.concatenate([[0], np.cumsum(mass)[:-1]])  # A(v) for each distinct value, descending
     total = int(mass.sum())
     bound = -(-(share * total) // 2**32)  # A 2^32 < P Z  <=>  A < ceil(P Z / 2^32)
@@ -335,17 +356,23 @@ def bitlinear(x: np.ndarray, q: np.ndarray, gamma, bias=None, scale=None):
     sum over group g, in float64; acc is still the sum over all of K."""
     x = np.asarray(x, np.float32)
     k = x.shape[-1]
-    xq, s = quantize_activations(x.reshape(-1, k), 8, None if scale is None else np.asarray(
-        scale, np.float32).reshape(-1))
+    xq, s = quantize_activations(
+        x.reshape(-1, k), 8, None if scale is None else np.asarray(scale, np.float32).reshape(-1)
+    )
     acc = exact_int_matmul(xq, q.T)
     gamma = np.asarray(gamma, np.float32)
     if gamma.ndim == 2:
         groups = gamma.shape[1]
         size = k // groups
         # [M, N, groups]: integers below 2**53 in float64 (|x_q| <= 128, |W_q| <= 1, K < 2**45)
-        per_group = np.einsum("mgj,ngj->mng", xq.reshape(-1, groups, size).astype(np.float64),
-                              np.asarray(q).reshape(-1, groups, size).astype(np.float64))
-        y = (per_group.astype(np.float64) * gamma.astype(np.float64)[None]).sum(-1) / s[:, None].astype(np.float64)
+        per_group = np.einsum(
+            "mgj,ngj->mng",
+            xq.reshape(-1, groups, size).astype(np.float64),
+            np.asarray(q).reshape(-1, groups, size).astype(np.float64),
+        )
+        y = (per_group.astype(np.float64) * gamma.astype(np.float64)[None]).sum(-1) / s[
+            :, None
+        ].astype(np.float64)
     else:
         y = (acc.astype(np.float32) * np.float32(gamma)) / s[:, None]
     if bias is not None:
@@ -366,6 +393,7 @@ def bitlinear_backward_input(grad_y: np.ndarray, q: np.ndarray, gamma) -> np.nda
 # Activations, softmax and norms (docs/NUMERICS.md), in float64.
 def _erf(x: np.ndarray) -> np.ndarray:
     import math
+
     return np.vectorize(math.erf, otypes=[np.float64])(x)
 
 
@@ -445,7 +473,9 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
     x = np.asarray(x, np.float64)
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
+    return (x - mean) / np.sqrt(var + eps) * np.asarray(gamma, np.float64) + np.asarray(
+        beta, np.float64
+    )
 
 
 def softmax_backward(grad_y: np.ndarray, x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -474,7 +504,9 @@ def layer_norm_backward(grad_y: np.ndarray, x: np.ndarray, gamma: np.ndarray, ep
     mean = x.mean(axis=-1, keepdims=True)
     r = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
     xhat, gw = (x - mean) * r, g * np.asarray(gamma, np.float64)
-    grad_x = r * (gw - gw.mean(axis=-1, keepdims=True) - xhat * (gw * xhat).mean(axis=-1, keepdims=True))
+    grad_x = r * (
+        gw - gw.mean(axis=-1, keepdims=True) - xhat * (gw * xhat).mean(axis=-1, keepdims=True)
+    )
     rows = lambda v: v.reshape(-1, x.shape[-1]).sum(axis=0)  # noqa: E731
     return grad_x, rows(g * xhat), rows(g)
 
@@ -486,11 +518,13 @@ def rope(x: np.ndarray, positions, theta: float = 10000.0) -> np.ndarray:
     inv = float(theta) ** (-np.arange(0, d, 2, dtype=np.float64) / d)
     angle = np.asarray(positions, np.float64)[:, None] * inv[None, :]
     c, s = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
-    a, b = x[..., : d // 2], x[..., d // 2:]
+    a, b = x[..., : d // 2], x[..., d // 2 :]
     return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal=True, kv_length=None) -> np.ndarray:
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, causal=True, kv_length=None
+) -> np.ndarray:
     """softmax(q k^T / sqrt(D)) v with grouped-query heads, in float64: q [TQ, HQ, D],
     k and v [L, HKV, D]; causal: query i sees keys j <= L - TQ + i."""
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
@@ -519,7 +553,9 @@ def tie_distance(x: np.ndarray) -> np.ndarray:
     """Per row of x [M, K]: the smallest rounding_tie_gap of x * s in int8 activation
     quantization."""
     x = np.asarray(x, np.float32)
-    return rounding_tie_gap(x.astype(np.float64) * activation_scale(x).astype(np.float64).reshape(-1, 1)).min(axis=-1)
+    return rounding_tie_gap(
+        x.astype(np.float64) * activation_scale(x).astype(np.float64).reshape(-1, 1)
+    ).min(axis=-1)
 
 
 def bitnet_forward(params: dict, config, token_ids: np.ndarray, return_ties=False):
@@ -548,22 +584,44 @@ def bitnet_forward(params: dict, config, token_ids: np.ndarray, return_ties=Fals
         q = linear(a, w["q"]).reshape(batch, tokens, heads, d)
         k = linear(a, w["k"]).reshape(batch, tokens, kv_heads, d)
         v = linear(a, w["v"]).reshape(batch, tokens, kv_heads, d)
-        out = np.concatenate([attention(rope(q[b], positions, config.rope_theta),
-                                         rope(k[b], positions, config.rope_theta), v[b], causal=True)
-                              for b in range(batch)]).astype(np.float32)
-        out = rms_norm(out.reshape(batch * tokens, h), n["self_attn.attn_sub_norm"], eps).astype(np.float32)
+        out = np.concatenate(
+            [
+                attention(
+                    rope(q[b], positions, config.rope_theta),
+                    rope(k[b], positions, config.rope_theta),
+                    v[b],
+                    causal=True,
+                )
+                for b in range(batch)
+            ]
+        ).astype(np.float32)
+        out = rms_norm(out.reshape(batch * tokens, h), n["self_attn.attn_sub_norm"], eps).astype(
+            np.float32
+        )
         x = (x + linear(out, w["o"])).astype(np.float32)
         m = rms_norm(x, n["post_attention_layernorm"], eps).astype(np.float32)
         f = (activation("relu2", linear(m, w["gate"])) * linear(m, w["up"])).astype(np.float32)
         f = rms_norm(f, n["mlp.ffn_sub_norm"], eps).astype(np.float32)
         x = (x + linear(f, w["down"])).astype(np.float32)
     x = rms_norm(x, params["norm"], eps)
-    logits = (x @ np.asarray(params["lm_head"], np.float64).T).astype(np.float32).reshape(batch, tokens, -1)
+    logits = (
+        (x @ np.asarray(params["lm_head"], np.float64).T)
+        .astype(np.float32)
+        .reshape(batch, tokens, -1)
+    )
     return (logits, ties) if return_ties else logits
 
 
-def bitnet_generate(params: dict, config, token_ids: np.ndarray, max_new_tokens: int, temperature=0.0,
-                    top_k=None, seed=0, top_p=None) -> np.ndarray:
+def bitnet_generate(
+    params: dict,
+    config,
+    token_ids: np.ndarray,
+    max_new_tokens: int,
+    temperature=0.0,
+    top_k=None,
+    seed=0,
+    top_p=None,
+) -> np.ndarray:
     """Generation with bitnet_forward over the whole sequence at every step: greedy, or at
     temperature > 0 sample_rows' draw with the drawn token's position as its step."""
     ids = np.asarray(token_ids)
@@ -571,8 +629,11 @@ def bitnet_generate(params: dict, config, token_ids: np.ndarray, max_new_tokens:
     ids = ids[None, :] if squeeze else ids
     for _ in range(max_new_tokens):
         logits = bitnet_forward(params, config, ids)[:, -1, :]
-        nxt = (logits.argmax(axis=-1) if temperature == 0
-               else sample_rows(logits, temperature, top_k, seed, ids.shape[1], top_p))
+        nxt = (
+            logits.argmax(axis=-1)
+            if temperature == 0
+            else sample_rows(logits, temperature, top_k, seed, ids.shape[1], top_p)
+        )
         ids = np.concatenate([ids, nxt[:, None].astype(ids.dtype)], axis=1)
     return ids[0] if squeeze else ids
 
@@ -583,7 +644,8 @@ def screening_bracket(h: np.ndarray, q: np.ndarray, meta: np.ndarray):
     meta [V, 4] (models.screening_tables): h16 = rint(h * float32(32767 / max|h|)) as high and low
     bytes, approx = sigma_h sigma_v (256 hi . q_v + lo . q_v) (exact integer sums), and
     bound = ((||h|| + E_h) D' + E_h N) (1 + 2^-8) + 1e-36 with sigma_h = max|h| / 32767 and
-    E_h = 0.52 sqrt(K) sigma_h (shaders/screened_head/head_screen.comp). For finite h with max|h| = 0 or
+    E_h = 0.52 sqrt(K) sigma_h (shaders/screened_head/head_screen.comp). For finite h with max|h|
+    = 0 or
     >= 1e-18; the kernel marks every other h's brackets NaN."""
     h = np.asarray(h, np.float32).reshape(-1)
     k = h.size
@@ -596,5 +658,7 @@ def screening_bracket(h: np.ndarray, q: np.ndarray, meta: np.ndarray):
     approx = sigma_h * total * meta[:, 0].astype(np.float64)
     norm_h = float(np.linalg.norm(h.astype(np.float64)))
     error_h = 0.52 * np.sqrt(k) * sigma_h
-    bound = ((norm_h + error_h) * meta[:, 1].astype(np.float64) + error_h * meta[:, 2]) * (1 + 1 / 256) + 1e-36
+    bound = ((norm_h + error_h) * meta[:, 1].astype(np.float64) + error_h * meta[:, 2]) * (
+        1 + 1 / 256
+    ) + 1e-36
     return approx - bound, approx + bound

@@ -20,7 +20,9 @@ def _top_p_share(top_p):
     """P = round(p 2^32) for top-p's p in (0, 1] (0: none, as p = 1 and None are), at least 1."""
     if top_p is None:
         return 0
-    if isinstance(top_p, (bool, np.bool_)) or not isinstance(top_p, (int, float, np.integer, np.floating)):
+    if isinstance(top_p, (bool, np.bool_)) or not isinstance(
+        top_p, (int, float, np.integer, np.floating)
+    ):
         raise TypeError(f"top_p: expected None or a number, got {top_p!r}")
     if not 0 < top_p <= 1:
         raise _core.ArgumentError(f"top_p: expected None or a number in (0, 1], got {top_p}")
@@ -31,10 +33,14 @@ def _sampling_params(temperature, top_k, seed, n, top_p=None):
     """uint32 [6] for _core.sample_rows: the float32 bits of the temperature and of its inverse,
     top_k (0: every value), the seed's two words and top-p's P = round(p 2^32) (0: none), after
     checking them (rows of n values)."""
-    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, (int, float, np.integer, np.floating)):
+    if isinstance(temperature, (bool, np.bool_)) or not isinstance(
+        temperature, (int, float, np.integer, np.floating)
+    ):
         raise TypeError(f"temperature: expected a number, got {temperature!r}")
     if not (0 <= temperature <= _MOST_TEMPERATURE):
-        raise _core.ArgumentError(f"temperature: expected a number in [0, {_MOST_TEMPERATURE:g}], got {temperature}")
+        raise _core.ArgumentError(
+            f"temperature: expected a number in [0, {_MOST_TEMPERATURE:g}], got {temperature}"
+        )
     k = 0
     if top_k is not None:
         k = _integer(top_k, "top_k")
@@ -45,7 +51,10 @@ def _sampling_params(temperature, top_k, seed, n, top_p=None):
     seed = _seed(seed)
     t = np.float32(temperature)
     inverse = np.float32(1.0 / float(t)) if t >= 1 else np.float32(0)
-    return np.array([t.view(np.uint32), inverse.view(np.uint32), k, seed & 0xFFFFFFFF, seed >> 32, share], np.uint32)
+    return np.array(
+        [t.view(np.uint32), inverse.view(np.uint32), k, seed & 0xFFFFFFFF, seed >> 32, share],
+        np.uint32,
+    )
 
 
 def sample_logits(logits, temperature=1.0, top_k=None, top_p=None, *, seed=0, step=0, out=None):
@@ -75,10 +84,20 @@ def sample_logits(logits, temperature=1.0, top_k=None, top_p=None, *, seed=0, st
     outputs = _Outputs(out, [("indices", shape[:-1], np.dtype(np.int32))])
     target = outputs.tensor(0)
     if target is not None and tuple(target.shape) != shape[:-1]:
-        raise _core.ShapeError(f"out (indices): expected shape {shape[:-1]}, got {tuple(target.shape)}")
+        raise _core.ShapeError(
+            f"out (indices): expected shape {shape[:-1]}, got {tuple(target.shape)}"
+        )
     flat_target = None if target is None else target.reshape(rows)
     device = t.device
-    drawn = _core.sample_rows(t.reshape(rows, n), Tensor.from_numpy(params, device),
-                              Tensor.from_numpy(np.zeros(1, np.int32), device), step, flat_target,
-                              bool(params[5]), bool(params[2]))
-    return outputs.results([target if target is not None else drawn.reshape(*shape[:-1])], as_tensor)[0]
+    drawn = _core.sample_rows(
+        t.reshape(rows, n),
+        Tensor.from_numpy(params, device),
+        Tensor.from_numpy(np.zeros(1, np.int32), device),
+        step,
+        flat_target,
+        bool(params[5]),
+        bool(params[2]),
+    )
+    return outputs.results(
+        [target if target is not None else drawn.reshape(*shape[:-1])], as_tensor
+    )[0]

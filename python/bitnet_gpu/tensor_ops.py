@@ -28,21 +28,27 @@ def _reduce(op, x, axis, keepdims, out=None):
             if not -ndim <= a < ndim:
                 raise _core.ShapeError(f"axis {a} is out of bounds for shape {tuple(t.shape)}")
         if len({a % ndim for a in axes}) != len(axes):
-            raise _core.ShapeError(f"axis {tuple(axes)}: an axis appears twice")  # as NumPy refuses it
+            raise _core.ShapeError(
+                f"axis {tuple(axes)}: an axis appears twice"
+            )  # as NumPy refuses it
         axes = sorted(a % ndim for a in axes)
     if keepdims and out is not None:
         raise _core.UnsupportedError("out= with keepdims=True: pass one or the other")
     final_shape = tuple(d for i, d in enumerate(t.shape) if i not in axes)
     outputs = _Outputs(out, [("y", final_shape, np.dtype(t.dtype))])
     result = t
-    for position, a in enumerate(reversed(axes)):  # highest axis first: lower ones keep their numbers
+    for position, a in enumerate(
+        reversed(axes)
+    ):  # highest axis first: lower ones keep their numbers
         last = position == len(axes) - 1
         result = _core.reduce(result, a, op, outputs.tensor(0) if last else None)
     if out is not None:
         return outputs.results([result], as_tensor)[0]
     if keepdims:
         if as_tensor:
-            raise _core.UnsupportedError("keepdims=True is for NumPy inputs (Tensors have no reshape)")
+            raise _core.UnsupportedError(
+                "keepdims=True is for NumPy inputs (Tensors have no reshape)"
+            )
         shape = [1 if i in axes else d for i, d in enumerate(t.shape)]
         return result.numpy().reshape(shape)
     return _out(result, as_tensor)

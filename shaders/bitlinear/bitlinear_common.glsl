@@ -15,11 +15,13 @@ int byte_of(uint word, uint i) { return int(word << (24 - 8 * i)) >> 24; }
 #ifdef HW_DOT
 #extension GL_EXT_spirv_intrinsics : require
 // OpSDot (SPV_KHR_integer_dot_product) on packed 4x8-bit signed vectors.
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
+                  id = 4450)
 int sdot_packed(uint a, uint b, spirv_literal int format);
 int dot4(uint a, uint b) { return sdot_packed(a, b, 0); }
 // OpSUDot: a's bytes signed, b's unsigned.
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
+                  id = 4452)
 int sudot_packed(uint a, uint b, spirv_literal int format);
 int sudot4(uint a, uint b) { return sudot_packed(a, b, 0); }
 #else

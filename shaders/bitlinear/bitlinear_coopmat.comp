@@ -8,10 +8,12 @@
 // needed. Each subgroup multiplies a (TILE_M / SUBGROUP_ROWS) x (TILE_N / SUBGROUP_COLS) part of
 // the tile, the 8 subgroups in SUBGROUP_ROWS x SUBGROUP_COLS. The epilogue
 // stages every 16 x 16 int32 result through shared memory (the tiles' space, no longer needed) to
-// scale it by gamma / s[m] and add the bias ([N]; RESIDUAL: an [M, N] residual, element by element),
+// scale it by gamma / s[m] and add the bias ([N]; RESIDUAL: an [M, N] residual, element by
+// element),
 // where VECTOR_ROWS each lane taking four adjacent values of a row at a time (16-byte loads and
 // stores). FULL_TILES: M, N and K are whole tiles and steps, so no load or store is tested.
-// TERNARY = false multiplies two interleaved int8 matrices (int8_matmul). Shared memory: (TILE_M + TILE_N) * (BLOCKS + 1) * 16 bytes.
+// TERNARY = false multiplies two interleaved int8 matrices (int8_matmul). Shared memory: (TILE_M +
+// TILE_N) * (BLOCKS + 1) * 16 bytes.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_NV_cooperative_matrix : require
@@ -77,7 +79,8 @@ void main() {
 
   icoopmatNV<32, gl_ScopeSubgroup, 16, 16> result[C_ROWS][C_COLS];
   [[unroll]] for (uint i = 0; i < C_ROWS; ++i)
-    [[unroll]] for (uint j = 0; j < C_COLS; ++j) result[i][j] = icoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0);
+    [[unroll]] for (uint j = 0; j < C_COLS; ++j)
+      result[i][j] = icoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0);
 
   // A K step's loads in registers (the weights still packed: 16 codes a word), DEPTH steps
   // ahead: set 0, and with DEPTH 2 set 1 for every other step. Named sets, not an array of sets,
@@ -169,7 +172,8 @@ void main() {
       if (VECTOR_ROWS) {                                                                      \
         [[unroll]] for (uint t = 0; t < 2; ++t) {                                            \
           const uint e = lane + 32 * t, m = row0 + e / 4, n = col0 + 4 * (e % 4);            \
-          const vec4 r = FULL_TILES || (m < p.m && n < p.n) ? bias4[(m * p.n + n) / 4] : vec4(0.0); \
+          const vec4 r =                                                                     \
+              FULL_TILES || (m < p.m && n < p.n) ? bias4[(m * p.n + n) / 4] : vec4(0.0);     \
           [[unroll]] for (uint c = 0; c < 4; ++c) R[4 * t + c] = r[c];                       \
         }                                                                                     \
       } else {                                                                                \

@@ -1,7 +1,8 @@
 #version 450
 //! variant dot HW_DOT
 //! variant int
-// BitLinear with one weight scale per group of GROUP consecutive weights along K (docs/NUMERICS.md):
+// BitLinear with one weight scale per group of GROUP consecutive weights along K
+// (docs/NUMERICS.md):
 //   acc_g[m, n] = sum_{k in group g} x_q[m, k] W_q[n, k]        (exact int32)
 //   y[m, n]     = (sum_g gamma[n, g] acc_g[m, n]) / s[m] (+ bias[n])
 //   acc[m, n]   = sum_g acc_g[m, n]                              (the exact accumulator)
@@ -21,7 +22,8 @@ layout(constant_id = 0) const uint M_TILE = 1;
 layout(constant_id = 1) const bool HAS_BIAS = false;
 layout(constant_id = 2) const bool WITH_ACCUMULATOR = false;
 layout(constant_id = 3) const bool WORD_GROUPS = true;  // GROUP % 16 == 0
-layout(constant_id = 4) const bool VECTORS = true;      // WORD_GROUPS and rows of whole 16-byte vectors
+// WORD_GROUPS and rows of whole 16-byte vectors
+layout(constant_id = 4) const bool VECTORS = true;
 layout(constant_id = 5) const uint ROWS = 2;
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };             // packed [N, words]
 layout(std430, binding = 1) readonly buffer Activations { uvec4 x4[]; };       // [M, words] blocks
@@ -35,7 +37,8 @@ layout(push_constant) uniform Push {
   uint m; uint n; uint k; uint words_per_row; uint group; uint rows_per_group;
 } p;
 
-// The codes c = W_q + 1 of four weights, one per byte, as signed bytes W_q (no borrow between bytes).
+// The codes c = W_q + 1 of four weights, one per byte, as signed bytes W_q (no borrow between
+// bytes).
 uint signed_codes(uint c) { return ((c | 0x80808080u) - 0x01010101u) ^ 0x80808080u; }
 
 int signed_dot16(uvec4 xv, uint word) {
@@ -49,7 +52,8 @@ void main() {
   const uint m0 = gl_WorkGroupID.y * M_TILE;
   const uint group_first = gl_WorkGroupID.x * p.rows_per_group;
   const uint group_end = min(group_first + p.rows_per_group, p.n);
-  for (uint first = group_first + gl_SubgroupID * ROWS; first < group_end; first += gl_NumSubgroups * ROWS) {
+  for (uint first = group_first + gl_SubgroupID * ROWS; first < group_end;
+       first += gl_NumSubgroups * ROWS) {
     float sums[M_TILE * ROWS];
     int totals[M_TILE * ROWS];
     [[unroll]] for (uint i = 0; i < M_TILE * ROWS; ++i) {

@@ -6,7 +6,8 @@
 // y[m, n] = (sum_k x_q[m, k] W_q[n, k]) * gamma / s[m] (+ bias[n]) for small M (decode).
 // Each subgroup owns ROWS output rows at a time and walks them together: every lane streams
 // 16-byte vectors (64 weights) of all ROWS rows, coalesced across the subgroup, and reuses each
-// x vector for all of them (UNROLL vectors of each row in flight at once); the sums are then one subgroupAdd each, with no shared memory and no
+// x vector for all of them (UNROLL vectors of each row in flight at once); the sums are then one
+// subgroupAdd each, with no shared memory and no
 // barrier. A workgroup owns p.rows_per_group consecutive rows, handed to its subgroups in turn
 // whatever the subgroup size. W is read exactly once.
 // FUSED (float32 x, K % 4 == 0, M * Kp / 4 <= SHARED_WORDS): no separate pre-pass. Every
@@ -126,7 +127,8 @@ float workgroup_max(float v) {
   barrier();
   float result = 0.0;
   if (subgroup_reductions()) {
-    for (uint s = gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize) result = max(result, s_reduce_max[s]);
+    for (uint s = gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize)
+      result = max(result, s_reduce_max[s]);
     return subgroupMax(result);
   }
   for (uint s = 0; s < gl_NumSubgroups; ++s) result = max(result, s_reduce_max[s]);
@@ -137,7 +139,8 @@ float workgroup_max(float v) {
 int workgroup_int_total() {
   int total = 0;
   if (subgroup_reductions()) {
-    for (uint s = gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize) total += s_reduce_int[s];
+    for (uint s = gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize)
+      total += s_reduce_int[s];
     return subgroupAdd(total);
   }
   for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce_int[s];
@@ -166,7 +169,8 @@ void quantize_rows(uint sink) {
       [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[c], cache[c]);
       const float r = 1.0 / sqrt(workgroup_sum(squares) / float(p.k) + p.norm_eps);
       [[unroll]] for (uint c = 0; c < CACHED; ++c)
-        if (lane + c * WG_SIZE < vectors) cache[c] = cache[c] * r * norm_weight4[lane + c * WG_SIZE];
+        if (lane + c * WG_SIZE < vectors)
+          cache[c] = cache[c] * r * norm_weight4[lane + c * WG_SIZE];
     }
     float absmax = 0.0;
     [[unroll]] for (uint c = 0; c < CACHED; ++c)
@@ -220,7 +224,8 @@ int dot16(uvec4 xv, uint word) {
 }
 
 // The UNROLL vectors from c0 of the subgroup's ROWS rows at `first` (whole 16-byte vectors).
-void load_weights(out uvec4 wv[UNROLL][ROWS], uint which, uint first, uint c0, uint vectors, uint group_end) {
+void load_weights(out uvec4 wv[UNROLL][ROWS], uint which, uint first, uint c0, uint vectors,
+                  uint group_end) {
   [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
     const uint c = c0 + u * gl_SubgroupSize;
     [[unroll]] for (uint r = 0; r < ROWS; ++r)
@@ -261,7 +266,8 @@ void main() {
   if (prefetched) {
     load_weights(early, which, subgroup_first, lane, words / 4, group_end);
     [[unroll]] for (uint u = 0; u < UNROLL; ++u)
-      [[unroll]] for (uint r = 0; r < ROWS; ++r) sink ^= early[u][r].x ^ early[u][r].y ^ early[u][r].z ^ early[u][r].w;
+      [[unroll]] for (uint r = 0; r < ROWS; ++r)
+        sink ^= early[u][r].x ^ early[u][r].y ^ early[u][r].z ^ early[u][r].w;
   }
   quantize_rows(sink);
 #endif
@@ -308,7 +314,9 @@ void main() {
       for (uint c = lane; c < words; c += width) {
         uint wv[ROWS];
         [[unroll]] for (uint r = 0; r < ROWS; ++r)
-          wv[r] = row_of(first, r) < group_end ? W(weight_of(which, r), row_of(first, r) * words + c) : 0x55555555u;
+          wv[r] = row_of(first, r) < group_end
+                      ? W(weight_of(which, r), row_of(first, r) * words + c)
+                      : 0x55555555u;
         [[unroll]] for (uint m = 0; m < M; ++m) {
           const uvec4 xv = ACTIVATIONS(m * words + c);
           [[unroll]] for (uint r = 0; r < ROWS; ++r) acc[m * ROWS + r] += dot16(xv, wv[r]);
@@ -318,10 +326,12 @@ void main() {
 #ifdef FUSED
     if (GATED_OUT) {
       [[unroll]] for (uint m = 0; m < M; ++m) {
-        const int gate_acc = subgroupAdd(acc[m * ROWS]) - ROW_SUM(m);  // integer sums: exact in any order
+        // integer sums: exact in any order
+        const int gate_acc = subgroupAdd(acc[m * ROWS]) - ROW_SUM(m);
         const int up_acc = subgroupAdd(acc[m * ROWS + 1]) - ROW_SUM(m);
         if (lane == m % width) {
-          const float g = float(gate_acc) * gamma[0] / SCALE(m), u = float(up_acc) * gamma_b[0] / SCALE(m);
+          const float g = float(gate_acc) * gamma[0] / SCALE(m);
+          const float u = float(up_acc) * gamma_b[0] / SCALE(m);
           const float r = max(g, 0.0);
           y[m * n_total + first] = r * r * u;
         }

@@ -42,7 +42,8 @@ shared int s_sum[256];
 shared uint s_bad[256];
 shared float s_squares[256];
 
-// sum of squares of the row (float32, in a fixed order: lanes, subgroups, then subgroup by subgroup).
+// sum of squares of the row (float32, in a fixed order: lanes, subgroups, then subgroup by
+// subgroup).
 float row_sum_of_squares(float partial) {
   partial = subgroupAdd(partial);
   if (subgroupElect()) s_squares[gl_SubgroupID] = partial;

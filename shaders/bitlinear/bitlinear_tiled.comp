@@ -42,8 +42,9 @@ void main() {
       if (TERNARY) {
         // col = 4 * j + i: codes i of the block's j-th ternary word
         const uint j = col / 4, i = col % 4;
-        const uint packed = n0 + row < p.n && block + j < p.blocks ? b[(n0 + row) * p.blocks + block + j]
-                                                                   : 0x55555555u;
+        const uint packed = n0 + row < p.n && block + j < p.blocks
+                                ? b[(n0 + row) * p.blocks + block + j]
+                                : 0x55555555u;
         tile_b[row][col] = codes(packed, i);
       } else {
         tile_b[row][col] = n0 + row < p.n && word < words_a ? b[(n0 + row) * words_a + word] : 0u;

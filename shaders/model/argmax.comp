@@ -10,7 +10,8 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint PHASE = 0;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) buffer Partial { uvec2 partial[]; };  // [M, chunks]: (value bits, index)
+// [M, chunks]: (value bits, index)
+layout(std430, binding = 1) buffer Partial { uvec2 partial[]; };
 layout(std430, binding = 2) writeonly buffer Out { int index_out[]; };
 layout(push_constant) uniform Push { uint m; uint n; uint chunks; } p;
 

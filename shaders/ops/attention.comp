@@ -52,7 +52,8 @@ void main() {
     for (uint j = gl_SubgroupID; j < count; j += gl_NumSubgroups) {
       const uint row = ((base + first + j) * p.hkv + g) * p.d;
       float s = 0.0;
-      for (uint e = gl_SubgroupInvocationID; e < p.d; e += gl_SubgroupSize) s += s_q[e] * float(k[row + e]);
+      for (uint e = gl_SubgroupInvocationID; e < p.d; e += gl_SubgroupSize)
+        s += s_q[e] * float(k[row + e]);
       s = subgroupAdd(s) * p.scale;
       if (subgroupElect()) s_p[j] = s;
     }
@@ -67,13 +68,15 @@ void main() {
       chunk_sum += e;
     }
     const float correction = exp(running_max - new_max);
-    running_sum = running_sum * correction + group_sum(chunk_sum);  // group_sum's barrier: s_p ready
+    // group_sum's barrier: s_p ready
+    running_sum = running_sum * correction + group_sum(chunk_sum);
     running_max = new_max;
     // Values: 256 / D key subsets in parallel, each lane one dimension, then summed in order.
     const uint subsets = max(1u, 256 / p.d), e = lane % p.d, subset = lane / p.d;
     float a = 0.0;
     if (subset < subsets)
-      for (uint j = subset; j < count; j += subsets) a += s_p[j] * float(v[((base + first + j) * p.hkv + g) * p.d + e]);
+      for (uint j = subset; j < count; j += subsets)
+        a += s_p[j] * float(v[((base + first + j) * p.hkv + g) * p.d + e]);
     s_acc[lane] = a;
     barrier();
     if (lane < p.d) {

@@ -24,7 +24,8 @@ layout(std430, binding = 3) writeonly buffer O { ELEMENT o[]; };
 layout(std430, binding = 4) buffer Partial { float partial[]; };  // [TQ, HQ, splits, D + 2]
 layout(std430, binding = 5) readonly buffer Start { uint start[]; };  // [1] with FROM_START
 layout(push_constant) uniform Push {
-  uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint splits; uint seq_tokens; uint cache_rows;
+  uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint splits; uint seq_tokens;
+  uint cache_rows;
 } p;
 
 const uint SPLIT = 32;

@@ -95,7 +95,8 @@ void main() {
   const uint g = h / (p.hq / p.hkv), d = p.d;
   const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
   const uint rows = min(BQ, p.seq_tokens - at0);
-  const uint most_keys = visible_keys(CAUSAL, l, at0 + rows - 1, p.seq_tokens);  // the block's last query sees the most
+  // the block's last query sees the most
+  const uint most_keys = visible_keys(CAUSAL, l, at0 + rows - 1, p.seq_tokens);
   const uint base = b * p.cache_rows, first_row = b * p.seq_tokens + at0;
   // Roles from the subgroup layout, so that a row's eight invocations share a subgroup.
   const uint t = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
@@ -107,7 +108,8 @@ void main() {
       q_part[r][i] = vec4(0.0);
       if (r0 + r < rows && c < D4)
         [[unroll]] for (uint e = 0; e < 4; ++e)
-          if (4 * c + e < d) q_part[r][i][e] = float(q[((first_row + r0 + r) * p.hq + h) * d + 4 * c + e]);
+          if (4 * c + e < d)
+            q_part[r][i][e] = float(q[((first_row + r0 + r) * p.hq + h) * d + 4 * c + e]);
     }
   uint my_keys[ROWS];
   float m[ROWS], total[ROWS];
@@ -185,7 +187,8 @@ void main() {
     }
     barrier();  // the keys are used
     store_tile(part);
-    if (first + BK < most_keys) fetch_tile(false, first + BK, min(BK, most_keys - first - BK), base, g, part);
+    if (first + BK < most_keys)
+      fetch_tile(false, first + BK, min(BK, most_keys - first - BK), base, g, part);
     barrier();
     [[unroll]] for (uint key = 0; key < BK; ++key) {
       float w[ROWS];
@@ -205,7 +208,8 @@ void main() {
       [[unroll]] for (uint i = 0; i < 4; ++i) {
         const uint e = 4 * (kg + GROUP * j) + i;
         if (e < d)
-          o[((first_row + r0 + r) * p.hq + h) * d + e] = ELEMENT(total[r] > 0.0 ? acc[r][j][i] / total[r] : 0.0);
+          o[((first_row + r0 + r) * p.hq + h) * d + e] =
+              ELEMENT(total[r] > 0.0 ? acc[r][j][i] / total[r] : 0.0);
       }
   }
 }

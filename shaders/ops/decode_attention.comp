@@ -2,9 +2,11 @@
 // One decode step's attention in one dispatch (float32): for B sequences of one new token each,
 // at position P = start[0],
 //   k_cache[b, P] = rope(k[b]),  v_cache[b, P] = v[b]            (rope as in rope_append.comp)
-//   out[b, h] = softmax(rope(q[b, h]) . K^T / sqrt(D)) V         over cache rows [0, min(P + 1, ROWS))
+//   out[b, h] = softmax(rope(q[b, h]) . K^T / sqrt(D)) V         over cache rows [0, min(P + 1,
+// ROWS))
 // so the steps rope_append + attention_cached make, with each key and value row read once for
-// the G = HQ / HKV query heads that share it. Workgroup (s, g, b) takes keys [SPLIT s, SPLIT s + SPLIT)
+// the G = HQ / HKV query heads that share it. Workgroup (s, g, b) takes keys [SPLIT s, SPLIT s +
+// SPLIT)
 // of KV head g: it scores them (PARTS invocations a key), takes their softmax weights and
 // value sums, and writes its max m, sum of exp(score - m) and weighted values for each of its G
 // heads. The workgroup holding key P computes that key and value itself (and appends them).
@@ -27,11 +29,15 @@ layout(std430, binding = 5) buffer KCache { float k_cache[]; };        // [B, RO
 layout(std430, binding = 6) buffer VCache { float v_cache[]; };
 layout(std430, binding = 7) readonly buffer KCache4 { vec4 k_cache4[]; };  // the k_cache tensor
 layout(std430, binding = 8) readonly buffer Start { uint start[]; };
-layout(std430, binding = 9) coherent buffer Partial { float partial[]; };  // [B, HQ, splits, 4 + D]: m, l, -, -, sums
-layout(std430, binding = 13) coherent readonly buffer Partial4 { vec4 partial4[]; };  // the same tensor
-layout(std430, binding = 10) coherent buffer Counter { uint counter[]; };  // [B, HKV], zero between steps
+// [B, HQ, splits, 4 + D]: m, l, -, -, sums
+layout(std430, binding = 9) coherent buffer Partial { float partial[]; };
+// the same tensor
+layout(std430, binding = 13) coherent readonly buffer Partial4 { vec4 partial4[]; };
+// [B, HKV], zero between steps
+layout(std430, binding = 10) coherent buffer Counter { uint counter[]; };
 layout(std430, binding = 11) writeonly buffer Out { float o[]; };      // [B, HQ, D]
-layout(std430, binding = 12) readonly buffer VCacheRead { float v_cache_read[]; };  // the v_cache tensor
+// the v_cache tensor
+layout(std430, binding = 12) readonly buffer VCacheRead { float v_cache_read[]; };
 layout(push_constant) uniform Push {
   uint hq; uint hkv; uint cache_rows; uint table_rows; uint splits; float scale;
 } p;
@@ -43,9 +49,11 @@ layout(constant_id = 1) const uint SPLIT = 32;
 // registers, and half as many share a multiprocessor.
 layout(constant_id = 2) const uint HEAD_DIM = 256;
 const uint PARTS = 256 / SPLIT;
-const uint MOST_VECTORS = (HEAD_DIM / 4 + PARTS - 1) / PARTS;  // vec4 of a key row one invocation scores
+// vec4 of a key row one invocation scores
+const uint MOST_VECTORS = (HEAD_DIM / 4 + PARTS - 1) / PARTS;
 const uint VALUE_SUBSETS = HEAD_DIM >= 256 ? 1 : 256 / HEAD_DIM;  // invocations sharing a dimension
-const uint VALUE_SLOTS = (SPLIT - 1) / VALUE_SUBSETS + 1;        // keys' values one invocation holds
+// keys' values one invocation holds
+const uint VALUE_SLOTS = (SPLIT - 1) / VALUE_SUBSETS + 1;
 const float LOWEST = -3.402823466e38;
 shared float s_q[G * 256];
 shared float s_k_new[256];
@@ -139,7 +147,9 @@ void main() {
   if (holds_new && j == new_key)
     [[unroll]] for (uint t = 0; t < MOST_VECTORS; ++t) {
       const uint c = part + PARTS * t;
-      if (c < d4) key_vectors[t] = vec4(s_k_new[4 * c], s_k_new[4 * c + 1], s_k_new[4 * c + 2], s_k_new[4 * c + 3]);
+      if (c < d4)
+        key_vectors[t] =
+            vec4(s_k_new[4 * c], s_k_new[4 * c + 1], s_k_new[4 * c + 2], s_k_new[4 * c + 3]);
     }
   [[unroll]] for (uint head = 0; head < G; ++head) {
     float s = 0.0;
@@ -206,7 +216,8 @@ void main() {
   if (lane == 0) {
     const uint done = atomicAdd(counter[b * p.hkv + g], 1u);
     s_last = done == live - 1;
-    if (s_last) counter[b * p.hkv + g] = 0u;  // every live workgroup has counted: ready for the next step
+    // every live workgroup has counted: ready for the next step
+    if (s_last) counter[b * p.hkv + g] = 0u;
   }
   barrier();
   if (!s_last) return;
@@ -241,7 +252,8 @@ void main() {
     const float new_max = my_head < G ? max(s_m[my_head], s_reduce[my_head * LANES]) : 0.0;
     float total = 0.0;
     [[unroll]] for (uint i = 0; i < MERGE_PER_LANE; ++i) {
-      const float w = first_split + slot + i * LANES < live && my_head < G ? exp(m_s[i] - new_max) : 0.0;
+      const float w =
+          first_split + slot + i * LANES < live && my_head < G ? exp(m_s[i] - new_max) : 0.0;
       if (my_head < G) s_w[my_head * CHUNK + slot + i * LANES] = w;
       total += l_s[i] * w;
     }
@@ -261,7 +273,8 @@ void main() {
       const uint item = lane + 256 * r, o4 = item % n4, sub = item / n4;
       const bool in_range = sub < subsets4 && item < subsets4 * n4;
       const uint head = o4 / d4, dim4 = o4 % d4;
-      const uint base = (((b * p.hq + g * G + head) * p.splits + first_split) * (d + 4) + 4) / 4 + dim4;
+      const uint base =
+          (((b * p.hq + g * G + head) * p.splits + first_split) * (d + 4) + 4) / 4 + dim4;
       const uint stride4 = (d + 4) / 4;  // vec4 from one split's record to the next
       vec4 sum = vec4(0.0);
       if (in_range)

@@ -27,9 +27,11 @@ void main() {
     [[unroll]] for (uint r = 0; r < 4; ++r) {
       const uint e = thread + 256 * r;
       const uint row = e / 16, kk = e % 16;  // A: 64 rows x 16 k
-      tile_a[kk][row] = m0 + row < p.m && k0 + kk < p.k ? float(a[(m0 + row) * p.k + k0 + kk]) : 0.0;
+      tile_a[kk][row] =
+          m0 + row < p.m && k0 + kk < p.k ? float(a[(m0 + row) * p.k + k0 + kk]) : 0.0;
       const uint kb = e / 64, col = e % 64;  // B: 16 k x 64 columns, coalesced along N
-      tile_b[kb][col] = k0 + kb < p.k && n0 + col < p.n ? float(b[(k0 + kb) * p.n + n0 + col]) : 0.0;
+      tile_b[kb][col] =
+          k0 + kb < p.k && n0 + col < p.n ? float(b[(k0 + kb) * p.n + n0 + col]) : 0.0;
     }
     barrier();
     [[unroll]] for (uint kk = 0; kk < 16; ++kk) {

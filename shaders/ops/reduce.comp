@@ -56,7 +56,8 @@ void main() {
   for (uint index = gl_GlobalInvocationID.x; index < outputs; index += gl_NumWorkGroups.x * 256) {
     const uint o = index / p.inner, in_ = index % p.inner;
     precise float acc = start(), lost = 0.0;
-    FOR_STRIDED(i, 0, p.count, 1) accumulate(acc, lost, float(x[(o * p.count + i) * p.inner + in_]));
+    FOR_STRIDED(i, 0, p.count, 1)
+        accumulate(acc, lost, float(x[(o * p.count + i) * p.inner + in_]));
     y[index] = ELEMENT(finish(acc));
   }
 }

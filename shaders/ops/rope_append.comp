@@ -48,7 +48,8 @@ void main() {
     } else {
       const uint j = index - q_pairs - k_pairs, t = j / kv_row, e = j % kv_row;
       const uint position = first + t % p.period;
-      if (position < p.cache_rows) v_cache[((t / p.period) * p.cache_rows + position) * kv_row + e] = v[j];
+      if (position < p.cache_rows)
+        v_cache[((t / p.period) * p.cache_rows + position) * kv_row + e] = v[j];
     }
   }
 }

@@ -87,7 +87,10 @@ void main() {
         a = group_max(m);
         float s = 0.0;
         [[unroll]] for (uint c = 0; c < CACHED; ++c)
-          if (lane + c * 256 < vectors) { const vec4 e = exp(v[c] - a); s += (e.x + e.y) + (e.z + e.w); }
+          if (lane + c * 256 < vectors) {
+            const vec4 e = exp(v[c] - a);
+            s += (e.x + e.y) + (e.z + e.w);
+          }
         b = 1.0 / group_sum(s);
         float dot_gs = 0.0;
         [[unroll]] for (uint c = 0; c < CACHED; ++c)
@@ -148,7 +151,10 @@ void main() {
         a = group_max(m);
         float s = 0.0;
         [[unroll]] for (uint c = 0; c < CACHED; ++c)
-          if (lane + c * 256 < vectors) { const vec4 e = exp(v[c] - a); s += (e.x + e.y) + (e.z + e.w); }
+          if (lane + c * 256 < vectors) {
+            const vec4 e = exp(v[c] - a);
+            s += (e.x + e.y) + (e.z + e.w);
+          }
         b = 1.0 / group_sum(s);
       } else if (OP == 1) {
         float s = 0.0;
@@ -179,7 +185,8 @@ void main() {
       FOR_STRIDED(i, lane, p.k, 256) s += exp(value_at(base, i) - a);
       b = 1.0 / group_sum(s);
       float dot_gs = 0.0;
-      FOR_STRIDED(i, lane, p.k, 256) dot_gs += float(grad[base + i]) * exp(value_at(base, i) - a) * b;
+      FOR_STRIDED(i, lane, p.k, 256)
+          dot_gs += float(grad[base + i]) * exp(value_at(base, i) - a) * b;
       const float total = group_sum(dot_gs);
       FOR_STRIDED(i, lane, p.k, 256) {
         const float soft = exp(value_at(base, i) - a) * b;

@@ -27,7 +27,8 @@ void main() {
     uint word = 0;
     for (uint j = 0; j < 32 && first_k + j < p.k; ++j) {
       const uint k = first_k + j;
-      const uint group = p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + k / p.group_size;
+      const uint group =
+          p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + k / p.group_size;
       if (float(w[row * p.k + k]) - means[group] >= 0.0) word |= 1u << j;
     }
     packed[index] = word;

@@ -12,7 +12,8 @@ layout(push_constant) uniform Push { uint rows; uint k; uint first_row; } p;
 
 void main() {
   const uint elements = p.rows * p.k;
-  for (uint i = gl_GlobalInvocationID.x; i < elements; i += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
+  for (uint i = gl_GlobalInvocationID.x; i < elements;
+       i += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
     const uint row = p.first_row + i / p.k;
     const uint bits = uint(q[i]);
     x[i] = SYMMETRIC ? float(int(bits << 24) >> 24) / scales[row]

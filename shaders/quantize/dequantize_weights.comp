@@ -7,7 +7,9 @@ layout(constant_id = 0) const bool BINARY = false;
 layout(std430, binding = 0) readonly buffer Packed { uint packed[]; };
 layout(std430, binding = 1) readonly buffer Scales { float scales[]; };
 layout(std430, binding = 2) writeonly buffer Output { float w[]; };
-layout(push_constant) uniform Push { uint rows; uint k; uint words_per_row; uint group_size; uint first_row; } p;
+layout(push_constant) uniform Push {
+  uint rows; uint k; uint words_per_row; uint group_size; uint first_row;
+} p;
 
 void main() {
   const uint per_word = BINARY ? 32 : 16;
@@ -20,7 +22,8 @@ void main() {
     const uint word = packed[index];
     for (uint j = 0; j < per_word && first_k + j < p.k; ++j) {
       const uint k = first_k + j;
-      const uint group = p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + k / p.group_size;
+      const uint group =
+          p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + k / p.group_size;
       const float value = BINARY ? (((word >> j) & 1u) != 0 ? 1.0 : -1.0)
                                  : float(int((word >> (2 * j)) & 3u) - 1);
       w[row * p.k + k] = value * scales[group];

@@ -12,11 +12,14 @@ layout(constant_id = 1) const float QMAX = 127.0;
 layout(std430, binding = 0) readonly buffer Input { ELEMENT g[]; };
 layout(std430, binding = 1) readonly buffer Scales { float scales[]; };
 layout(std430, binding = 2) writeonly buffer Quantized { uint8_t q[]; };
-layout(push_constant) uniform Push { uint elements; uint first_element; uint seed_lo; uint seed_hi; } p;
+layout(push_constant) uniform Push {
+  uint elements; uint first_element; uint seed_lo; uint seed_hi;
+} p;
 
 void main() {
   const float s = scales[0];
-  for (uint i = gl_GlobalInvocationID.x; i < p.elements; i += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
+  for (uint i = gl_GlobalInvocationID.x; i < p.elements;
+       i += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
     precise float product = float(g[i]) * s;
     float value;
     if (STOCHASTIC) {

@@ -54,7 +54,11 @@ void reduce_row(inout float a, inout float b, inout uint bad) {
   a = SYMMETRIC ? subgroupMax(a) : subgroupMin(a);
   b = subgroupMax(b);
   bad = subgroupAdd(bad);
-  if (subgroupElect()) { s_a[gl_SubgroupID] = a; s_b[gl_SubgroupID] = b; s_bad[gl_SubgroupID] = bad; }
+  if (subgroupElect()) {
+    s_a[gl_SubgroupID] = a;
+    s_b[gl_SubgroupID] = b;
+    s_bad[gl_SubgroupID] = bad;
+  }
   barrier();
   if (lane == 0) {
     for (uint s = 1; s < gl_NumSubgroups; ++s) {

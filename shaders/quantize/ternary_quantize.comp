@@ -38,7 +38,8 @@ void main() {
     // and, where rows are 16-byte aligned (K % 4 == 0), 16-byte vectors.
     if ((p.group_size == 0 || p.group_size % 16 == 0) && first_k + 16 <= p.k && p.k % 4 == 0) {
       const float gamma =
-          scales[p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + first_k / p.group_size];
+          scales[p.group_size == 0 ? 0
+                                   : (p.first_row + row) * groups_per_row + first_k / p.group_size];
       word = 0;
       if (abs(gamma) < TWO_TO_125) {
         for (uint j = 0; j < 4; ++j) {
@@ -59,7 +60,8 @@ void main() {
         const uint k = first_k + j;
         const uint group =
             p.group_size == 0 ? 0 : (p.first_row + row) * groups_per_row + k / p.group_size;
-        const uint c = uint(int(clamp(roundEven(divide(float(w[base + j]), scales[group])), -1.0, 1.0)) + 1);
+        const uint c =
+            uint(int(clamp(roundEven(divide(float(w[base + j]), scales[group])), -1.0, 1.0)) + 1);
         word = (word & ~(3u << (2 * j))) | (c << (2 * j));
       }
     }

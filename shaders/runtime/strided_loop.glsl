@@ -10,6 +10,7 @@
 const uint LOOP_STEPS = 16;
 #define FOR_STRIDED(i, first, end, stride)                                               \
   for (uint i##_pass = (first); i##_pass < (end); i##_pass += LOOP_STEPS * (stride))   \
-    [[unroll]] for (uint i##_step = 0, i = i##_pass; i##_step < LOOP_STEPS; ++i##_step, i += (stride)) \
+    [[unroll]] for (uint i##_step = 0, i = i##_pass; i##_step < LOOP_STEPS;                \
+                    ++i##_step, i += (stride))                                           \
       if (i < (end))
 #endif

@@ -9,7 +9,8 @@
 //     A(v) 2^32 < P Z,   Z the sum of every weight, P = round(p 2^32) in [1, 2^32)
 // in exact integers: the smallest set of the largest values that holds at least the share p of
 // the mass, ties kept together. tau is the smallest kept value's key. Integer sums are exact in any
-// order, so the threshold does not depend on how the work is split. Where T is 0, P is 0 (no top-p),
+// order, so the threshold does not depend on how the work is split. Where T is 0, P is 0 (no
+// top-p),
 // or the largest kept value is infinite, every pass does nothing and the draw keeps every value
 // top-k keeps. reference.sampling_kept computes the same in float64.
 //
@@ -37,10 +38,14 @@ layout(constant_id = 0) const uint PHASE = 0;
 // is indexed by the row within the block.
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer Params { uint params[6]; };  // as sample_rows.comp's
-layout(std430, binding = 2) coherent buffer Counts { uint counts[]; };  // [M, BINS], zero between phases
-layout(std430, binding = 3) readonly buffer Select { uvec4 select_state[]; };  // sample_rows.comp's top-k state
-layout(std430, binding = 4) coherent buffer Tickets { uint tickets[]; };       // [M, 8]: slots 4 to 6 here
-layout(std430, binding = 5) coherent buffer Masses { uint64_t masses[]; };     // [M, BINS], zero between phases
+// [M, BINS], zero between phases
+layout(std430, binding = 2) coherent buffer Counts { uint counts[]; };
+// sample_rows.comp's top-k state
+layout(std430, binding = 3) readonly buffer Select { uvec4 select_state[]; };
+// [M, 8]: slots 4 to 6 here
+layout(std430, binding = 4) coherent buffer Tickets { uint tickets[]; };
+// [M, BINS], zero between phases
+layout(std430, binding = 5) coherent buffer Masses { uint64_t masses[]; };
 struct NucleusState {
   uint max_key;    // the largest kept key (0: none yet)
   uint prefix;     // tau's digits picked so far (after PHASE 3: tau)
@@ -111,7 +116,8 @@ void select_digit(uint row, uint kept_from) {
   const uint high = shift + (level == 2 ? 10u : 11u), digit_mask = (1u << (high - shift)) - 1u;
   const uint max_key = nucleus[row].max_key;
   if (!nucleus_applies(max_key)) return;
-  const float m = unkey(max_key), t = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
+  const float m = unkey(max_key), t = uintBitsToFloat(params[0]),
+              inverse = uintBitsToFloat(params[1]);
   const uint prefix = level == 0 ? 0u : nucleus[row].prefix;
   [[unroll]] for (uint i = 0; i < BINS / 256; ++i) {
     s_counts[id + 256 * i] = 0u;

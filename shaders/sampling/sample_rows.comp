@@ -1,7 +1,8 @@
 #version 450
 // Draws one index a row of float32 logits x [M, N] (Gumbel-max): the kept values are those at
 // least the row's k-th largest (every one where k is 0, or where the row holds fewer than k
-// numbers) and, with top-p, at least its nucleus threshold (sample_nucleus.comp), and the draw is the kept index j with the largest
+// numbers) and, with top-p, at least its nucleus threshold (sample_nucleus.comp), and the draw is
+// the kept index j with the largest
 //     s_j = x_j + T g_j (T < 1), or x_j (1 / T) + g_j (T >= 1: no overflow either way),
 //     g_j = -log(-log(1 - u_j)),   u_j = (h_j + 0.5) / 2^32,
 // with 1 / T rounded to float32 by the host, the first of equal ones (the first NaN where the row
@@ -30,18 +31,24 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint PHASE = 0;
 // The op binds blocks of rows: x and index_out start at the block's first row, p.row0 in the whole
-// array (which keys the noise); the scratch, reused by every block, is indexed by the row within it.
+// array (which keys the noise); the scratch, reused by every block, is indexed by the row within
+// it.
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 // T and 1 / T (float32 bits), k, seed_lo, seed_hi, top-p as p 2^32 (0: none)
 layout(std430, binding = 1) readonly buffer Params { uint params[6]; };
 layout(std430, binding = 2) readonly buffer Start { int start; };
-layout(std430, binding = 3) coherent buffer Bins { uint bins[]; };          // [M, BINS], zero between phases
-layout(std430, binding = 4) coherent buffer Select { uvec4 select_state[]; };  // [M]: prefix, wanted, all
-layout(std430, binding = 5) coherent buffer Tickets { uint tickets[]; };    // [M, TICKETS], zero between runs
-layout(std430, binding = 6) coherent buffer Partial { uvec2 partial[]; };   // [M, chunks]: (s bits, index)
+// [M, BINS], zero between phases
+layout(std430, binding = 3) coherent buffer Bins { uint bins[]; };
+// [M]: prefix, wanted, all
+layout(std430, binding = 4) coherent buffer Select { uvec4 select_state[]; };
+// [M, TICKETS], zero between runs
+layout(std430, binding = 5) coherent buffer Tickets { uint tickets[]; };
+// [M, chunks]: (s bits, index)
+layout(std430, binding = 6) coherent buffer Partial { uvec2 partial[]; };
 layout(std430, binding = 7) buffer NaNs { uint nan_count; };
 layout(std430, binding = 8) writeonly buffer Out { int index_out[]; };
-// [M, 8] (sample_nucleus.comp's Nucleus): the largest kept key (0 between runs), the threshold's key
+// [M, 8] (sample_nucleus.comp's Nucleus): the largest kept key (0 between runs), the threshold's
+// key
 layout(std430, binding = 9) coherent buffer Nucleus { uint nucleus[]; };
 layout(push_constant) uniform Push { uint n; uint chunks; uint offset; uint row0; } p;
 
@@ -70,7 +77,8 @@ void select_digit(uint row, uint k) {
     const uint j = first + id + 256 * t;
     if (j >= end || isnan(v[t])) continue;
     const uint kv = key(v[t]);
-    if (high == 32u || (kv >> high) == (state.x >> high)) atomicAdd(s_bins[(kv >> shift) & digit_mask], 1u);
+    if (high == 32u || (kv >> high) == (state.x >> high))
+      atomicAdd(s_bins[(kv >> shift) & digit_mask], 1u);
   }
   barrier();
   [[unroll]] for (uint i = 0; i < BINS / 256; ++i) {
@@ -118,7 +126,8 @@ void draw(uint row, uint k) {
   uint threshold = state.z != 0u ? 0u : state.x;  // every number's key is above 0
   const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
   const bool nucleus_ran = params[5] != 0u && temperature != 0.0;
-  if (nucleus_ran && nucleus_applies(nucleus[row * 8])) threshold = max(threshold, nucleus[row * 8 + 1]);
+  if (nucleus_ran && nucleus_applies(nucleus[row * 8]))
+    threshold = max(threshold, nucleus[row * 8 + 1]);
   const uint step = uint(start) + p.offset;
   const uint row_key = draw_key(p.row0 + row, step, params[3], params[4]);
   const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.n);

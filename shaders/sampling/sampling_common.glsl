@@ -25,7 +25,8 @@ float exponential(uint h) {
   const float w = (float(h) + 0.5) * two_to_minus_32;
   if (w >= 0.0625) return -log(1.0 - w);
   // -log1p(-w) = w + w^2 / 2 + w^3 / 3 + ..., to float32 precision for w < 1/16
-  return w * (1.0 + w * (1.0 / 2.0 + w * (1.0 / 3.0 + w * (1.0 / 4.0 + w * (1.0 / 5.0 + w * (1.0 / 6.0 + w / 7.0))))));
+  return w * (1.0 + w * (1.0 / 2.0 + w * (1.0 / 3.0 + w * (1.0 / 4.0 +
+                                                    w * (1.0 / 5.0 + w * (1.0 / 6.0 + w / 7.0))))));
 }
 
 // The noise key of row `row` of a draw at `step` with the seed's words seed_lo, seed_hi.

@@ -8,13 +8,18 @@
 // every float32 evaluation of h . head[v], from an int8 copy of the head and a 16-bit copy of h.
 //   head[v] ~ sigma_v q_v (q_v int8, per-row scale; models.py builds it), h ~ sigma_h h16
 //   (h16 = roundEven(h 32767 / max|h|), split into a signed high byte and an unsigned low byte),
-//   approx = sigma_v sigma_h (256 sum_k hi_k q_vk + sum_k lo_k q_vk), two exact integer dot products;
-//   |h . head[v] - approx| <= ||h - sigma_h h16|| ||head[v]|| + ||sigma_h h16|| ||head[v] - sigma_v q_v||
-//   (Cauchy-Schwarz), plus the float32 rounding of either side, which the row's D' (its quantization
+//   approx = sigma_v sigma_h (256 sum_k hi_k q_vk + sum_k lo_k q_vk), two exact integer dot
+// products;
+//   |h . head[v] - approx| <= ||h - sigma_h h16|| ||head[v]|| + ||sigma_h h16|| ||head[v] - sigma_v
+// q_v||
+//   (Cauchy-Schwarz), plus the float32 rounding of either side, which the row's D' (its
+// quantization
 //   error's norm D_v plus gamma (N_v + D_v), gamma covering K-term float32 sums in any order) and
-//   N (its norm N_v) cover: bound = ((||h|| + E_h) D' + E_h N) (1 + 2^-8), E_h = 0.52 sqrt(K) sigma_h.
+//   N (its norm N_v) cover: bound = ((||h|| + E_h) D' + E_h N) (1 + 2^-8), E_h = 0.52 sqrt(K)
+// sigma_h.
 // Each subgroup takes rows team, team + teams, ... (ROWS at a time, their loads in flight
-// together); hi[v] = approx + bound, and the workgroup's largest approx - bound in lows[group]. Where h holds NaN or Inf, or the subgroup is too narrow for the
+// together); hi[v] = approx + bound, and the workgroup's largest approx - bound in lows[group].
+// Where h holds NaN or Inf, or the subgroup is too narrow for the
 // J vectors a lane holds, every bracket is NaN: every row is then a candidate, checked exactly.
 // SAMPLE (the screened draw, ops/model.cpp's screened_sample): each row's approx - bound also goes
 // to low[v], and lows[group] takes the largest draw_score(approx - bound, g_v) instead: a lower
@@ -30,20 +35,23 @@
 #include "../sampling/sampling_common.glsl"
 #endif
 layout(local_size_x = 256) in;
-layout(constant_id = 0) const uint J = 1;  // 16-value vectors of a row a lane holds: ceil(Kp / 16 / subgroup size)
+// 16-value vectors of a row a lane holds: ceil(Kp / 16 / subgroup size)
+layout(constant_id = 0) const uint J = 1;
 layout(constant_id = 1) const uint ROWS = 1;  // rows a subgroup requests at once
 layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };      // h float32 [K], K % 4 == 0
 layout(std430, binding = 1) readonly buffer Q4 { uvec4 q4[]; };     // int8 head [V, Kp]
 layout(std430, binding = 2) readonly buffer Meta { vec4 meta[]; };  // [V]: sigma_v, D', N, unused
 layout(std430, binding = 3) writeonly buffer High { float high[]; };  // [V]
-layout(std430, binding = 4) writeonly buffer Lows { float lows[]; };  // [workgroups] ([2, workgroups] with SAMPLE)
+// [workgroups] ([2, workgroups] with SAMPLE)
+layout(std430, binding = 4) writeonly buffer Lows { float lows[]; };
 shared float s_low[256];
 #ifdef SAMPLE
 shared float s_plain_low[256];
 layout(std430, binding = 5) writeonly buffer Low { float low_out[]; };  // [V]
 layout(std430, binding = 6) readonly buffer Params { uint params[6]; };  // as sample_rows.comp's
 layout(std430, binding = 7) readonly buffer Start { int start; };
-layout(push_constant) uniform Push { uint v; uint k; uint vectors; uint offset; } p;  // vectors: Kp / 16
+// vectors: Kp / 16
+layout(push_constant) uniform Push { uint v; uint k; uint vectors; uint offset; } p;
 #else
 layout(push_constant) uniform Push { uint v; uint k; uint vectors; } p;  // vectors: Kp / 16
 #endif
@@ -81,7 +89,8 @@ void main() {
   amax = subgroupMax(amax);
   // ||h|| as max|h| ||h / max|h|||: no square underflows to zero that matters (the sum is >= 1).
   // Below 1e-18 (or with NaN or Inf) the products below could underflow: no bracket then.
-  const bool unbounded = subgroupAny(nonfinite) || width * J < p.vectors || (amax > 0.0 && amax < 1e-18);
+  const bool unbounded =
+      subgroupAny(nonfinite) || width * J < p.vectors || (amax > 0.0 && amax < 1e-18);
   const float inverse = amax > 0.0 && !unbounded ? 32767.0 / amax : 0.0;
   const float sigma_h = amax / 32767.0, unit = amax > 0.0 && !unbounded ? 1.0 / amax : 0.0;
   float squares = 0.0;
@@ -90,8 +99,8 @@ void main() {
     [[unroll]] for (uint i = 0; i < 4; ++i) {
       const vec4 scaled = h[j][i] * unit;
       squares += dot(scaled, scaled);
-      split_bytes(ivec4(clamp(roundEven(h[j][i] * inverse), vec4(-32767.0), vec4(32767.0))), high_words[j][i],
-                  low_words[j][i]);
+      split_bytes(ivec4(clamp(roundEven(h[j][i] * inverse), vec4(-32767.0), vec4(32767.0))),
+                  high_words[j][i], low_words[j][i]);
     }
   squares = subgroupAdd(squares);
   const float norm_h = amax * sqrt(squares), error_h = 0.52 * sqrt(float(p.k)) * sigma_h;
@@ -99,7 +108,8 @@ void main() {
   float best_low = -1.0 / 0.0;
 #ifdef SAMPLE
   float best_plain_low = -1.0 / 0.0;
-  const float temperature = uintBitsToFloat(params[0]), inverse_temperature = uintBitsToFloat(params[1]);
+  const float temperature = uintBitsToFloat(params[0]);
+  const float inverse_temperature = uintBitsToFloat(params[1]);
   const uint row_key = draw_key(0u, uint(start) + p.offset, params[3], params[4]);
 #endif
   for (uint first = team * ROWS; first < p.v; first += teams * ROWS) {
@@ -124,12 +134,14 @@ void main() {
       if (lane == r && row < p.v) {
         const float approx = sigma_h * (256.0 * float(sum_high) + float(sum_low)) * m.x;
         // 1e-36: what flushing a product below the smallest normal float to zero can lose.
-        const float bound = ((norm_h + error_h) * m.y + error_h * m.z) * (1.0 + 1.0 / 256.0) + 1e-36;
+        const float bound =
+            ((norm_h + error_h) * m.y + error_h * m.z) * (1.0 + 1.0 / 256.0) + 1e-36;
         high[row] = unbounded ? not_a_number : approx + bound;
 #ifdef SAMPLE
         low_out[row] = unbounded ? not_a_number : approx - bound;
         if (!unbounded && approx - bound > best_plain_low) best_plain_low = approx - bound;
-        const float low = draw_score(approx - bound, gumbel(row, row_key), temperature, inverse_temperature);
+        const float low =
+            draw_score(approx - bound, gumbel(row, row_key), temperature, inverse_temperature);
 #else
         const float low = approx - bound;
 #endif

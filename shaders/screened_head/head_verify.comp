@@ -30,25 +30,30 @@
 #include "../sampling/sampling_common.glsl"
 #endif
 layout(local_size_x = 256) in;
-layout(constant_id = 0) const uint IN_FLIGHT = 2;  // as linear_rows (the order does not depend on it)
+// as linear_rows (the order does not depend on it)
+layout(constant_id = 0) const uint IN_FLIGHT = 2;
 layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };      // h float32 [K], K % 4 == 0
 layout(std430, binding = 1) readonly buffer W4 { ELEMENT4 w4[]; };  // head [V, K]
 layout(std430, binding = 2) readonly buffer High { float high[]; };  // [V]
-layout(std430, binding = 3) readonly buffer Lows { float lows[]; };  // [screening workgroups] ([2, ...] with SAMPLE)
+// [screening workgroups] ([2, ...] with SAMPLE)
+layout(std430, binding = 3) readonly buffer Lows { float lows[]; };
 #ifdef SAMPLE
 layout(std430, binding = 4) readonly buffer Select { uvec4 select_state; };  // prefix, wanted, all
-layout(std430, binding = 5) readonly buffer Params { uint params[6]; };      // as sample_rows.comp's
+// as sample_rows.comp's
+layout(std430, binding = 5) readonly buffer Params { uint params[6]; };
 layout(std430, binding = 6) readonly buffer Start { int start; };
 layout(std430, binding = 7) writeonly buffer Exact { float exact[]; };       // [V]
 layout(push_constant) uniform Push { uint v; uint k; uint lows; uint offset; } p;
 #else
-layout(std430, binding = 4) coherent buffer Partial { uvec2 partial[]; };  // [chunks]: (value bits, index)
+// [chunks]: (value bits, index)
+layout(std430, binding = 4) coherent buffer Partial { uvec2 partial[]; };
 layout(std430, binding = 5) coherent buffer Counter { uint tickets[1]; };  // zero between runs
 layout(std430, binding = 6) writeonly buffer Out { int index_out; };
 layout(push_constant) uniform Push { uint v; uint k; uint lows; } p;
 #endif
 
-layout(constant_id = 1) const uint CHUNK = 128;  // rows a workgroup screens (ops/model.cpp's verify_chunk)
+// rows a workgroup screens (ops/model.cpp's verify_chunk)
+layout(constant_id = 1) const uint CHUNK = 128;
 const uint TEAM = 32, TEAMS = 8;
 shared float s_low[256];
 shared uint s_count;
@@ -65,7 +70,8 @@ void main() {
 #ifdef SAMPLE
   const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
   const bool by_key = params[2] != 0u, by_weight = !by_key && params[5] != 0u && temperature != 0.0;
-  const uint from = by_weight ? p.lows : 0u;  // top-p: the largest lower end itself, the second half
+  // top-p: the largest lower end itself, the second half
+  const uint from = by_weight ? p.lows : 0u;
 #else
   const uint from = 0u;
 #endif
@@ -90,7 +96,8 @@ void main() {
     const float h = high[row];
     if (isnan(h) || (by_key     ? key(h) >= low_key
                      : by_weight ? !(h < weight_floor)
-                                 : !(draw_score(h, gumbel(row, row_key), temperature, inverse) < threshold)))
+                                 : !(draw_score(h, gumbel(row, row_key), temperature, inverse) <
+                                     threshold)))
       s_rows[atomicAdd(s_count, 1u)] = row;
     else
       exact[row] = -1.0 / 0.0;

@@ -12,13 +12,15 @@ DType to_dtype(py::handle object, const char* argument) {
   try {
     dtype = py::dtype::from_args(py::reinterpret_borrow<py::object>(object));
   } catch (py::error_already_set&) {
-    throw DTypeError(std::string(argument) + ": not a NumPy dtype: " + py::repr(object).cast<std::string>());
+    throw DTypeError(std::string(argument) +
+                     ": not a NumPy dtype: " + py::repr(object).cast<std::string>());
   }
   const std::string name = py::str(dtype.attr("name"));
   auto found = dtype_from_name(name);
   if (!found || !dtype.attr("isnative").cast<bool>())
-    throw DTypeError(std::string(argument) + ": expected one of " + std::string(supported_dtype_list) +
-                     ", got " + py::str(dtype).cast<std::string>());
+    throw DTypeError(std::string(argument) + ": expected one of " +
+                     std::string(supported_dtype_list) + ", got " +
+                     py::str(dtype).cast<std::string>());
   return *found;
 }
 
@@ -58,12 +60,18 @@ std::vector<py::ssize_t> c_strides(const Tensor& tensor) {
 
 const char* buffer_format(DType dtype) {
   switch (dtype) {
-    case DType::float32: return "f";
-    case DType::float16: return "e";
-    case DType::int8: return "b";
-    case DType::uint8: return "B";
-    case DType::int32: return "i";
-    case DType::uint32: return "I";
+    case DType::float32:
+      return "f";
+    case DType::float16:
+      return "e";
+    case DType::int8:
+      return "b";
+    case DType::uint8:
+      return "B";
+    case DType::int32:
+      return "i";
+    case DType::uint32:
+      return "I";
   }
   return "B";
 }
@@ -80,8 +88,9 @@ py::array to_array(const Tensor& tensor) {
 py::array view_array(py::object self) {
   const Tensor& tensor = self.cast<const Tensor&>();
   if (!tensor.host_visible())
-    throw ArgumentError("this tensor lives in device-only memory and cannot be viewed without a "
-                        "copy; use .numpy() or np.asarray(t) without copy=False");
+    throw ArgumentError(
+        "this tensor lives in device-only memory and cannot be viewed without a "
+        "copy; use .numpy() or np.asarray(t) without copy=False");
   return py::array(to_numpy(tensor.dtype()), tensor.shape(), c_strides(tensor),
                    tensor.mapped_data(), self);
 }
@@ -97,8 +106,9 @@ Tensor from_numpy(py::object source, std::shared_ptr<Device> device, const std::
   if (zero_copy) {
     const int flags = py::detail::array_proxy(array.ptr())->flags;
     if (!(flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_))
-      throw ArgumentError("zero_copy=True needs a C-contiguous array (this one is not; "
-                          "np.ascontiguousarray would copy it)");
+      throw ArgumentError(
+          "zero_copy=True needs a C-contiguous array (this one is not; "
+          "np.ascontiguousarray would copy it)");
     if (!(flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_))
       throw ArgumentError("zero_copy=True needs a writeable array");
     if (array.nbytes() == 0) throw ArgumentError("zero_copy=True needs a non-empty array");
@@ -120,9 +130,10 @@ Tensor from_numpy(py::object source, std::shared_ptr<Device> device, const std::
     return Tensor::import_host(device, array.mutable_data(), shape, dtype, std::move(keep));
   }
   const int flags = py::detail::array_proxy(array.ptr())->flags;
-  py::array contiguous = (flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_)
-                             ? array
-                             : py::array(py::module_::import("numpy").attr("ascontiguousarray")(array));
+  py::array contiguous =
+      (flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_)
+          ? array
+          : py::array(py::module_::import("numpy").attr("ascontiguousarray")(array));
   Tensor tensor = Tensor::empty(device, shape, dtype, to_placement(memory));
   const void* data = contiguous.data();
   const uint64_t bytes = tensor.nbytes();
@@ -147,7 +158,8 @@ std::vector<BufferBinding> to_bindings(const std::vector<const Tensor*>& tensors
 std::array<uint32_t, 3> to_groups(py::handle groups) {
   std::vector<int64_t> values = to_shape(groups);
   if (values.empty() || values.size() > 3)
-    throw ShapeError("groups: expected 1 to 3 workgroup counts, got " + std::to_string(values.size()));
+    throw ShapeError("groups: expected 1 to 3 workgroup counts, got " +
+                     std::to_string(values.size()));
   std::array<uint32_t, 3> result{1, 1, 1};
   for (size_t i = 0; i < values.size(); ++i) {
     if (values[i] < 0 || values[i] > 0xffffffffll)
@@ -164,8 +176,10 @@ std::vector<std::byte> to_bytes(py::handle object, const char* argument) {
     py::object view = py::module_::import("builtins").attr("memoryview")(object);
     bytes = view.attr("tobytes")().cast<std::string>();
   } catch (py::error_already_set&) {
-    throw DTypeError(std::string(argument) + ": expected a bytes-like object (bytes, a NumPy array "
-                     "or scalar), got " + py::repr(object).cast<std::string>());
+    throw DTypeError(std::string(argument) +
+                     ": expected a bytes-like object (bytes, a NumPy array "
+                     "or scalar), got " +
+                     py::repr(object).cast<std::string>());
   }
   std::vector<std::byte> result(bytes.size());
   if (!bytes.empty()) std::memcpy(result.data(), bytes.data(), bytes.size());
@@ -181,8 +195,9 @@ Specialization to_specialization(const std::optional<py::dict>& values) {
     try {
       id = key.cast<uint32_t>();
     } catch (py::cast_error&) {
-      throw ArgumentError("specialization constant id: expected an integer from 0 to 4294967295, got " +
-                          py::repr(key).cast<std::string>());
+      throw ArgumentError(
+          "specialization constant id: expected an integer from 0 to 4294967295, got " +
+          py::repr(key).cast<std::string>());
     }
     const std::string name = "specialization constant " + std::to_string(id);
     // Python's and NumPy's bools, integers and floats (an integer must fit in 64 bits).
@@ -192,12 +207,14 @@ Specialization to_specialization(const std::optional<py::dict>& values) {
       try {
         result[id] = py::int_(py::reinterpret_borrow<py::object>(value)).cast<int64_t>();
       } catch (py::cast_error&) {
-        throw ArgumentError(name + ": " + py::repr(value).cast<std::string>() + " does not fit in 64 bits");
+        throw ArgumentError(name + ": " + py::repr(value).cast<std::string>() +
+                            " does not fit in 64 bits");
       }
     } else if (py::isinstance<py::float_>(value) || py::isinstance(value, numpy.attr("floating"))) {
       result[id] = py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>();
     } else {
-      throw DTypeError(name + ": expected a bool, int or float, got " + py::repr(value).cast<std::string>());
+      throw DTypeError(name + ": expected a bool, int or float, got " +
+                       py::repr(value).cast<std::string>());
     }
   }
   return result;

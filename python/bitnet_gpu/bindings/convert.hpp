@@ -38,7 +38,8 @@ const char* buffer_format(DType dtype);
 // base keeps the tensor alive).
 py::array to_array(const Tensor& tensor);
 py::array view_array(py::object self);
-Tensor from_numpy(py::object source, std::shared_ptr<Device> device, const std::string& memory, bool zero_copy);
+Tensor from_numpy(py::object source, std::shared_ptr<Device> device, const std::string& memory,
+                  bool zero_copy);
 std::vector<BufferBinding> to_bindings(const std::vector<const Tensor*>& tensors);
 // A workgroup count: an int or up to three ints.
 std::array<uint32_t, 3> to_groups(py::handle groups);

@@ -34,10 +34,11 @@ PYBIND11_MODULE(_core, m) {
   errors.error = make_error("Error", py::make_tuple(py::handle(PyExc_Exception)),
                             "Base class of every error bitnet_gpu raises.");
   py::handle base(errors.error);
-  errors.device = make_error("DeviceError", py::make_tuple(base),
-                             "The Vulkan device failed or was lost.");
-  errors.out_of_memory = make_error("OutOfMemory", py::make_tuple(base, py::handle(PyExc_MemoryError)),
-                                    "A Vulkan allocation did not fit.");
+  errors.device =
+      make_error("DeviceError", py::make_tuple(base), "The Vulkan device failed or was lost.");
+  errors.out_of_memory =
+      make_error("OutOfMemory", py::make_tuple(base, py::handle(PyExc_MemoryError)),
+                 "A Vulkan allocation did not fit.");
   errors.unsupported = make_error("UnsupportedError", py::make_tuple(base),
                                   "The device or this build cannot do what was asked.");
   errors.shape = make_error("ShapeError", py::make_tuple(base, py::handle(PyExc_ValueError)),

@@ -32,8 +32,8 @@ void bind_ops(py::module_& m) {
         py::arg("rows"), py::arg("cols"), py::arg("group_size"), py::arg("binary"), release);
   m.def("dequantize_weights", &ops::dequantize_weights, py::arg("weights"),
         py::arg("out") = py::none(), release);
-  m.def("unpack_ternary", &ops::unpack_ternary, py::arg("packed"), py::arg("rows"),
-        py::arg("cols"), py::arg("out") = py::none(), release);
+  m.def("unpack_ternary", &ops::unpack_ternary, py::arg("packed"), py::arg("rows"), py::arg("cols"),
+        py::arg("out") = py::none(), release);
   m.def("pack_ternary", &ops::pack_ternary, py::arg("values"), py::arg("out") = py::none(),
         release);
   m.def(
@@ -101,12 +101,14 @@ void bind_ops(py::module_& m) {
         py::arg("out") = py::none(), release);
   m.def("attention", &ops::attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"),
         py::arg("kv_length"), py::arg("out") = py::none(), release);
-  m.def("rope", &ops::rope, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("out") = py::none(),
+  m.def("rope", &ops::rope, py::arg("x"), py::arg("cos"), py::arg("sin"),
+        py::arg("out") = py::none(), release);
+  m.def("attention_cached", &ops::attention_cached, py::arg("q"), py::arg("k_cache"),
+        py::arg("v_cache"), py::arg("start"), py::arg("causal"), py::arg("out") = py::none(),
         release);
-  m.def("attention_cached", &ops::attention_cached, py::arg("q"), py::arg("k_cache"), py::arg("v_cache"),
-        py::arg("start"), py::arg("causal"), py::arg("out") = py::none(), release);
-  m.def("bitlinear_group", &ops::bitlinear_group, py::arg("x"), py::arg("up"), py::arg("norm_weight"),
-        py::arg("norm_eps"), py::arg("weights"), py::arg("residuals"), py::arg("gated_output") = false, release);
+  m.def("bitlinear_group", &ops::bitlinear_group, py::arg("x"), py::arg("up"),
+        py::arg("norm_weight"), py::arg("norm_eps"), py::arg("weights"), py::arg("residuals"),
+        py::arg("gated_output") = false, release);
   m.def("copy_rows", &ops::copy_rows, py::arg("rows"), py::arg("destination"), py::arg("first_row"),
         release);
   py::enum_<ops::BinaryOp>(m, "BinaryOp")
@@ -114,8 +116,8 @@ void bind_ops(py::module_& m) {
       .value("sub", ops::BinaryOp::sub)
       .value("mul", ops::BinaryOp::mul)
       .value("div", ops::BinaryOp::div);
-  m.def("binary", &ops::binary, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out") = py::none(),
-        release);
+  m.def("binary", &ops::binary, py::arg("a"), py::arg("b"), py::arg("op"),
+        py::arg("out") = py::none(), release);
   py::class_<ops::NormGradients>(m, "NormGradients")
       .def_readonly("grad_x", &ops::NormGradients::grad_x)
       .def_readonly("grad_times_xhat", &ops::NormGradients::grad_times_xhat)
@@ -128,14 +130,14 @@ void bind_ops(py::module_& m) {
       .value("sum", ops::ReduceOp::sum)
       .value("mean", ops::ReduceOp::mean)
       .value("max", ops::ReduceOp::max);
-  m.def("reduce", &ops::reduce, py::arg("x"), py::arg("axis"), py::arg("op"), py::arg("out") = py::none(),
-        release);
+  m.def("reduce", &ops::reduce, py::arg("x"), py::arg("axis"), py::arg("op"),
+        py::arg("out") = py::none(), release);
   m.def("transpose", &ops::transpose, py::arg("x"), py::arg("out") = py::none(), release);
   m.def("matmul", &ops::matmul, py::arg("a"), py::arg("b"), py::arg("out") = py::none(), release);
   m.def("row_op", &ops::row_op, py::arg("x"), py::arg("op"), py::arg("weight"), py::arg("bias"),
         py::arg("eps"), py::arg("out") = py::none(), release);
-  m.def("bitlinear_backward_input", &ops::bitlinear_backward_input, py::arg("grad_y"),
-        py::arg("w"), release);
+  m.def("bitlinear_backward_input", &ops::bitlinear_backward_input, py::arg("grad_y"), py::arg("w"),
+        release);
 }
 
 }  // namespace bitnet::binding

@@ -30,7 +30,8 @@ void bind_recording(py::module_& m) {
       .def_property_readonly("device", &Kernel::device)
       .def_property_readonly("binding_count",
                              [](const Kernel& k) { return k.interface().binding_writable.size(); })
-      .def_property_readonly("writable", [](const Kernel& k) { return k.interface().binding_writable; })
+      .def_property_readonly("writable",
+                             [](const Kernel& k) { return k.interface().binding_writable; })
       .def_property_readonly("push_constant_size",
                              [](const Kernel& k) { return k.interface().push_constant_size; })
       .def_property_readonly("local_size",
@@ -46,7 +47,8 @@ void bind_recording(py::module_& m) {
               std::visit([&](const auto& value) { out[py::str(s.name)] = value; }, s.value);
             return out;
           },
-          "What the driver's compiler reports for this kernel (VK_KHR_pipeline_executable_properties), "
+          "What the driver's compiler reports for this kernel "
+          "(VK_KHR_pipeline_executable_properties), "
           "by the driver's names: on NVIDIA the registers a thread takes, the shared and spilled "
           "memory, and so on. Empty where the device does not report them "
           "(device.info.features['pipeline_statistics']).")
@@ -70,10 +72,13 @@ void bind_recording(py::module_& m) {
       .def("timings", [](Submission& s) { return timing_list([&] { return s.timings(); }); });
 
   py::class_<Sequence>(m, "Sequence", "Records ops into one command buffer and submits them once.")
-      .def("__enter__", [](Sequence& s) -> Sequence& {
-             s.activate();
-             return s;
-           }, py::return_value_policy::reference)
+      .def(
+          "__enter__",
+          [](Sequence& s) -> Sequence& {
+            s.activate();
+            return s;
+          },
+          py::return_value_policy::reference)
       .def("__exit__",
            [](Sequence& s, py::handle type, py::handle, py::handle) {
              s.deactivate();
@@ -96,13 +101,18 @@ void bind_recording(py::module_& m) {
           },
           py::arg("kernel"), py::arg("groups"), py::arg("tensors"),
           py::arg("push_constants") = py::none())
-      .def("copy",
-           [](Sequence& s, const Tensor& source, const Tensor& destination) {
-             s.copy(source.binding(), destination.binding());
-           }, py::arg("source"), py::arg("destination"))
-      .def("fill", [](Sequence& s, const Tensor& destination, uint32_t word) {
-             s.fill(destination.binding(), word);
-           }, py::arg("destination"), py::arg("word"))
+      .def(
+          "copy",
+          [](Sequence& s, const Tensor& source, const Tensor& destination) {
+            s.copy(source.binding(), destination.binding());
+          },
+          py::arg("source"), py::arg("destination"))
+      .def(
+          "fill",
+          [](Sequence& s, const Tensor& destination, uint32_t word) {
+            s.fill(destination.binding(), word);
+          },
+          py::arg("destination"), py::arg("word"))
       .def("submit", &Sequence::submit)
       .def("timings", [](Sequence& s) { return timing_list([&] { return s.timings(); }); })
       .def_property_readonly("op_count", &Sequence::op_count)
@@ -110,13 +120,15 @@ void bind_recording(py::module_& m) {
       .def_property_readonly("submitted", &Sequence::submitted)
       .def_property_readonly("timings_enabled", &Sequence::timings_enabled);
 
-  py::class_<Graph, std::shared_ptr<Graph>>(m, "_Graph", "Ops recorded once, replayed in one submission.")
+  py::class_<Graph, std::shared_ptr<Graph>>(m, "_Graph",
+                                            "Ops recorded once, replayed in one submission.")
       .def(py::init([](std::shared_ptr<Device> device, const std::string& timings) {
              if (timings != "off" && timings != "per_op" && timings != "total")
-               throw ArgumentError("timings: expected 'off', 'per_op' or 'total', got '" + timings + "'");
-             return std::make_shared<Graph>(std::move(device), timings == "per_op" ? Timing::per_op
-                                                              : timings == "total" ? Timing::total
-                                                                                   : Timing::off);
+               throw ArgumentError("timings: expected 'off', 'per_op' or 'total', got '" + timings +
+                                   "'");
+             return std::make_shared<Graph>(std::move(device), timings == "per_op"  ? Timing::per_op
+                                                               : timings == "total" ? Timing::total
+                                                                                    : Timing::off);
            }),
            py::arg("device"), py::arg("timings") = "off")
       .def("begin", &Graph::begin)
@@ -128,8 +140,10 @@ void bind_recording(py::module_& m) {
       .def_property_readonly("op_count", &Graph::op_count)
       .def_property_readonly("barrier_count", [](Graph& g) { return g.sequence().barrier_count(); })
       .def_property_readonly("device", &Graph::device);
-  m.def("_recording", [](const std::shared_ptr<Device>& device) { return device->recording_graph() != nullptr; },
-        py::arg("device"));
+  m.def(
+      "_recording",
+      [](const std::shared_ptr<Device>& device) { return device->recording_graph() != nullptr; },
+      py::arg("device"));
 }
 
 }  // namespace bitnet::binding

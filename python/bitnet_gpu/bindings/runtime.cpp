@@ -1,7 +1,7 @@
 // Devices, tensors and the fault switch.
 #include "bindings/convert.hpp"
-#include "ops/dispatch.hpp"
 #include "ops/attention.hpp"
+#include "ops/dispatch.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/fault.hpp"
@@ -56,8 +56,9 @@ void bind_runtime(py::module_& m) {
         "The process-wide Device, created on first use (BITNET_GPU_DEVICE applies).");
   m.def("_release_default_device", &Device::release_default_device);
   m.def("validation_enabled", [] { return Instance::get()->validation_enabled(); });
-  m.def("validation_messages", [] { return Instance::get()->take_validation_messages(); },
-        "Validation-layer messages since the last call (and forgets them).");
+  m.def(
+      "validation_messages", [] { return Instance::get()->take_validation_messages(); },
+      "Validation-layer messages since the last call (and forgets them).");
   m.def("builtin_shaders", [] {
     std::vector<std::string> names;
     for (const auto& [name, code] : shaders::registry()) names.push_back(name);
@@ -67,10 +68,12 @@ void bind_runtime(py::module_& m) {
     auto found = shaders::registry().find(name);
     if (found == shaders::registry().end())
       throw ArgumentError("no built-in shader named '" + name + "'");
-    return py::bytes(reinterpret_cast<const char*>(found->second.data()), found->second.size_bytes());
+    return py::bytes(reinterpret_cast<const char*>(found->second.data()),
+                     found->second.size_bytes());
   });
 
-  py::class_<Device, std::shared_ptr<Device>>(m, "Device", "A Vulkan device with one compute queue.")
+  py::class_<Device, std::shared_ptr<Device>>(m, "Device",
+                                              "A Vulkan device with one compute queue.")
       .def(py::init([](std::optional<uint32_t> index) { return Device::create(index); }),
            py::arg("index") = py::none())
       .def_property_readonly("info", &Device::info)
@@ -88,7 +91,8 @@ void bind_runtime(py::module_& m) {
       .def("trim", &Device::trim)
       .def(
           "empty",
-          [](std::shared_ptr<Device> d, py::handle shape, py::handle dtype, const std::string& memory) {
+          [](std::shared_ptr<Device> d, py::handle shape, py::handle dtype,
+             const std::string& memory) {
             return Tensor::empty(d, to_shape(shape), to_dtype(dtype), to_placement(memory));
           },
           py::arg("shape"), py::arg("dtype") = py::str("float32"), py::arg("memory") = "auto")
@@ -109,7 +113,8 @@ void bind_runtime(py::module_& m) {
           "Record ops into one command buffer. timings: None (per op where the device has "
           "timestamps), True, False, or 'total' (one figure for the whole sequence).")
       .def("__repr__", [](const Device& d) {
-        return "<bitnet_gpu.Device " + std::to_string(d.info().index) + ": '" + d.info().name + "'>";
+        return "<bitnet_gpu.Device " + std::to_string(d.info().index) + ": '" + d.info().name +
+               "'>";
       });
 
   py::class_<Tensor>(m, "Tensor", py::buffer_protocol(), "A typed, shaped array in Vulkan memory.")
@@ -121,7 +126,8 @@ void bind_runtime(py::module_& m) {
       .def_property_readonly("size", &Tensor::size)
       .def_property_readonly("nbytes", &Tensor::nbytes)
       .def_property_readonly("device", &Tensor::device_ptr)
-      .def_property_readonly("memory", [](const Tensor& t) { return placement_name(t.placement()); })
+      .def_property_readonly("memory",
+                             [](const Tensor& t) { return placement_name(t.placement()); })
       .def_property_readonly("host_visible", &Tensor::host_visible)
       .def(
           "numpy",
@@ -148,10 +154,12 @@ void bind_runtime(py::module_& m) {
           "__array__",
           [](py::object self, py::object dtype, std::optional<bool> copy) -> py::object {
             const Tensor& tensor = self.cast<const Tensor&>();
-            const bool same_dtype = dtype.is_none() || to_numpy(tensor.dtype()).equal(py::dtype::from_args(dtype));
+            const bool same_dtype =
+                dtype.is_none() || to_numpy(tensor.dtype()).equal(py::dtype::from_args(dtype));
             if (copy.has_value() && !*copy) {
               if (!same_dtype)
-                throw ArgumentError("np.asarray(tensor, copy=False) cannot change the dtype without a copy");
+                throw ArgumentError(
+                    "np.asarray(tensor, copy=False) cannot change the dtype without a copy");
               return view_array(self);
             }
             py::array result = (tensor.host_visible() && !(copy.value_or(false)) && same_dtype)
@@ -176,8 +184,9 @@ void bind_runtime(py::module_& m) {
               const Tensor& from = source.cast<const Tensor&>();
               if (from.dtype() != t.dtype() || from.shape() != t.shape())
                 throw ShapeError("copy_from: expected " + std::string(dtype_name(t.dtype())) + " " +
-                                 ops::shape_text(t.shape()) + ", got " + std::string(dtype_name(from.dtype())) +
-                                 " " + ops::shape_text(from.shape()));
+                                 ops::shape_text(t.shape()) + ", got " +
+                                 std::string(dtype_name(from.dtype())) + " " +
+                                 ops::shape_text(from.shape()));
               py::gil_scoped_release release;
               const std::vector<int64_t> flat{static_cast<int64_t>(t.size())};
               ops::copy_rows(from.reshaped(flat), t.reshaped(flat), 0);
@@ -186,12 +195,12 @@ void bind_runtime(py::module_& m) {
             py::array array = py::array::ensure(source);
             if (!array) throw DTypeError("copy_from: expected a NumPy array or a Tensor");
             if (to_dtype(array.dtype(), "copy_from") != t.dtype())
-              throw DTypeError("copy_from: expected " + std::string(dtype_name(t.dtype())) + ", got " +
-                               py::str(array.dtype()).cast<std::string>());
+              throw DTypeError("copy_from: expected " + std::string(dtype_name(t.dtype())) +
+                               ", got " + py::str(array.dtype()).cast<std::string>());
             std::vector<int64_t> shape(array.shape(), array.shape() + array.ndim());
             if (shape != t.shape())
-              throw ShapeError("copy_from: expected shape " + ops::shape_text(t.shape()) + ", got " +
-                               ops::shape_text(shape));
+              throw ShapeError("copy_from: expected shape " + ops::shape_text(t.shape()) +
+                               ", got " + ops::shape_text(shape));
             py::array contiguous = py::array::ensure(array, py::array::c_style);
             const void* data = contiguous.data();
             py::gil_scoped_release release;
@@ -200,13 +209,14 @@ void bind_runtime(py::module_& m) {
           py::arg("source"),
           "Overwrites the tensor with a NumPy array or a Tensor of its dtype and shape (a Tensor "
           "is copied on the device, and inside a graph the copy is recorded).")
-      .def("reshape",
-           [](const Tensor& t, py::args args) {
-             const bool one_sequence = args.size() == 1 && py::isinstance<py::sequence>(args[0]);
-             return t.reshaped(to_shape(one_sequence ? py::handle(args[0]) : py::handle(args)));
-           },
-           "A view of the same memory with another shape (one dimension may be -1), as "
-           "ndarray.reshape of a C-contiguous array; writes through either are seen by both.")
+      .def(
+          "reshape",
+          [](const Tensor& t, py::args args) {
+            const bool one_sequence = args.size() == 1 && py::isinstance<py::sequence>(args[0]);
+            return t.reshaped(to_shape(one_sequence ? py::handle(args[0]) : py::handle(args)));
+          },
+          "A view of the same memory with another shape (one dimension may be -1), as "
+          "ndarray.reshape of a C-contiguous array; writes through either are seen by both.")
       .def("__len__",
            [](const Tensor& t) {
              if (t.shape().empty()) throw py::type_error("len() of a 0-d tensor");
@@ -216,8 +226,10 @@ void bind_runtime(py::module_& m) {
         std::string shape;
         for (int64_t dim : t.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(dim);
         if (t.shape().size() == 1) shape += ",";
-        return "<bitnet_gpu.Tensor shape=(" + shape + ") dtype=" + std::string(dtype_name(t.dtype())) +
-               " memory=" + placement_name(t.placement()) + " device='" + t.device().info().name + "'>";
+        return "<bitnet_gpu.Tensor shape=(" + shape +
+               ") dtype=" + std::string(dtype_name(t.dtype())) +
+               " memory=" + placement_name(t.placement()) + " device='" + t.device().info().name +
+               "'>";
       });
   m.def("_arm_fault", &fault::arm, py::arg("spec"),
         "Debug: arm BITNET_GPU_FAULT's switch ('' disarms it); see cpp/runtime/fault.hpp.");
