@@ -110,7 +110,7 @@ def test_a_knob_changes_the_path_and_not_the_result(device, rng, tune):
 
 
 def run_python(code, **env):
-    package_root = str(ROOT / "python")
+    package_root = os.path.dirname(os.path.dirname(bg.__file__))  # this very build of bitnet_gpu
     full = dict(
         os.environ,
         **env,
