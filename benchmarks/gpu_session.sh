@@ -3,7 +3,8 @@
 # layer, the demo, the benchmarks. On the device machine, from the repository root:
 #   source .gpu/setup.sh && bash benchmarks/gpu_session.sh
 # BITNET_GPU_STEPS picks the checks (default "info demo ctest pytest"), BITNET_GPU_PYTEST the
-# pytest arguments (default: the whole suite), BITNET_GPU_BENCHMARKS the benchmarks.
+# pytest arguments (default: the whole suite), BITNET_GPU_BENCHMARKS the benchmarks (default: every
+# user-facing one; "" for none).
 # Logs and JSON go to $OUT (the device tool's folder) or /tmp/bitnet_gpu_out.
 set -uo pipefail
 out=${OUT:-/tmp/bitnet_gpu_out}
@@ -38,7 +39,7 @@ BITNET_GPU_VALIDATION=1 python3 -m pytest ${BITNET_GPU_PYTEST:-tests_py} -q -p n
 tail -15 "$out/pytest.log"
 fi
 
-for bench in ${BITNET_GPU_BENCHMARKS:-runtime quantize bitlinear model attention}; do
+for bench in ${BITNET_GPU_BENCHMARKS-runtime quantize bitlinear ops attention sampling model}; do
   step "benchmark $bench"
   python3 "benchmarks/bench_$bench.py" --json "$out/$bench-gpu.json"
 done

@@ -31,6 +31,16 @@ def tune():
         yield lambda **knobs: stack.enter_context(bg.tuning(**knobs))
 
 
+@pytest.fixture
+def unmapped_device(monkeypatch):
+    """A device whose 'device' placement is not mapped: the path discrete GPUs without
+    resizable BAR take, reproduced on devices whose memory is all host-visible."""
+    monkeypatch.setenv("BITNET_GPU_DEBUG_UNMAPPED_DEVICE_MEMORY", "1")
+    device = bg.Device()
+    monkeypatch.delenv("BITNET_GPU_DEBUG_UNMAPPED_DEVICE_MEMORY")
+    return device
+
+
 @pytest.fixture(scope="session")
 def device():
     return bg.default_device()

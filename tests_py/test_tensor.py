@@ -18,16 +18,6 @@ def gpu_copy(device, source, destination):
     copy_kernel(device).dispatch(max(1, -(-words // 64)), [source, destination], np.uint32(words))
 
 
-@pytest.fixture
-def unmapped_device(monkeypatch):
-    """A device whose 'device' placement is not mapped: the path discrete GPUs without
-    resizable BAR take, reproduced on devices whose memory is all host-visible."""
-    monkeypatch.setenv("BITNET_GPU_DEBUG_UNMAPPED_DEVICE_MEMORY", "1")
-    device = bg.Device()
-    monkeypatch.delenv("BITNET_GPU_DEBUG_UNMAPPED_DEVICE_MEMORY")
-    return device
-
-
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("memory", ["auto", "device", "host"])
 def test_round_trip_every_dtype_and_placement(device, rng, dtype, memory):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -69,6 +70,7 @@ from .ops import (  # noqa: F401 - activations, norms, softmax and sampling at t
 )
 from . import quantize
 from ._tuning import Knob, get_tuning, tuning, tuning_knobs
+from .interop import from_dlpack
 from .quantize import (  # noqa: F401 - re-exported through quantize.__all__
     BinaryWeights,
     TernaryWeights,
@@ -142,13 +144,17 @@ from .graph import Graph  # noqa: E402
 from . import models  # noqa: E402
 
 
-def _device_graph(self, *, timings=False) -> Graph:
+if TYPE_CHECKING:
+    import bitnet_gpu.graph
+
+
+def _device_graph(self: Device, *, timings: bool | str = False) -> bitnet_gpu.graph.Graph:
     """A new Graph on this device: ``with device.graph() as g: ...`` records, ``g.run()``
     replays."""
     return Graph(self, timings=timings)
 
 
-Device.graph = _device_graph
+setattr(Device, "graph", _device_graph)  # a method of the compiled class, written in Python
 
 
 @atexit.register
@@ -205,6 +211,7 @@ __all__ += [
     "get_tuning",
     "tuning",
     "tuning_knobs",
+    "from_dlpack",
     "activations",
     "arithmetic",
     "norms",

@@ -15,7 +15,7 @@ import bitnet_gpu as bg
 from bitnet_gpu import reference
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -233,7 +233,7 @@ def main(argv=None) -> int:
     gen.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
     args = parser.parse_args(argv)
     handlers = {"info": info, "demo": demo, "generate": generate}
-    return handlers.get(args.command or "info")(args)
+    return handlers[args.command or "info"](args)
 
 
 if __name__ == "__main__":

@@ -351,12 +351,16 @@ class BitNetModel:
                 f"embedding_dtype: expected float16 or float32, got {self.embedding_dtype}"
             )
         self.layers = [_Layer() for _ in range(config.num_hidden_layers)]
-        self.embed = self.lm_head = self.norm = None
+        # Set by from_weights or random: the embedding, the head (the embedding where tied) and the
+        # final norm's weight.
+        self.embed: Tensor = None  # type: ignore[assignment]
+        self.lm_head: Tensor = None  # type: ignore[assignment]
+        self.norm: Tensor = None  # type: ignore[assignment]
         cos, sin = rope_tables(np.arange(self.max_tokens), config.head_dim, config.rope_theta)
         self._cos = Tensor.from_numpy(cos, self.device)
         self._sin = Tensor.from_numpy(sin, self.device)
-        self._graphs = {}
-        self._caches = {}
+        self._graphs: dict[tuple, Graph] = {}
+        self._caches: dict[tuple, tuple] = {}
         self.timings = False  # record graphs with per-op timestamps (benchmarks)
         fits = _core.screened_argmax_fits(self.device, config.hidden_size)
         if screened_head and not fits:

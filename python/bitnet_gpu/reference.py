@@ -145,7 +145,7 @@ def dequantize_activations(q, scale, zero_point=None) -> np.ndarray:
 
 
 @np.errstate(over="ignore")  # uint32 arithmetic wraps, as in the shader
-def _pcg_hash(v: np.ndarray) -> np.ndarray:
+def _pcg_hash(v) -> np.ndarray:
     v = np.asarray(v, np.uint32)
     state = (v * np.uint32(747796405) + np.uint32(2891336453)).astype(np.uint32)
     word = (

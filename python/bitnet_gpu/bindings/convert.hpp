@@ -63,7 +63,15 @@ py::list timing_list(Read read) {
   return result;
 }
 
+// A class declare_classes registered, to add its methods to. Every class is registered before any
+// method, so that signatures name Python types (stubs and docstrings), whatever the order.
+template <typename T, typename... Options>
+py::class_<T, Options...> declared(py::module_& m, const char* name) {
+  return py::reinterpret_borrow<py::class_<T, Options...>>(m.attr(name));
+}
+
 // The module's parts, one for each area; module.cpp calls them in this order.
+void declare_classes(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_recording(py::module_& m);
 void bind_ops(py::module_& m);

@@ -67,6 +67,7 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
+  binding::declare_classes(m);
   binding::bind_runtime(m);
   binding::bind_recording(m);
   binding::bind_ops(m);

@@ -10,7 +10,7 @@
 namespace bitnet::binding {
 
 void bind_recording(py::module_& m) {
-  py::class_<Kernel>(m, "Kernel", "A compute shader (SPIR-V) ready to dispatch over tensors.")
+  declared<Kernel>(m, "Kernel")
       .def(py::init([](std::shared_ptr<Device> device, py::buffer spirv, const std::string& entry,
                        std::optional<py::dict> specialization, std::optional<std::string> name) {
              py::buffer_info info = spirv.request();
@@ -65,13 +65,12 @@ void bind_recording(py::module_& m) {
           py::arg("groups"), py::arg("tensors"), py::arg("push_constants") = py::none(),
           "Run now, or record into the active `with device.sequence()` on this thread.");
 
-  py::class_<Submission, std::shared_ptr<Submission>>(m, "Submission",
-                                                      "A submitted sequence running on the GPU.")
+  declared<Submission, std::shared_ptr<Submission>>(m, "Submission")
       .def("wait", &Submission::wait, py::call_guard<py::gil_scoped_release>())
       .def("done", &Submission::done, py::call_guard<py::gil_scoped_release>())
       .def("timings", [](Submission& s) { return timing_list([&] { return s.timings(); }); });
 
-  py::class_<Sequence>(m, "Sequence", "Records ops into one command buffer and submits them once.")
+  declared<Sequence>(m, "Sequence")
       .def(
           "__enter__",
           [](Sequence& s) -> Sequence& {
@@ -120,8 +119,7 @@ void bind_recording(py::module_& m) {
       .def_property_readonly("submitted", &Sequence::submitted)
       .def_property_readonly("timings_enabled", &Sequence::timings_enabled);
 
-  py::class_<Graph, std::shared_ptr<Graph>>(m, "_Graph",
-                                            "Ops recorded once, replayed in one submission.")
+  declared<Graph, std::shared_ptr<Graph>>(m, "_Graph")
       .def(py::init([](std::shared_ptr<Device> device, const std::string& timings) {
              if (timings != "off" && timings != "per_op" && timings != "total")
                throw ArgumentError("timings: expected 'off', 'per_op' or 'total', got '" + timings +

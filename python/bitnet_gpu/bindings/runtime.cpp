@@ -5,14 +5,30 @@
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/fault.hpp"
+#include "runtime/graph.hpp"
 #include "runtime/instance.hpp"
+#include "runtime/kernel.hpp"
+#include "runtime/sequence.hpp"
 #include "runtime/shaders.hpp"
 #include "runtime/tensor.hpp"
 
 namespace bitnet::binding {
 
+void declare_classes(py::module_& m) {
+  py::class_<DeviceInfo>(m, "DeviceInfo", "A Vulkan physical device and its capabilities.");
+  py::class_<Device, std::shared_ptr<Device>>(m, "Device",
+                                              "A Vulkan device with one compute queue.");
+  py::class_<Tensor>(m, "Tensor", py::buffer_protocol(), "A typed, shaped array in Vulkan memory.");
+  py::class_<Kernel>(m, "Kernel", "A compute shader (SPIR-V) ready to dispatch over tensors.");
+  py::class_<Submission, std::shared_ptr<Submission>>(m, "Submission",
+                                                      "A submitted sequence running on the GPU.");
+  py::class_<Sequence>(m, "Sequence", "Records ops into one command buffer and submits them once.");
+  py::class_<Graph, std::shared_ptr<Graph>>(m, "_Graph",
+                                            "Ops recorded once, replayed in one submission.");
+}
+
 void bind_runtime(py::module_& m) {
-  py::class_<DeviceInfo>(m, "DeviceInfo", "A Vulkan physical device and its capabilities.")
+  declared<DeviceInfo>(m, "DeviceInfo")
       .def_readonly("index", &DeviceInfo::index)
       .def_readonly("name", &DeviceInfo::name)
       .def_readonly("type", &DeviceInfo::type)
@@ -72,8 +88,7 @@ void bind_runtime(py::module_& m) {
                      found->second.size_bytes());
   });
 
-  py::class_<Device, std::shared_ptr<Device>>(m, "Device",
-                                              "A Vulkan device with one compute queue.")
+  declared<Device, std::shared_ptr<Device>>(m, "Device")
       .def(py::init([](std::optional<uint32_t> index) { return Device::create(index); }),
            py::arg("index") = py::none())
       .def_property_readonly("info", &Device::info)
@@ -117,7 +132,7 @@ void bind_runtime(py::module_& m) {
                "'>";
       });
 
-  py::class_<Tensor>(m, "Tensor", py::buffer_protocol(), "A typed, shaped array in Vulkan memory.")
+  declared<Tensor>(m, "Tensor")
       .def_static("from_numpy", &from_numpy, py::arg("array"), py::arg("device") = nullptr,
                   py::arg("memory") = "auto", py::arg("zero_copy") = false)
       .def_property_readonly("shape", [](const Tensor& t) { return shape_tuple(t.shape()); })

@@ -1,0 +1,70 @@
+"""Type information ships with the package: py.typed, stubs of the compiled module that match the
+built module, and a type checker that passes over the package and reports a user's type error."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import bitnet_gpu as bg
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = pathlib.Path(bg.__file__).parent  # this very build of bitnet_gpu
+
+
+def run(args, **kwargs):
+    path = os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)
+    if PACKAGE.parent == ROOT / "python":  # a build in the source tree; installed, mypy finds it
+        env["MYPYPATH"] = str(PACKAGE.parent)
+    return subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=600, **kwargs
+    )
+
+
+def test_the_package_ships_its_types():
+    assert (PACKAGE / "py.typed").is_file()
+    assert (PACKAGE / "_core.pyi").is_file()
+
+
+def test_the_stubs_match_the_built_module():
+    pytest.importorskip("pybind11_stubgen")
+    result = run([str(ROOT / ".ci" / "stubs.py"), "--check"])
+    assert result.returncode == 0, result.stderr
+
+
+def test_mypy_passes_over_the_package_and_a_typed_example(tmp_path):
+    pytest.importorskip("mypy")
+    result = run(["-m", "mypy", "--cache-dir", str(tmp_path)], cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_reports_a_type_error_in_user_code(tmp_path):
+    pytest.importorskip("mypy")
+    snippet = tmp_path / "wrong.py"
+    snippet.write_text(
+        "import bitnet_gpu as bg\n"
+        "device: bg.Device = bg.default_device()\n"
+        "name: int = device.info.name\n"  # a str
+        "bg.Tensor.from_numpy(None, device, memory=3)\n"  # memory is a str
+    )
+    result = run(
+        [
+            "-m",
+            "mypy",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--config-file",
+            "/dev/null",
+            str(snippet),
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (
+        'wrong.py:3: error: Incompatible types in assignment (expression has type "str"'
+        in result.stdout
+    )
+    assert "wrong.py:4: error: Argument" in result.stdout and '"memory"' in result.stdout
