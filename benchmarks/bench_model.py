@@ -28,6 +28,8 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
+from bitnet_gpu._telemetry import TelemetrySampler
+from bitnet_gpu._telemetry import summary as telemetry_summary
 from bitnet_gpu.models import BitNetConfig, BitNetModel
 from common import arguments, median_wall, torch_copy_gbps, torch_cuda, write_results
 
@@ -52,6 +54,29 @@ def op_kind(label):
         if re.search(pattern, label):
             return kind
     return label
+
+
+def describe_state(state):
+    """A telemetry summary as one line: SM clock, power, temperature, throttling."""
+    parts = []
+    for field, unit in [
+        ("sm_clock_mhz", "MHz SM"),
+        ("memory_clock_mhz", "MHz memory"),
+        ("power_w", "W"),
+        ("temperature_c", "C"),
+        ("utilization", "busy"),
+    ]:
+        if state.get(field):
+            median, most = state[field]
+            parts.append(
+                f"{median:.2f} / {most:.2f} {unit}"
+                if field == "utilization"
+                else f"{median:.0f} / {most:.0f} {unit}"
+            )
+    reasons = state.get("throttle_reasons")
+    if reasons is not None:
+        parts.append("throttled: " + (", ".join(reasons) or "never"))
+    return ", ".join(parts)
 
 
 def split(timings):
@@ -297,8 +322,13 @@ def main():
     for context in contexts:
         step = decode_step(model, context)
         step()
+        # The GPU's clocks, power and temperature while the step is timed, so a throttled run
+        # shows (None on devices whose platform reports nothing).
+        sampler = TelemetrySampler(model.device, 0.01)
+        sampler.start()
         wall = median_wall(step, args.steps)
         gpu = gpu_seconds(model, step, args.steps)
+        state = telemetry_summary(sampler.stop())
         ops = split(per_op(model, step))
         row = {
             "phase": "decode",
@@ -308,6 +338,7 @@ def main():
             "tokens_per_s": 1 / wall,
             "split_s": ops,
             "screened_head": model.screened_head,
+            "telemetry": state,
         }
         if model.screened_head:  # the same step with the float16 head and argmax_rows
             model.screened_head = False
@@ -354,6 +385,11 @@ def main():
                 else ""
             )
         )
+        if state["source"]:
+            print(
+                f"    while timed ({state['samples']} readings, median / max): "
+                f"{describe_state(state)}"
+            )
         total = sum(ops.values())
         for kind, seconds in ops.items():
             print(f"    {kind:40s} {seconds * 1e6:9.1f} us  {100 * seconds / total:5.1f}%")

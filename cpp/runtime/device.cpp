@@ -112,6 +112,7 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   std::vector<const char*> extensions;
   if (supports_extension(physical_, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
     extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+  if (info_.features["memory_budget"]) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
   if (supports_extension(physical_, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) {
@@ -367,6 +368,23 @@ void Device::push_recording_graph(Graph* graph) {
 void Device::pop_recording_graph(Graph* graph) {
   std::lock_guard lock(active_mutex_);
   remove_everywhere(recording_graphs_, graph);
+}
+
+std::vector<HeapBudget> Device::heap_budgets() const {
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 properties{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+  const bool known = info_.features.at("memory_budget");
+  if (known) properties.pNext = &budget;
+  vkGetPhysicalDeviceMemoryProperties2(physical_, &properties);
+  std::vector<HeapBudget> heaps;
+  for (uint32_t i = 0; i < properties.memoryProperties.memoryHeapCount; ++i) {
+    const VkMemoryHeap& heap = properties.memoryProperties.memoryHeaps[i];
+    heaps.push_back({heap.size, known ? budget.heapBudget[i] : 0, known ? budget.heapUsage[i] : 0,
+                     (heap.flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
+  }
+  return heaps;
 }
 
 }  // namespace bitnet

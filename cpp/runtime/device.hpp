@@ -67,6 +67,9 @@ class Device : public std::enable_shared_from_this<Device> {
                                                  std::shared_ptr<void> owner);
   MemoryPool& memory_pool() { return *pool_; }
   MemoryStats memory_stats() const { return pool_->stats(); }
+  // Each memory heap's size and, where the device has VK_EXT_memory_budget, its budget and this
+  // process's usage (zero where unknown).
+  std::vector<HeapBudget> heap_budgets() const;
   void trim() { pool_->trim(); }
   void synchronize();
 

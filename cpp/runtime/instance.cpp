@@ -213,7 +213,11 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES};
   VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm_builtins{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+  VkPhysicalDeviceIDProperties ids{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
+  VkPhysicalDevicePCIBusInfoPropertiesEXT pci{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PCI_BUS_INFO_PROPERTIES_EXT};
   VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  const bool pci_available = has_extension(physical, VK_EXT_PCI_BUS_INFO_EXTENSION_NAME);
   const bool external_host = has_extension(physical, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
   const bool sm_builtins_available =
       has_extension(physical, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
@@ -223,7 +227,12 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
   props.pNext = &driver;
   driver.pNext = &subgroup;
   subgroup.pNext = &maintenance3;
-  void** tail = &maintenance3.pNext;
+  maintenance3.pNext = &ids;
+  void** tail = &ids.pNext;
+  if (pci_available) {
+    *tail = &pci;
+    tail = &pci.pNext;
+  }
   if (external_host) {
     *tail = &host_memory;
     tail = &host_memory.pNext;
@@ -293,6 +302,17 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
   info.max_push_constants_size = limits.maxPushConstantsSize;
   info.host_import_alignment = external_host ? host_memory.minImportedHostPointerAlignment : 0;
   info.timestamp_period_ns = limits.timestampPeriod;
+  for (uint8_t byte : ids.deviceUUID) {
+    char hex[3];
+    std::snprintf(hex, sizeof hex, "%02x", byte);
+    info.uuid += hex;
+  }
+  if (pci_available) {
+    char address[32];
+    std::snprintf(address, sizeof address, "%04x:%02x:%02x.%x", pci.pciDomain, pci.pciBus,
+                  pci.pciDevice, pci.pciFunction);
+    info.pci_address = address;
+  }
 
   const bool nv_coopmat = has_extension(physical, "VK_NV_cooperative_matrix");
   const bool khr_coopmat = has_extension(physical, "VK_KHR_cooperative_matrix");
@@ -319,6 +339,8 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       {"pipeline_statistics",
        executables_available && executables.pipelineExecutableInfo == VK_TRUE},
       {"timestamps", timestamps},
+      // Each heap's budget and this process's usage of it (memory_stats()["heaps"]).
+      {"memory_budget", has_extension(physical, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME)},
       {"subgroup_arithmetic",
        (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) != 0 &&
            (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0},

@@ -42,6 +42,17 @@ struct DeviceInfo {
   uint64_t host_import_alignment = 0;  // 0 where external host memory is not supported
   double timestamp_period_ns = 0.0;
   std::map<std::string, bool> features;
+  // VkPhysicalDeviceIDProperties::deviceUUID as 32 hex digits, which matches NVML's "GPU-..."
+  // UUID on NVIDIA devices.
+  std::string uuid;
+  // "dddd:bb:dd.f" (VK_EXT_pci_bus_info), as sysfs names the device; empty where not known.
+  std::string pci_address;
+};
+
+// Each memory heap's budget and this process's usage of it (VK_EXT_memory_budget), in bytes.
+struct HeapBudget {
+  uint64_t size = 0, budget = 0, usage = 0;
+  bool device_local = false;
 };
 
 // The process-wide VkInstance. With BITNET_GPU_VALIDATION=1 in the environment it enables the

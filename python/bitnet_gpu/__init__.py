@@ -71,6 +71,7 @@ from .ops import (  # noqa: F401 - activations, norms, softmax and sampling at t
 from . import quantize
 from ._tuning import Knob, get_tuning, tuning, tuning_knobs
 from .interop import from_dlpack
+from . import _telemetry
 from .quantize import (  # noqa: F401 - re-exported through quantize.__all__
     BinaryWeights,
     TernaryWeights,
@@ -163,30 +164,48 @@ def _shutdown() -> None:
     _core._release_default_device()
 
 
+def _device_telemetry(self: Device) -> dict:
+    """The device's temperature, power, clocks, utilization and throttle reasons now (None where
+    the platform does not say): NVML for NVIDIA GPUs, hwmon for AMD and Intel ones."""
+    return _telemetry.telemetry(self)
+
+
+setattr(Device, "telemetry", _device_telemetry)  # a method of the compiled class, written in Python
+
+
 class Profile:
     """GPU time of every kernel, copy and fill that completes on a device inside the block:
     ``with bg.profile(device) as p: ...`` then ``p.timings`` [(label, seconds)] and
     ``p.total(label=None)``. Each op gets a timestamp after it, so ops do not overlap while
-    profiling."""
+    profiling. With telemetry=True a thread reads ``device.telemetry()`` every `interval` seconds
+    during the block: ``p.samples`` [(seconds since the block began, reading)]."""
 
-    def __init__(self, device=None):
+    def __init__(self, device=None, telemetry: bool = False, interval: float = 0.01):
         self.device = device or default_device()
-        self.timings = []
+        self.timings: list = []
+        self.samples: list = []
+        self._sampler = _telemetry.TelemetrySampler(self.device, interval) if telemetry else None
 
     def __enter__(self):
+        if self._sampler is not None:
+            self._sampler.start()
         self.device._start_profiling()
         return self
 
     def __exit__(self, *exc):
-        self.timings = self.device._stop_profiling()
+        try:
+            self.timings = self.device._stop_profiling()
+        finally:
+            if self._sampler is not None:
+                self.samples = self._sampler.stop()
         return False
 
     def total(self, label=None):
         return builtins.sum(t for name, t in self.timings if label is None or name == label)
 
 
-def profile(device=None) -> Profile:
-    return Profile(device)
+def profile(device=None, telemetry: bool = False, interval: float = 0.01) -> Profile:
+    return Profile(device, telemetry, interval)
 
 
 __all__ += [

@@ -23,6 +23,25 @@ def _size(n: float) -> str:
     return str(n)
 
 
+def _telemetry_line(reading: dict) -> str:
+    """A telemetry reading as one line, the fields the platform gave."""
+    parts = []
+    for field, unit in [
+        ("temperature_c", " C"),
+        ("power_w", " W"),
+        ("power_limit_w", " W limit"),
+        ("sm_clock_mhz", " MHz SM"),
+        ("memory_clock_mhz", " MHz memory"),
+    ]:
+        if reading.get(field) is not None:
+            parts.append(f"{reading[field]:.0f}{unit}")
+    if reading.get("utilization") is not None:
+        parts.append(f"{100 * reading['utilization']:.0f}% busy")
+    if reading.get("throttle_reasons"):
+        parts.append("throttled: " + ", ".join(reading["throttle_reasons"]))
+    return ", ".join(parts) or "nothing reported"
+
+
 def info(_args) -> int:
     chosen = bg.default_device().info.index
     for d in bg.devices():
@@ -46,6 +65,19 @@ def info(_args) -> int:
         )
         features = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in sorted(d.features.items()))
         print(f"    features: {features}")
+        if d.uuid or d.pci_address:
+            print(f"    uuid {d.uuid}" + (f", PCI {d.pci_address}" if d.pci_address else ""))
+        if d.index == chosen:
+            device = bg.default_device()
+            reading = device.telemetry()
+            if reading["source"]:
+                print(f"    now ({reading['source']}): {_telemetry_line(reading)}")
+            heaps = device.memory_stats()["heaps"]
+            if any(h["budget"] is not None for h in heaps):
+                print(
+                    "    heap budgets: "
+                    + ", ".join(f"{_size(h['usage'])} used of {_size(h['budget'])}" for h in heaps)
+                )
     print("(* = the device bitnet_gpu uses by default; BITNET_GPU_DEVICE=<index|name> changes it)")
     return 0
 

@@ -76,6 +76,9 @@ class DeviceInfo:
     def name(self) -> str:
         ...
     @property
+    def pci_address(self) -> str:
+        ...
+    @property
     def subgroup_size(self) -> int:
         ...
     @property
@@ -83,6 +86,9 @@ class DeviceInfo:
         ...
     @property
     def type(self) -> str:
+        ...
+    @property
+    def uuid(self) -> str:
         ...
     @property
     def vendor_id(self) -> int:
@@ -119,6 +125,11 @@ class Device:
         """
     def synchronize(self) -> None:
         ...
+    def telemetry(self) -> dict:
+        """
+        The device's temperature, power, clocks, utilization and throttle reasons now (None where
+            the platform does not say): NVML for NVIDIA GPUs, hwmon for AMD and Intel ones.
+        """
     def trim(self) -> None:
         ...
     @property

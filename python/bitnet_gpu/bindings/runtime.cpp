@@ -62,6 +62,8 @@ void bind_runtime(py::module_& m) {
       .def_readonly("host_import_alignment", &DeviceInfo::host_import_alignment)
       .def_readonly("timestamp_period_ns", &DeviceInfo::timestamp_period_ns)
       .def_readonly("features", &DeviceInfo::features)
+      .def_readonly("uuid", &DeviceInfo::uuid)
+      .def_readonly("pci_address", &DeviceInfo::pci_address)
       .def("__repr__", [](const DeviceInfo& info) {
         return "<DeviceInfo " + std::to_string(info.index) + ": '" + info.name + "' (" + info.type +
                ", Vulkan " + info.vulkan_version + ", " + info.driver_name + ")>";
@@ -102,7 +104,22 @@ void bind_runtime(py::module_& m) {
       .def("_start_profiling", &Device::start_profiling)
       .def("_stop_profiling", &Device::stop_profiling)
       .def("synchronize", &Device::synchronize, py::call_guard<py::gil_scoped_release>())
-      .def("memory_stats", [](const Device& d) { return stats_dict(d.memory_stats()); })
+      .def("memory_stats",
+           [](const Device& d) {
+             py::dict stats = stats_dict(d.memory_stats());
+             py::list heaps;
+             const bool known = d.info().features.at("memory_budget");
+             for (const HeapBudget& heap : d.heap_budgets()) {
+               py::dict entry;
+               entry["size"] = heap.size;
+               entry["device_local"] = heap.device_local;
+               entry["budget"] = known ? py::cast(heap.budget) : py::none();
+               entry["usage"] = known ? py::cast(heap.usage) : py::none();
+               heaps.append(entry);
+             }
+             stats["heaps"] = heaps;
+             return stats;
+           })
       .def("trim", &Device::trim)
       .def(
           "empty",
