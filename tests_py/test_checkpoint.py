@@ -201,3 +201,147 @@ def test_malformed_safetensors_files_name_what_is_wrong(tmp_path, header, messag
     with pytest.raises(bg.ArgumentError, match=message) as error:
         load_safetensors(file)
     assert str(file) in str(error.value)
+
+
+def _config_json(config, **extra):
+    """A transformers 4 style config.json dict for `config` (theta at the top level)."""
+    values = {
+        "model_type": "bitnet",
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": config.num_key_value_heads,
+        "vocab_size": config.vocab_size,
+        "max_position_embeddings": config.max_position_embeddings,
+        "rms_norm_eps": config.rms_norm_eps,
+        "rope_theta": config.rope_theta,
+        "hidden_act": "relu2",
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": [2, 3],
+    }
+    values.update(extra)
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def test_rope_theta_is_read_where_either_transformers_version_writes_it():
+    config = _tiny(rope_theta=10000.0)
+    v4 = BitNetConfig.from_dict(_config_json(config))
+    v5 = BitNetConfig.from_dict(
+        _config_json(
+            config, rope_theta=None, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}
+        )
+    )
+    assert v4 == v5 == config
+    assert v4.rope_theta == 10000.0 != BitNetConfig().rope_theta  # not the 2B4T default
+    weights = _float_weights(config)
+    ids = rng.integers(0, config.vocab_size, (1, 6))
+    logits = {
+        theta: BitNetModel.from_weights(weights, _tiny(rope_theta=theta)).forward(ids)
+        for theta in (10000.0, 500000.0)
+    }
+    assert not np.allclose(logits[10000.0], logits[500000.0])  # the theta matters to the logits
+
+
+def test_tied_embeddings_default_to_transformers_default():
+    config = _tiny()
+    assert (
+        BitNetConfig.from_dict(_config_json(config, tie_word_embeddings=None)).tie_word_embeddings
+        is False
+    )
+    assert BitNetConfig.from_dict(_config_json(config)).tie_word_embeddings is True
+    weights = _float_weights(config)
+    with pytest.raises(bg.ShapeError, match="lm_head.weight"):  # untied, and no head given
+        BitNetModel.from_weights(
+            weights, BitNetConfig.from_dict(_config_json(config, tie_word_embeddings=None))
+        )
+
+
+@pytest.mark.parametrize(
+    "extra,key",
+    [
+        ({"hidden_act": "silu"}, "hidden_act"),
+        ({"attention_bias": True}, "attention_bias"),
+        ({"mlp_bias": True}, "mlp_bias"),
+        ({"head_dim": 32}, "head_dim"),
+        ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),
+        ({"rope_scaling": "linear"}, "rope_scaling"),
+        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0}}, "rope_parameters"),
+        ({"rope_parameters": 10000.0}, "rope_parameters"),
+        (
+            {"quantization_config": {"quant_method": "bitnet", "linear_class": "autobitlinear"}},
+            "quantization_config",
+        ),
+        (
+            {"quantization_config": {"quant_method": "bitnet", "use_rms_norm": True}},
+            "quantization_config",
+        ),
+        ({"quantization_config": {"quant_method": "awq"}}, "quantization_config"),
+    ],
+)
+def test_a_key_the_project_cannot_run_is_refused_by_name(extra, key):
+    with pytest.raises(bg.UnsupportedError, match=f"config.json: {key} = "):
+        BitNetConfig.from_dict(_config_json(_tiny(), **extra))
+
+
+def test_keys_that_change_nothing_here_are_taken():
+    config = _tiny()
+    taken = BitNetConfig.from_dict(
+        _config_json(
+            config,
+            head_dim=config.hidden_size // config.num_attention_heads,
+            rope_scaling=None,
+            attention_bias=False,
+            attention_dropout=0.1,
+            initializer_range=0.02,
+            use_cache=True,
+            quantization_config={
+                "quant_method": "bitnet",
+                "linear_class": "bitlinear",
+                "quantization_mode": "offline",
+            },
+        )
+    )
+    assert taken == config
+    with pytest.raises(bg.ArgumentError, match="expected a dict"):
+        BitNetConfig.from_dict([("hidden_size", 64)])
+
+
+def test_config_beside_a_single_file_and_sharded_checkpoints(tmp_path):
+    config = _tiny()
+    weights = _float_weights(config)
+    ids = rng.integers(0, config.vocab_size, (1, 5))
+    expected = BitNetModel.from_weights(weights, config).forward(ids)
+    single = tmp_path / "single"
+    single.mkdir()
+    save_safetensors(single / "model.safetensors", weights)
+    with open(single / "config.json", "w") as f:
+        json.dump(_config_json(config), f)
+    np.testing.assert_array_equal(
+        BitNetModel.from_weights(single / "model.safetensors").forward(ids), expected
+    )
+    # Shards as transformers writes them: two files and an index mapping each tensor to its file.
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    names = sorted(weights)
+    halves = {
+        "model-00001-of-00002.safetensors": names[::2],
+        "model-00002-of-00002.safetensors": names[1::2],
+    }
+    for file, part in halves.items():
+        save_safetensors(sharded / file, {n: weights[n] for n in part})
+    index = {"metadata": {}, "weight_map": {n: file for file, part in halves.items() for n in part}}
+    with open(sharded / "model.safetensors.index.json", "w") as f:
+        json.dump(index, f)
+    with open(sharded / "config.json", "w") as f:
+        json.dump(_config_json(config), f)
+    (sharded / "stray.safetensors").write_bytes(b"not read: the index names the shards")
+    np.testing.assert_array_equal(BitNetModel.from_weights(sharded).forward(ids), expected)
+    (sharded / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(bg.ArgumentError, match="model-00002-of-00002.safetensors"):
+        BitNetModel.from_weights(sharded)
+    (sharded / "model.safetensors.index.json").write_text("{not json")
+    with pytest.raises(bg.ArgumentError, match="not a safetensors index"):
+        load_safetensors(sharded)

@@ -36,6 +36,21 @@ _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 
 def _files(path):
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isdir(path) and os.path.exists(index):  # shards, as transformers writes them
+        import json
+
+        try:
+            with open(index) as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise _core.ArgumentError(f"{index}: not a safetensors index ({error})") from None
+        missing = [s for s in shards if not os.path.exists(os.path.join(path, str(s)))]
+        if missing:
+            raise _core.ArgumentError(
+                f"{index} names shards that are not there: {', '.join(missing)}"
+            )
+        return [os.path.join(path, s) for s in shards]
     if os.path.isdir(path):
         names = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
         if not names:

@@ -153,9 +153,55 @@ class BitNetConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "BitNetConfig":
-        """From a transformers config.json dict (unknown keys are ignored)."""
+        """From a transformers config.json dict, as transformers reads it: every key that changes
+        the computation is honoured, wherever the transformers version that wrote it put it (RoPE's
+        theta top-level or in rope_parameters), or refused with UnsupportedError naming it; keys
+        that change nothing here (ids, dtypes, dropout, bookkeeping) are ignored. An absent
+        tie_word_embeddings is False, transformers' default."""
+        if not isinstance(values, dict):
+            raise _core.ArgumentError(f"config: expected a dict, got {type(values).__name__}")
+
+        def refuse(key, why):
+            raise _core.UnsupportedError(f"config.json: {key} = {values.get(key)!r}: {why}")
+
         fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in fields})
+        kwargs = {k: v for k, v in values.items() if k in fields}
+        kwargs.setdefault("tie_word_embeddings", False)
+        rope = values.get("rope_parameters")
+        if rope is not None:
+            if not isinstance(rope, dict):
+                refuse("rope_parameters", "expected a dict")
+            if rope.get("rope_type", rope.get("type", "default")) != "default":
+                refuse("rope_parameters", "only the default RoPE runs here")
+            if "rope_theta" in rope:
+                kwargs["rope_theta"] = rope["rope_theta"]
+        scaling = values.get("rope_scaling")
+        if scaling is not None and (
+            not isinstance(scaling, dict)
+            or scaling.get("rope_type", scaling.get("type", "default")) != "default"
+        ):
+            refuse("rope_scaling", "only the default RoPE runs here")
+        if values.get("hidden_act", "relu2") != "relu2":
+            refuse("hidden_act", "BitNet's MLP here is relu(gate)^2 * up ('relu2')")
+        for key in ("attention_bias", "mlp_bias"):
+            if values.get(key, False):
+                refuse(key, "the projections here have no bias")
+        head_dim = values.get("head_dim")
+        heads = values.get("num_attention_heads", cls.num_attention_heads)
+        if head_dim is not None and head_dim * heads != values.get("hidden_size", cls.hidden_size):
+            refuse("head_dim", "heads here are hidden_size / num_attention_heads wide")
+        quantization = values.get("quantization_config")
+        if quantization is not None:
+            if (
+                not isinstance(quantization, dict)
+                or quantization.get("quant_method", "bitnet") != "bitnet"
+            ):
+                refuse("quantization_config", "only BitNet's own quantization runs here")
+            if quantization.get("linear_class", "bitlinear") != "bitlinear":
+                refuse("quantization_config", "only linear_class 'bitlinear' runs here")
+            if quantization.get("use_rms_norm", False):
+                refuse("quantization_config", "BitLinear's extra input RMSNorm does not run here")
+        return cls(**kwargs)
 
     def parameter_count(self) -> int:
         h, i, kv = self.hidden_size, self.intermediate_size, self.kv_size
@@ -377,21 +423,20 @@ class BitNetModel:
     # ----------------------------------------------------------------------------- weights
     @classmethod
     def from_weights(cls, weights, config: BitNetConfig | None = None, **kwargs) -> "BitNetModel":
-        """weights: {name: array} or the path of a safetensors file (or of a directory holding a
-        checkpoint with config.json). Projections may be float matrices [out, in] (quantized on
-        load: absmean, per tensor), transformers' packed uint8 [out / 4, in] with a
-        ``.weight_scale`` (W = values / weight_scale, as transformers' BitLinear), or int8 ternary
-        values [out, in] with a ``.weight_scale`` in the same sense."""
+        """weights: {name: array} or the path of a safetensors file or of a checkpoint directory
+        (one file or shards with model.safetensors.index.json; config.json read from the
+        directory, or beside a single file, unless `config` is given). Projections may be float
+        matrices [out, in] (quantized on load: absmean, per tensor), transformers' packed uint8
+        [out / 4, in] with a ``.weight_scale`` (W = values / weight_scale, as transformers'
+        BitLinear), or int8 ternary values [out, in] with a ``.weight_scale`` in the same sense."""
         if isinstance(weights, (str, os.PathLike)):
             path = os.fspath(weights)
-            if (
-                config is None
-                and os.path.isdir(path)
-                and os.path.exists(os.path.join(path, "config.json"))
-            ):
+            folder = path if os.path.isdir(path) else os.path.dirname(path)
+            # config.json in the checkpoint's directory, or beside a single file.
+            if config is None and os.path.exists(os.path.join(folder, "config.json")):
                 import json
 
-                with open(os.path.join(path, "config.json")) as f:
+                with open(os.path.join(folder, "config.json")) as f:
                     config = BitNetConfig.from_dict(json.load(f))
             weights = load_safetensors(path)
         if config is None:
