@@ -373,8 +373,9 @@ def test_command_line_generates_with_random_weights():
         (["--temperature", "-1"], "temperature"),
         (["--top-k", "0"], "top_k"),
         (["--top-p", "1.5"], "top_p"),
-        (["--prompt", "1,2,99999"], "ids must lie"),
-        (["--prompt", "abc"], "comma-separated token ids"),
+        (["--prompt-ids", "1,2,99999"], "ids must lie"),
+        (["--prompt-ids", "abc"], "comma-separated token ids"),
+        (["--prompt", "hello"], "no tokenizer"),
     ]:
         bad = subprocess.run(
             [

@@ -151,13 +151,17 @@ def generate(args) -> int:
     except (bg.Error, OSError) as e:
         print(f"generate: {e}", file=sys.stderr)
         return 2
-    print(
+    loaded = (
         f"model: {model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}, "
         f"{_size(model.nbytes + model.screening_nbytes)} on {model.device.name}; loaded in "
         f"{time.perf_counter() - start:.1f} s"
     )
     if args.prompt is not None:
-        prompt = np.array(args.prompt, np.int64)
+        print(loaded, file=sys.stderr)
+        return _generate_text(model, args)
+    print(loaded)
+    if args.prompt_ids is not None:
+        prompt = np.array(args.prompt_ids, np.int64)
     else:
         prompt = np.random.default_rng(args.seed).integers(
             0, model.config.vocab_size, args.prompt_tokens
@@ -184,7 +188,7 @@ def generate(args) -> int:
         model.generate(
             prompt,
             args.tokens,
-            temperature=args.temperature,
+            temperature=args.temperature or 0.0,
             top_k=args.top_k,
             seed=args.seed,
             callback=progress,
@@ -223,6 +227,44 @@ def generate(args) -> int:
     return 0
 
 
+def _generate_text(model, args) -> int:
+    """--prompt TEXT: the reply streamed to stdout as text as it arrives, tokens/s on stderr."""
+    from bitnet_gpu.text import stream_pieces
+
+    times = []
+    try:
+        prompt = model._text_prompt(args.prompt)
+        temperature, top_k, top_p = model._sampling_defaults(
+            args.temperature, args.top_k, args.top_p
+        )
+        ends = set(model._end_ids(None))
+
+        def new_ids():
+            for chosen in model.stream(
+                prompt, args.tokens, temperature, top_k, args.seed, None, top_p
+            ):
+                times.append(time.perf_counter())
+                if int(chosen[0]) in ends:
+                    return
+                yield int(chosen[0])
+
+        begin = time.perf_counter()
+        for piece in stream_pieces(model.tokenizer, new_ids()):
+            print(piece, end="", flush=True)
+    except (bg.Error, ImportError, TypeError) as e:
+        print(f"generate: {e}", file=sys.stderr)
+        return 2
+    print()
+    rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
+    first = (times[0] - begin) * 1e3 if times else float("nan")
+    print(
+        f"prompt {len(prompt)} tokens: first token after {first:.1f} ms; {len(times)} tokens, "
+        f"{rate:.1f} tokens/s",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _token_ids(text: str) -> list[int]:
     """--prompt: comma-separated token ids."""
     try:
@@ -248,11 +290,20 @@ def main(argv=None) -> int:
     gen.add_argument("--weights", help="a safetensors file, or a checkpoint directory")
     gen.add_argument("--random-weights", action="store_true", help="random ternary weights")
     gen.add_argument("--tokens", type=int, default=64, help="new tokens to generate")
-    gen.add_argument("--prompt", type=_token_ids, help="comma-separated prompt token ids")
-    gen.add_argument(
-        "--prompt-tokens", type=int, default=8, help="random prompt length without --prompt"
+    prompt = gen.add_mutually_exclusive_group()
+    prompt.add_argument(
+        "--prompt", help="prompt text (the checkpoint's tokenizer): the reply is streamed as text"
     )
-    gen.add_argument("--temperature", type=float, default=0.0)
+    prompt.add_argument("--prompt-ids", type=_token_ids, help="comma-separated prompt token ids")
+    gen.add_argument(
+        "--prompt-tokens", type=int, default=8, help="random prompt length without a prompt"
+    )
+    gen.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="0: greedy (default, or generation_config.json's with --prompt)",
+    )
     gen.add_argument("--top-k", type=int, default=None)
     gen.add_argument(
         "--top-p",

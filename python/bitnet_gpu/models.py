@@ -33,6 +33,7 @@ import numpy as np
 from . import _core
 from .norms import rms_norm
 from .sampling import _sampling_params
+from .text import Tokenizer, load_generation_config, stream_pieces
 from ._core import Tensor
 from .attention import rope_tables
 from .checkpoint import load_safetensors
@@ -405,6 +406,10 @@ class BitNetModel:
         cos, sin = rope_tables(np.arange(self.max_tokens), config.head_dim, config.rope_theta)
         self._cos = Tensor.from_numpy(cos, self.device)
         self._sin = Tensor.from_numpy(sin, self.device)
+        # A checkpoint directory's generation_config.json and tokenizer (from_weights).
+        self.generation_config: dict = {}
+        self._tokenizer_folder: str | None = None
+        self._tokenizer: Tokenizer | None = None
         self._graphs: dict[tuple, Graph] = {}
         self._caches: dict[tuple, tuple] = {}
         self.timings = False  # record graphs with per-op timestamps (benchmarks)
@@ -429,6 +434,7 @@ class BitNetModel:
         matrices [out, in] (quantized on load: absmean, per tensor), transformers' packed uint8
         [out / 4, in] with a ``.weight_scale`` (W = values / weight_scale, as transformers'
         BitLinear), or int8 ternary values [out, in] with a ``.weight_scale`` in the same sense."""
+        folder, generation_config = None, {}
         if isinstance(weights, (str, os.PathLike)):
             path = os.fspath(weights)
             folder = path if os.path.isdir(path) else os.path.dirname(path)
@@ -439,13 +445,38 @@ class BitNetModel:
                 with open(os.path.join(folder, "config.json")) as f:
                     config = BitNetConfig.from_dict(json.load(f))
             weights = load_safetensors(path)
+            generation_config = load_generation_config(folder)
         if config is None:
             raise _core.ArgumentError("from_weights: pass a config (BitNetConfig.preset(...))")
         if "lm_head.weight" in weights and config.tie_word_embeddings:
             config = dataclasses.replace(config, tie_word_embeddings=False)
         model = cls(config, **kwargs)
         model._load(weights)
+        if folder is not None:
+            model.generation_config = generation_config
+            model._tokenizer_folder = folder
         return model
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        """The checkpoint's tokenizer (tokenizer.json, tokenizer_config.json), read on first use,
+        or None where the model came from elsewhere or the directory has none."""
+        if self._tokenizer is None and self._tokenizer_folder is not None:
+            self._tokenizer = Tokenizer.from_directory(self._tokenizer_folder)
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer: Tokenizer | None) -> None:
+        self._tokenizer = tokenizer
+        self._tokenizer_folder = None
+
+    def _end_ids(self, eos_token_id) -> list[int]:
+        """The ids that end a sequence: eos_token_id (an id or a list of them), else
+        generation_config.json's."""
+        if eos_token_id is None:
+            return list(self.generation_config.get("eos_token_id") or [])
+        ids = [eos_token_id] if np.ndim(eos_token_id) == 0 else list(eos_token_id)
+        return [_integer(i, "eos_token_id") for i in ids]
 
     @classmethod
     def random(cls, config: BitNetConfig, seed=0, **kwargs) -> "BitNetModel":
@@ -903,6 +934,7 @@ class BitNetModel:
             if sampling[2]
             else "nucleus"
         )
+        ends = self._end_ids(eos_token_id)
         done = np.zeros(batch, bool)
         position, current, made = 0, ids, 0
         while made < max_new_tokens:
@@ -914,12 +946,12 @@ class BitNetModel:
             position += current.shape[1] + steps - 1
             for step in range(steps):
                 chosen = result["next" if step == 0 else f"next{step}"].numpy()
-                if eos_token_id is not None:
-                    chosen = np.where(done, eos_token_id, chosen).astype(np.int32)
-                    done |= chosen == eos_token_id
+                if ends:  # a finished sequence repeats its first end id
+                    chosen = np.where(done, ends[0], chosen).astype(np.int32)
+                    done |= np.isin(chosen, ends)
                 yield chosen
                 made += 1
-                if eos_token_id is not None and done.all():
+                if ends and done.all():
                     return
             current = chosen.reshape(batch, 1)
 
@@ -946,6 +978,83 @@ class BitNetModel:
                 callback(step, chosen)
         out = np.concatenate([ids] + [n.reshape(-1, 1) for n in new], axis=1) if new else ids
         return out[0] if squeeze else out
+
+    def _text_prompt(self, prompt) -> np.ndarray:
+        """The ids of a text prompt (encoded with the special tokens the tokenizer adds) or of a
+        conversation ([{"role": ..., "content": ...}], through the chat template, ready for the
+        assistant's turn)."""
+        tokenizer = self.tokenizer
+        if tokenizer is None:
+            raise _core.ArgumentError(
+                "this model has no tokenizer: load a checkpoint directory holding tokenizer.json, "
+                "or set model.tokenizer"
+            )
+        ids: list[int] | str
+        if isinstance(prompt, str):
+            ids = tokenizer.encode(prompt)
+        elif isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) for m in prompt):
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        else:
+            raise TypeError("prompt: expected a str or a list of {'role', 'content'} messages")
+        if not ids:
+            raise _core.ArgumentError("prompt: the text encodes to no tokens")
+        return np.array(ids, np.int64)
+
+    def _sampling_defaults(self, temperature, top_k, top_p):
+        """generation_config.json's sampling where the call leaves it unset (greedy without it)."""
+        config = self.generation_config
+        sampled = bool(config.get("do_sample"))
+        if temperature is None:
+            temperature = float(config.get("temperature", 1.0)) if sampled else 0.0
+        if top_k is None and sampled:
+            top_k = config.get("top_k") or None
+        if top_p is None and sampled:
+            top_p = config.get("top_p")
+        return temperature, top_k, top_p
+
+    def stream_text(
+        self,
+        prompt,
+        max_new_tokens=256,
+        temperature=None,
+        top_k=None,
+        top_p=None,
+        seed=0,
+        eos_token_id=None,
+    ):
+        """Yields the generated text in pieces as tokens arrive, never a broken UTF-8 character,
+        until an end id (eos_token_id, else generation_config.json's) or max_new_tokens. prompt:
+        text, or a conversation of messages rendered by the chat template. Unset sampling settings
+        come from generation_config.json (greedy without one)."""
+        ids = self._text_prompt(prompt)
+        temperature, top_k, top_p = self._sampling_defaults(temperature, top_k, top_p)
+        ends = set(self._end_ids(eos_token_id))
+
+        def new_ids():
+            for chosen in self.stream(
+                ids, max_new_tokens, temperature, top_k, seed, eos_token_id, top_p
+            ):
+                token = int(chosen[0])
+                if token in ends:
+                    return
+                yield token
+
+        yield from stream_pieces(self.tokenizer, new_ids())
+
+    def generate_text(
+        self,
+        prompt,
+        max_new_tokens=256,
+        temperature=None,
+        top_k=None,
+        top_p=None,
+        seed=0,
+        eos_token_id=None,
+    ) -> str:
+        """The text generated after `prompt` (see stream_text), without the end token."""
+        return "".join(
+            self.stream_text(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
+        )
 
     def reset_graphs(self):
         """Drops the recorded graphs (they are recorded again on the next call)."""
