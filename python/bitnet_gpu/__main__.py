@@ -229,27 +229,19 @@ def generate(args) -> int:
 
 def _generate_text(model, args) -> int:
     """--prompt TEXT: the reply streamed to stdout as text as it arrives, tokens/s on stderr."""
-    from bitnet_gpu.text import stream_pieces
-
-    times = []
+    times: list[float] = []
     try:
-        prompt = model._text_prompt(args.prompt)
-        temperature, top_k, top_p = model._sampling_defaults(
-            args.temperature, args.top_k, args.top_p
-        )
-        ends = set(model._end_ids(None))
-
-        def new_ids():
-            for chosen in model.stream(
-                prompt, args.tokens, temperature, top_k, args.seed, None, top_p
-            ):
-                times.append(time.perf_counter())
-                if int(chosen[0]) in ends:
-                    return
-                yield int(chosen[0])
-
+        prompt_tokens = len(model._text_prompt(args.prompt))
         begin = time.perf_counter()
-        for piece in stream_pieces(model.tokenizer, new_ids()):
+        for piece in model.stream_text(
+            args.prompt,
+            args.tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            callback=lambda step, token: times.append(time.perf_counter()),
+        ):
             print(piece, end="", flush=True)
     except (bg.Error, ImportError, TypeError) as e:
         print(f"generate: {e}", file=sys.stderr)
@@ -258,7 +250,7 @@ def _generate_text(model, args) -> int:
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
     first = (times[0] - begin) * 1e3 if times else float("nan")
     print(
-        f"prompt {len(prompt)} tokens: first token after {first:.1f} ms; {len(times)} tokens, "
+        f"prompt {prompt_tokens} tokens: first token after {first:.1f} ms; {len(times)} tokens, "
         f"{rate:.1f} tokens/s",
         file=sys.stderr,
     )

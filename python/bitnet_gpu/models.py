@@ -1021,20 +1021,24 @@ class BitNetModel:
         top_p=None,
         seed=0,
         eos_token_id=None,
+        callback=None,
     ):
         """Yields the generated text in pieces as tokens arrive, never a broken UTF-8 character,
         until an end id (eos_token_id, else generation_config.json's) or max_new_tokens. prompt:
         text, or a conversation of messages rendered by the chat template. Unset sampling settings
-        come from generation_config.json (greedy without one)."""
+        come from generation_config.json (greedy without one). callback(step, id) is called as
+        each token arrives, the end id too."""
         ids = self._text_prompt(prompt)
         temperature, top_k, top_p = self._sampling_defaults(temperature, top_k, top_p)
         ends = set(self._end_ids(eos_token_id))
 
         def new_ids():
-            for chosen in self.stream(
-                ids, max_new_tokens, temperature, top_k, seed, eos_token_id, top_p
+            for step, chosen in enumerate(
+                self.stream(ids, max_new_tokens, temperature, top_k, seed, eos_token_id, top_p)
             ):
                 token = int(chosen[0])
+                if callback is not None:
+                    callback(step, token)
                 if token in ends:
                     return
                 yield token
