@@ -110,6 +110,14 @@ def test_demo_passes():
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "demo passed" in out.stdout and "FAIL" not in out.stdout
+    # BitNet, each against NumPy: the layer's ternary weights, BitLinear's exact accumulators and a
+    # decoder generating text (tokenizers is in the test extra).
+    for line in [
+        "PASS  a 2560 -> 6912 layer quantized",
+        "PASS  BitLinear",
+        "PASS  a small BitNet decoder",
+    ]:
+        assert line in out.stdout, out.stdout
 
 
 def test_pipeline_cache_is_saved_and_loaded_by_the_next_process(tmp_path):

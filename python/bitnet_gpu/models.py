@@ -345,6 +345,25 @@ def screening_tables(head, chunk_rows=4096):
     return q, meta
 
 
+def _table_dtype(weights) -> np.dtype:
+    """The dtype the embedding and head keep on the device: what the checkpoint holds, float16
+    only where that loses nothing (a float16 table, or a bfloat16 or float32 one whose every value
+    float16 holds exactly, as the 2B4T checkpoint's do), else float32."""
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        table = weights.get(name)
+        if table is None:
+            continue
+        table = np.asarray(table)
+        if table.dtype == np.float16:
+            continue
+        if table.dtype.kind != "f":
+            return np.dtype(np.float32)  # checked and refused by _load
+        narrowed = table.astype(np.float16)
+        if not np.array_equal(narrowed.astype(table.dtype), table):
+            return np.dtype(np.float32)
+    return np.dtype(np.float16)
+
+
 def _random_packed(rng, rows, cols):
     """Packed bytes of uniformly random ternary weights [rows, cols] (padding codes are zero)."""
     row_bytes = -(-cols // 16) * 4
@@ -373,11 +392,13 @@ class BitNetModel:
         *,
         device=None,
         max_tokens=None,
-        embedding_dtype=np.float16,
+        embedding_dtype=None,
         screened_head=None,
         decode_chunk=8,
     ):
-        """screened_head: decode steps of one sequence pick the next token through an int8 copy
+        """embedding_dtype: float16 or float32 for the embedding and head; None: from_weights
+        keeps what the checkpoint holds (float16 where that loses nothing), random weights float16.
+        screened_head: decode steps of one sequence pick the next token through an int8 copy
         of the head (``_core.screened_argmax``, ``_core.screened_sample``: the same ids as the
         argmax of, or the draw from, the float head's logits, reading half the bytes; the copy
         takes vocab x hidden bytes more on the device).
@@ -392,7 +413,8 @@ class BitNetModel:
         self.max_tokens = _count(
             config.max_position_embeddings if max_tokens is None else max_tokens, "max_tokens"
         )
-        self.embedding_dtype = np.dtype(embedding_dtype)
+        # from_weights chooses it from the checkpoint (_table_dtype); random weights take float16.
+        self.embedding_dtype = np.dtype(np.float16 if embedding_dtype is None else embedding_dtype)
         if self.embedding_dtype not in (np.dtype(np.float16), np.dtype(np.float32)):
             raise _core.DTypeError(
                 f"embedding_dtype: expected float16 or float32, got {self.embedding_dtype}"
@@ -450,6 +472,8 @@ class BitNetModel:
             raise _core.ArgumentError("from_weights: pass a config (BitNetConfig.preset(...))")
         if "lm_head.weight" in weights and config.tie_word_embeddings:
             config = dataclasses.replace(config, tie_word_embeddings=False)
+        if kwargs.get("embedding_dtype") is None:
+            kwargs["embedding_dtype"] = _table_dtype(weights)
         model = cls(config, **kwargs)
         model._load(weights)
         if folder is not None:
