@@ -114,7 +114,14 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(checkpoint):
-    return BitNetModel.from_weights(checkpoint, max_tokens=128)
+    return BitNetModel.from_pretrained(checkpoint, max_tokens=128)
+
+
+def test_from_pretrained_takes_a_checkpoint_directory(checkpoint, tmp_path):
+    with pytest.raises(bg.ArgumentError, match="not a checkpoint directory"):
+        BitNetModel.from_pretrained(checkpoint / "model.safetensors")
+    with pytest.raises(bg.ArgumentError, match="no config.json"):
+        BitNetModel.from_pretrained(tmp_path)
 
 
 def test_the_checkpoint_brings_its_tokenizer_and_generation_config(model, checkpoint):

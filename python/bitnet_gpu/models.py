@@ -481,6 +481,18 @@ class BitNetModel:
             model._tokenizer_folder = folder
         return model
 
+    @classmethod
+    def from_pretrained(cls, path, **kwargs) -> "BitNetModel":
+        """A checkpoint directory in the Hugging Face layout (config.json, model.safetensors or
+        shards with their index, tokenizer.json, tokenizer_config.json, generation_config.json),
+        as from_weights(path) reads it; keyword arguments as the constructor takes them."""
+        folder = os.fspath(path)
+        if not os.path.isdir(folder):
+            raise _core.ArgumentError(f"from_pretrained: {folder} is not a checkpoint directory")
+        if not os.path.exists(os.path.join(folder, "config.json")):
+            raise _core.ArgumentError(f"from_pretrained: {folder} has no config.json")
+        return cls.from_weights(folder, **kwargs)
+
     @property
     def tokenizer(self) -> Tokenizer | None:
         """The checkpoint's tokenizer (tokenizer.json, tokenizer_config.json), read on first use,
