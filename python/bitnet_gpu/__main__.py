@@ -168,19 +168,36 @@ def demo(_args) -> int:
         model.tokenizer = tokenizer
         prompt = "BitNet runs on"
         ids = np.array(tokenizer.encode(prompt), np.int64)
-        logits = model.forward(ids[None])
+        logits = model.forward(ids[None])[0]
         expected, ties = reference.bitnet_forward(
             model.reference_params(), config, ids[None], return_ties=True
         )
-        error = float(np.linalg.norm(logits - expected) / np.linalg.norm(expected))
-        near_tie = bool(np.min(ties) <= 1e-5)  # an int8 rounding tie may fall either way
+        expected, ties = expected[0], ties[0]
+        # Where the GPU's and NumPy's x * s fall on two sides of an int8 rounding tie, that token's
+        # logits and the later ones may move (NUMERICS.md): the tokens before it must match.
+        tied = np.flatnonzero(ties <= 1e-5)
+        clean = int(tied[0]) if tied.size else len(ids)
+        error = float(
+            np.linalg.norm(logits[:clean] - expected[:clean]) / np.linalg.norm(expected[:clean])
+            if clean
+            else 0.0
+        )
+        whole = float(np.linalg.norm(logits - expected) / np.linalg.norm(expected))
         text = model.generate_text(prompt, 24)
         seconds = time.perf_counter() - start
         report(
             "a small BitNet decoder built here, generating text through a BPE tokenizer",
-            error <= 1e-4 or near_tie,
-            f"{config.num_hidden_layers} layers, prompt logits within {error:.1e} of NumPy's"
-            + (" (an int8 rounding tie)" if near_tie and error > 1e-4 else "")
+            error <= 1e-4 and whole <= 5e-2,
+            f"{config.num_hidden_layers} layers, "
+            + (
+                f"prompt logits within {error:.1e} of NumPy's"
+                if clean == len(ids)
+                else f"prompt logits within {error:.1e} of NumPy's over the {clean} token"
+                f"{'s' * (clean != 1)} before an int8 rounding tie, {whole:.1e} in all"
+                if clean
+                else f"prompt logits within {whole:.1e} of NumPy's (an int8 rounding tie at the "
+                "first token)"
+            )
             + f"; random weights wrote {text[:40]!r}",
             seconds,
         )
