@@ -135,11 +135,17 @@ def demo(_args) -> int:
     q = bg.quantize_weights(w, device=device)
     values, gamma = q.unpack(), q.scale
     seconds = time.perf_counter() - start
-    ref_values, ref_gamma = reference.quantize_ternary(w)
+    # gamma sums |W| in another order than NumPy (NUMERICS.md: 1e-5); the values follow from it,
+    # a value that lands on a rounding tie (|W| / gamma = 0.5 within float32) either way.
+    ref_gamma = float(reference.weight_scale(w)[0])
+    ref_values, _ = reference.quantize_ternary(w, gamma=gamma)
+    differ = values != ref_values
+    ties = np.abs(np.abs(w.astype(np.float64) / float(gamma)) - 0.5) <= 1e-6
     report(
         "a 2560 -> 6912 layer quantized to ternary weights on the GPU",
-        np.array_equal(values, ref_values) and abs(gamma - ref_gamma) <= 1e-6 * abs(ref_gamma),
-        f"{w.size} weights, {q.nbytes / 2**20:.1f} MiB packed, every value NumPy's",
+        abs(gamma - ref_gamma) <= 1e-5 * abs(ref_gamma) and not np.any(differ & ~ties),
+        f"{w.size} weights, {q.nbytes / 2**20:.1f} MiB packed, every value NumPy's"
+        + (f" but {int(differ.sum())} on rounding ties" if differ.any() else ""),
         seconds,
     )
 
