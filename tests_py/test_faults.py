@@ -2,7 +2,6 @@
 the documented exception, leaks no memory, leaves the caller's arrays alone, and the next call
 works; a device lost mid-sequence raises DeviceError and a new Device works."""
 
-import os
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import _core
 from bitnet_gpu import reference as ref
+from conftest import package_env
 
 
 @pytest.fixture(autouse=True)
@@ -106,13 +106,8 @@ def test_environment_switch_gives_a_clean_exception_in_a_new_process(tmp_path):
         "    print('OutOfMemory:', e)\n"
         "    print(bg.quantize_activations(np.ones((1, 4), np.float32))[0])\n"
     )
-    package_root = os.path.dirname(os.path.dirname(bg.__file__))  # this very build of bitnet_gpu
     # 4: a new slab and its retry, then memory of the block's own and its retry (MemoryPool).
-    env = dict(
-        os.environ,
-        BITNET_GPU_FAULT="allocation:1:4",
-        PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]),
-    )
+    env = package_env(BITNET_GPU_FAULT="allocation:1:4")
     run = subprocess.run(
         [sys.executable, "-c", script],
         env=env,

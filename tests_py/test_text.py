@@ -3,8 +3,8 @@ tokenizer.json trained here by `tokenizers`, a Llama-3-style chat template, gene
 with two end ids), read by from_weights; encode, decode, the chat template, generate_text and
 stream_text, the end ids, and the command line."""
 
+import dataclasses
 import json
-import os
 import subprocess
 import sys
 
@@ -14,6 +14,7 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu.checkpoint import save_safetensors
 from bitnet_gpu.models import BitNetConfig, BitNetModel, weight_names
+from conftest import package_env
 
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("jinja2")
@@ -78,18 +79,8 @@ def checkpoint(tmp_path_factory):
         for name, shape in weight_names(config).items()
     }
     save_safetensors(folder / "model.safetensors", weights)
-    fields = [
-        "vocab_size",
-        "hidden_size",
-        "intermediate_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "max_position_embeddings",
-        "rms_norm_eps",
-        "tie_word_embeddings",
-    ]
-    values = {f: getattr(config, f) for f in fields}
+    values = dataclasses.asdict(config)
+    del values["rope_theta"]  # transformers 5 writes it in rope_parameters
     values.update(
         model_type="bitnet",
         hidden_act="relu2",
@@ -245,10 +236,7 @@ def test_without_a_tokenizer_or_the_library(monkeypatch, checkpoint):
 
 
 def test_the_command_line_streams_text(checkpoint):
-    package_root = os.path.dirname(os.path.dirname(bg.__file__))
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")])
-    )
+    env = package_env()
     run = subprocess.run(
         [
             sys.executable,

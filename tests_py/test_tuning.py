@@ -1,7 +1,6 @@
 """The tuning knobs: one place that reads them, a Python API that sets them for a block, the
 environment for whole processes, and docs/TUNING.md listing exactly what the code reads."""
 
-import os
 import pathlib
 import re
 import subprocess
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 import bitnet_gpu as bg
+from conftest import package_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIABLE = re.compile(r"BITNET_GPU_[A-Z0-9][A-Z0-9_]*")
@@ -110,14 +110,12 @@ def test_a_knob_changes_the_path_and_not_the_result(device, rng, tune):
 
 
 def run_python(code, **env):
-    package_root = os.path.dirname(os.path.dirname(bg.__file__))  # this very build of bitnet_gpu
-    full = dict(
-        os.environ,
-        **env,
-        PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]),
-    )
     return subprocess.run(
-        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code],
+        env=package_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

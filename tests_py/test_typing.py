@@ -1,7 +1,6 @@
 """Type information ships with the package: py.typed, stubs of the compiled module that match the
 built module, and a type checker that passes over the package and reports a user's type error."""
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -9,14 +8,14 @@ import sys
 import pytest
 
 import bitnet_gpu as bg
+from conftest import package_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = pathlib.Path(bg.__file__).parent  # this very build of bitnet_gpu
 
 
 def run(args, **kwargs):
-    path = os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])
-    env = dict(os.environ, PYTHONPATH=path)
+    env = package_env()
     if PACKAGE.parent == ROOT / "python":  # a build in the source tree; installed, mypy finds it
         env["MYPYPATH"] = str(PACKAGE.parent)
     return subprocess.run(

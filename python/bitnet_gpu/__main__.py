@@ -178,17 +178,8 @@ def demo(_args) -> int:
         expected, ties = reference.bitnet_forward(
             model.reference_params(), config, ids[None], return_ties=True
         )
-        expected, ties = expected[0], ties[0]
-        # Where the GPU's and NumPy's x * s fall on two sides of an int8 rounding tie, that token's
-        # logits and the later ones may move (NUMERICS.md): the tokens before it must match.
-        tied = np.flatnonzero(ties <= 1e-5)
-        clean = int(tied[0]) if tied.size else len(ids)
-        error = float(
-            np.linalg.norm(logits[:clean] - expected[:clean]) / np.linalg.norm(expected[:clean])
-            if clean
-            else 0.0
-        )
-        whole = float(np.linalg.norm(logits - expected) / np.linalg.norm(expected))
+        # Past an int8 rounding tie a token's logits and the later ones may move (NUMERICS.md).
+        clean, error, whole = reference.logits_agreement(logits, expected[0], ties[0])
         text = model.generate_text(prompt, 24)
         seconds = time.perf_counter() - start
         report(
