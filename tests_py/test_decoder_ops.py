@@ -77,8 +77,16 @@ def test_argmax_over_many_chunks():
     )
 
 
-@pytest.mark.parametrize("batch,tokens,start", [(1, 1, 0), (2, 3, 9), (3, 1, 62)])
+def _starts(start, batch):
+    """int32 [1] for one start shared by every sequence, [B] for one a sequence."""
+    return np.array(start if isinstance(start, tuple) else [start], np.int32)
+
+
+@pytest.mark.parametrize(
+    "batch,tokens,start", [(1, 1, 0), (2, 3, 9), (3, 1, 62), (3, 2, (0, 5, 62)), (2, 1, (40, 2))]
+)
 def test_rope_append(batch, tokens, start):
+    """One start for every sequence, or one a sequence."""
     hq, hkv, d, rows = 4, 2, 16, 64
     q = rng.standard_normal((batch * tokens, hq, d)).astype(np.float32)
     k = rng.standard_normal((batch * tokens, hkv, d)).astype(np.float32)
@@ -92,11 +100,11 @@ def test_rope_append(batch, tokens, start):
         _tensor(v),
         _tensor(cos),
         _tensor(sin),
-        _tensor(np.array([start], np.int32)),
+        _tensor(_starts(start, batch)),
         k_cache,
         v_cache,
     )
-    pos = start + np.arange(batch * tokens) % tokens
+    pos = np.repeat(np.broadcast_to(start, (batch,)), tokens) + np.arange(batch * tokens) % tokens
     assert rel(q_out.numpy(), reference.rope(q, pos, 10000.0)) <= 1e-5
     kc, vc = k_cache.numpy(), v_cache.numpy()
     k_ref = reference.rope(k, pos, 10000.0)
@@ -113,18 +121,22 @@ def test_rope_append(batch, tokens, start):
 
 
 def _decode_attention_reference(q, k, v, k_cache, v_cache, start, theta):
-    """rope + append + causal attention of one new token a sequence, in NumPy (float64)."""
+    """rope + append + causal attention of one new token a sequence, in NumPy (float64); start:
+    one for every sequence or one a sequence."""
     batch, rows = k_cache.shape[:2]
-    pos = np.full(batch, start)
+    pos = np.array(np.broadcast_to(start, (batch,)))
     kc, vc = k_cache.copy(), v_cache.copy()
-    if start < rows:
-        kc[:, start] = reference.rope(k, pos, theta)
-        vc[:, start] = v
-    keys = min(start + 1, rows)
+    k_rotated = reference.rope(k, pos, theta)
+    for b in range(batch):
+        if pos[b] < rows:
+            kc[b, pos[b]] = k_rotated[b]
+            vc[b, pos[b]] = v[b]
     qr = reference.rope(q, pos, theta)
     out = np.stack(
         [
-            reference.attention(qr[b : b + 1], kc[b], vc[b], causal=False, kv_length=keys)[0]
+            reference.attention(
+                qr[b : b + 1], kc[b], vc[b], causal=False, kv_length=min(pos[b] + 1, rows)
+            )[0]
             for b in range(batch)
         ]
     )
@@ -146,21 +158,24 @@ def _decode_attention_reference(q, k, v, k_cache, v_cache, start, theta):
         (1, 16, 2, 8, 1100, 1090),
         (2, 4, 1, 16, 2300, 2299),
         (1, 8, 1, 4, 8300, 8250),
+        (3, 20, 5, 128, 130, (0, 64, 129)),
+        (2, 16, 1, 8, 40, (7, 3)),
     ],
 )
 def test_decode_attention(tune, fused, batch, hq, hkv, d, rows, start):
     """rope + KV append + attention in one dispatch (where D % 4 == 0, D <= 256 and HQ / HKV <= 8;
     (6, 3) and 16 query heads a KV head take the two-op path; 258 splits of 8 heads merge in 5
-    chunks) against NumPy, with the cache rows
-    it must not touch poisoned."""
+    chunks) against NumPy, with the cache rows it must not touch poisoned; one position for every
+    sequence, or one a sequence."""
     tune(fused_attention=fused)
     q = rng.standard_normal((batch, hq, d)).astype(np.float32)
     k = rng.standard_normal((batch, hkv, d)).astype(np.float32)
     v = rng.standard_normal((batch, hkv, d)).astype(np.float32)
     k_host = rng.standard_normal((batch, rows, hkv, d)).astype(np.float32)
     v_host = rng.standard_normal((batch, rows, hkv, d)).astype(np.float32)
-    k_host[:, start + 1 :] = np.nan  # rows past the new key are never read
-    v_host[:, start + 1 :] = np.nan
+    for b, position in enumerate(np.broadcast_to(start, (batch,))):
+        k_host[b, position + 1 :] = np.nan  # rows past the new key are never read
+        v_host[b, position + 1 :] = np.nan
     cos, sin = bg.rope_tables(np.arange(rows), d, 500000.0)
     k_cache, v_cache = _tensor(k_host), _tensor(v_host)
     out = _core.decode_attention(
@@ -169,7 +184,7 @@ def test_decode_attention(tune, fused, batch, hq, hkv, d, rows, start):
         _tensor(v),
         _tensor(cos),
         _tensor(sin),
-        _tensor(np.array([start], np.int32)),
+        _tensor(_starts(start, batch)),
         k_cache,
         v_cache,
     )
@@ -237,6 +252,10 @@ def test_decode_attention_rejects_bad_input():
     start = _tensor(np.array([3], np.int32))
     with pytest.raises(bg.DTypeError, match="start"):
         _core.decode_attention(q, kv, kv, cos, sin, _tensor(np.array([3], np.uint32)), cache, cache)
+    with pytest.raises(bg.DTypeError, match="start"):  # one a sequence, or one for all
+        _core.decode_attention(
+            q, kv, kv, cos, sin, _tensor(np.array([3, 4], np.int32)), cache, cache
+        )
     with pytest.raises(bg.ShapeError):
         _core.decode_attention(
             q, kv, kv, cos, sin, start, _tensor(np.zeros((1, 16, 4, 8), np.float32)), cache
@@ -402,11 +421,15 @@ def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
         (2, 33, 0, 40),
         (3, 9, 4, 300),
         (2, 20, 17, 64),
+        (3, 9, (0, 4, 50), 300),
+        (2, 1, (600, 5), 1024),
+        (2, 20, (17, 0), 64),
     ],
 )
 def test_attention_cached_matches_full_attention(tune, tiled, dtype, batch, tokens, start, rows):
     """Prefill and decode over batched caches, with the query-block kernel (where more than 8
-    tokens a sequence would not take the split path) and with the one-query kernel."""
+    tokens a sequence would not take the split path) and with the one-query kernel; one start for
+    every sequence, or one a sequence."""
     tune(attention_tiled=tiled)
     hq, hkv, d = 4, 2, 32
     k_all = rng.standard_normal((batch, rows, hkv, d)).astype(dtype)
@@ -414,10 +437,10 @@ def test_attention_cached_matches_full_attention(tune, tiled, dtype, batch, toke
     q = rng.standard_normal((batch * tokens, hq, d)).astype(dtype)
     out = _poisoned(q.shape, dtype)
     _core.attention_cached(
-        _tensor(q), _tensor(k_all), _tensor(v_all), _tensor(np.array([start], np.int32)), True, out
+        _tensor(q), _tensor(k_all), _tensor(v_all), _tensor(_starts(start, batch)), True, out
     )
-    length = start + tokens
     for b in range(batch):
+        length = int(np.broadcast_to(start, (batch,))[b]) + tokens
         ref = reference.attention(
             q[b * tokens : (b + 1) * tokens], k_all[b, :length], v_all[b, :length], True
         )

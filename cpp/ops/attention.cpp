@@ -94,7 +94,7 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
     struct {
       uint32_t tq, hq, hkv, d, l;
       float scale;
-      uint32_t splits, seq_tokens, cache_rows;
+      uint32_t splits, seq_tokens, cache_rows, start_stride;
     } push{static_cast<uint32_t>(tq),
            static_cast<uint32_t>(hq),
            static_cast<uint32_t>(hkv),
@@ -103,7 +103,8 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
            scale,
            static_cast<uint32_t>(splits),
            static_cast<uint32_t>(keys.seq_tokens),
-           static_cast<uint32_t>(keys.cache_rows)};
+           static_cast<uint32_t>(keys.cache_rows),
+           from_start ? start_stride(*keys.start) : 0u};
     const auto grid = checked_grid(
         *device,
         {static_cast<uint64_t>(splits), static_cast<uint64_t>(hq), static_cast<uint64_t>(tq)},
@@ -135,7 +136,7 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
   struct {
     uint32_t tq, hq, hkv, d, l;
     float scale;
-    uint32_t seq_tokens, cache_rows;
+    uint32_t seq_tokens, cache_rows, start_stride;
   } push{static_cast<uint32_t>(tq),
          static_cast<uint32_t>(hq),
          static_cast<uint32_t>(hkv),
@@ -143,7 +144,8 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
          static_cast<uint32_t>(keys.l),
          scale,
          static_cast<uint32_t>(keys.seq_tokens),
-         static_cast<uint32_t>(keys.cache_rows)};
+         static_cast<uint32_t>(keys.cache_rows),
+         from_start ? start_stride(*keys.start) : 0u};
   const uint64_t sequences = static_cast<uint64_t>(tq / std::max<int64_t>(keys.seq_tokens, 1));
   const uint64_t block_rows = static_cast<uint64_t>(tiled_queries(d));
   const uint64_t blocks = (static_cast<uint64_t>(keys.seq_tokens) + block_rows - 1) / block_rows;
@@ -154,14 +156,18 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }
 
-void require_start(const Tensor& start, const Tensor& q) {
-  if ((start.dtype() != DType::int32 && start.dtype() != DType::uint32) || start.size() != 1)
-    throw DTypeError("start: expected one int32 value (a tensor of shape (1,)), got " +
-                     std::string(dtype_name(start.dtype())) + " " + shape_text(start.shape()));
+}  // namespace
+
+void require_start(const Tensor& start, int64_t batch, const Tensor& q) {
+  if (start.dtype() != DType::int32 || start.shape().size() != 1 ||
+      (start.size() != 1 && start.size() != static_cast<uint64_t>(batch)))
+    throw DTypeError("start: expected int32 [1] (every sequence) or [" + std::to_string(batch) +
+                     "] (one a sequence), got " + std::string(dtype_name(start.dtype())) + " " +
+                     shape_text(start.shape()));
   if (&start.device() != &q.device()) throw ArgumentError("start must live on the device of q");
 }
 
-}  // namespace
+uint32_t start_stride(const Tensor& start) { return start.size() == 1 ? 0u : 1u; }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                  std::optional<int64_t> kv_length, const std::optional<Tensor>& given) {
@@ -200,7 +206,6 @@ Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   require_float(q, "q");
   require_same_kind(q, "q", k_cache, "k_cache");
   require_same_kind(q, "q", v_cache, "v_cache");
-  require_start(start, q);
   if (q.shape().size() != 3 || k_cache.shape().size() != 4 || v_cache.shape() != k_cache.shape())
     throw ShapeError("expected q [B * T, HQ, D] and caches [B, ROWS, HKV, D], got q " +
                      shape_text(q.shape()) + ", k_cache " + shape_text(k_cache.shape()) +
@@ -214,6 +219,7 @@ Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_
         ": head dims must match, HQ must be a multiple of HKV and q's rows a multiple of B");
   if (d == 0 || d > 256)
     throw UnsupportedError("head dim " + std::to_string(d) + ": expected 1 to 256");
+  require_start(start, batch, q);
   const int64_t seq_tokens = rows_q / batch;
   if (seq_tokens > cache_rows)
     throw ShapeError(std::to_string(seq_tokens) + " tokens a sequence do not fit caches of " +

@@ -15,10 +15,16 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
 
 // Rotary embedding of x [T, H, D] (D even) with float32 angle tables cos and sin [T, D / 2].
 // attention() over batched caches [B, ROWS, HKV, D] whose length is read on the GPU: q [B * T,
-// HQ, D] holds T new tokens a sequence, and sequence b attends over rows [0, start[0] + T) of its
-// cache (int32 start [1]: tokens cached before these). For recorded graphs (decode steps).
+// HQ, D] holds T new tokens a sequence, and sequence b attends over rows [0, start[b] + T) of its
+// cache (int32 start [B]: tokens cached before these, or [1] for every sequence). For recorded
+// graphs (decode steps).
 Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                         const Tensor& start, bool causal, const std::optional<Tensor>& out);
+
+// The `start` an op over caches of `batch` sequences takes: int32 [1] (every sequence) or [batch];
+// DTypeError otherwise. start_stride: the shaders' index step (0 or 1) through it.
+void require_start(const Tensor& start, int64_t batch, const Tensor& q);
+uint32_t start_stride(const Tensor& start);
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin,
             const std::optional<Tensor>& out = {});
@@ -28,7 +34,7 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin,
 void copy_rows(const Tensor& rows, const Tensor& destination, int64_t first_row);
 
 // A decode step's rotary embedding and KV-cache append in one dispatch (float32): returns
-// rope(q) and writes rope(k) and v to rows start[0] + t % T of each sequence's caches [B, ROWS,
+// rope(q) and writes rope(k) and v to rows start[b] + t % T of each sequence's caches [B, ROWS,
 // HKV, D] (q, k, v: [B * T, heads, D]; cos, sin: [positions, D / 2]).
 Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
                    const Tensor& sin, const Tensor& start, const Tensor& k_cache,

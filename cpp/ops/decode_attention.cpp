@@ -43,9 +43,6 @@ AppendShape check_append(const char* op, const Tensor& q, const Tensor& k, const
     if (t->dtype() != DType::float32)
       throw DTypeError(std::string(name) + ": expected float32, got " +
                        std::string(dtype_name(t->dtype())));
-  if (start.dtype() != DType::int32 || start.size() != 1)
-    throw DTypeError("start: expected one int32 value, got " +
-                     std::string(dtype_name(start.dtype())) + " " + shape_text(start.shape()));
   if (q.shape().size() != 3 || k.shape().size() != 3 || v.shape() != k.shape() ||
       k_cache.shape().size() != 4 || v_cache.shape() != k_cache.shape())
     throw ShapeError(
@@ -64,7 +61,8 @@ AppendShape check_append(const char* op, const Tensor& q, const Tensor& k, const
       sin.shape() != cos.shape())
     throw ShapeError("angle tables: expected [positions, " + std::to_string(shape.d / 2) +
                      "], got " + shape_text(cos.shape()) + " and " + shape_text(sin.shape()));
-  for (const Tensor* t : {&k, &v, &cos, &sin, &start, &k_cache, &v_cache})
+  require_start(start, shape.batch, q);
+  for (const Tensor* t : {&k, &v, &cos, &sin, &k_cache, &v_cache})
     if (&t->device() != &q.device())
       throw ArgumentError(std::string(op) + ": every tensor must live on q's device");
   return shape;
@@ -80,14 +78,15 @@ Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   Tensor q_out = Tensor::empty(device, q.shape(), DType::float32);
   if (shape.rows == 0) return q_out;
   struct {
-    uint32_t rows, hq, hkv, d, period, cache_rows, table_rows;
+    uint32_t rows, hq, hkv, d, period, cache_rows, table_rows, start_stride;
   } push{static_cast<uint32_t>(shape.rows),
          static_cast<uint32_t>(shape.hq),
          static_cast<uint32_t>(shape.hkv),
          static_cast<uint32_t>(shape.d),
          static_cast<uint32_t>(shape.rows / shape.batch),
          static_cast<uint32_t>(shape.cache_rows),
-         static_cast<uint32_t>(cos.shape()[0])};
+         static_cast<uint32_t>(cos.shape()[0]),
+         start_stride(start)};
   const uint64_t total = static_cast<uint64_t>(shape.rows) *
                          ((shape.hq + shape.hkv) * (shape.d / 2) + shape.hkv * shape.d);
   Kernel kernel = Kernel::builtin(device, "rope_append");
@@ -135,9 +134,14 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   struct {
     uint32_t hq, hkv, cache_rows, table_rows, splits;
     float scale;
-  } push{static_cast<uint32_t>(shape.hq),         static_cast<uint32_t>(shape.hkv),
-         static_cast<uint32_t>(shape.cache_rows), static_cast<uint32_t>(cos.shape()[0]),
-         static_cast<uint32_t>(splits),           1.0f / std::sqrt(static_cast<float>(shape.d))};
+    uint32_t start_stride;
+  } push{static_cast<uint32_t>(shape.hq),
+         static_cast<uint32_t>(shape.hkv),
+         static_cast<uint32_t>(shape.cache_rows),
+         static_cast<uint32_t>(cos.shape()[0]),
+         static_cast<uint32_t>(splits),
+         1.0f / std::sqrt(static_cast<float>(shape.d)),
+         start_stride(start)};
   // The head dimension is a specialization constant (HEAD_DIM): it sizes the kernel's register
   // arrays.
   Kernel kernel = Kernel::builtin(device, "decode_attention",

@@ -50,9 +50,9 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
                    int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase,
                    int64_t last_phase, bool nucleus) {
   struct {
-    uint32_t n, chunks, offset, row0;
+    uint32_t n, chunks, offset, row0, start_stride;
   } push{static_cast<uint32_t>(n), scratch.chunks, static_cast<uint32_t>(offset),
-         static_cast<uint32_t>(row0)};
+         static_cast<uint32_t>(row0), start.size() == 1 ? 0u : 1u};
   BufferBinding bindings[] = {logits,
                               params.binding(),
                               start.binding(),
@@ -87,13 +87,16 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
 }
 
 // The checks sample_rows and screened_sample share.
-void check_sampling(const Tensor& params, const Tensor& start, int64_t offset, const Tensor& on) {
+void check_sampling(const Tensor& params, const Tensor& start, int64_t offset, int64_t rows,
+                    const Tensor& on) {
   if (params.dtype() != DType::uint32 || params.shape() != std::vector<int64_t>{6})
     throw DTypeError("params: expected uint32 [6], got " + std::string(dtype_name(params.dtype())) +
                      " " + shape_text(params.shape()));
-  if (start.dtype() != DType::int32 || start.size() != 1)
-    throw DTypeError("start: expected one int32 value, got " +
-                     std::string(dtype_name(start.dtype())) + " " + shape_text(start.shape()));
+  if (start.dtype() != DType::int32 || start.shape().size() != 1 ||
+      (start.size() != 1 && start.size() != static_cast<uint64_t>(rows)))
+    throw DTypeError("start: expected int32 [1] or [" + std::to_string(rows) +
+                     "] (one a row), got " + std::string(dtype_name(start.dtype())) + " " +
+                     shape_text(start.shape()));
   if (&params.device() != &on.device() || &start.device() != &on.device())
     throw ArgumentError("params and start must live on the logits' device");
   if (offset < 0 || offset > std::numeric_limits<uint32_t>::max())
@@ -121,8 +124,8 @@ Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& sta
     throw DTypeError("logits: expected float32, got " + std::string(dtype_name(logits.dtype())));
   if (logits.shape().size() != 2)
     throw ShapeError("logits: expected [M, N], got " + shape_text(logits.shape()));
-  check_sampling(params, start, offset, logits);
   const int64_t m = logits.shape()[0], n = logits.shape()[1];
+  check_sampling(params, start, offset, m, logits);
   if (n == 0)
     throw ShapeError("sampling from empty rows: logits have shape " + shape_text(logits.shape()));
   if (n > std::numeric_limits<int32_t>::max())

@@ -168,7 +168,7 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
                        int64_t offset, const std::optional<Tensor>& given,
                        const std::optional<Tensor>& given_exact, bool top_p) {
   const auto [v, k, padded_k] = check_screening("screened_sample", x, head, head_q, head_meta);
-  check_sampling(params, start, offset, x);
+  check_sampling(params, start, offset, 1, x);
   const auto& device = x.device_ptr();
   check_top_p(*device, top_p);
   Tensor out = output(device, given, {1}, DType::int32, "out",

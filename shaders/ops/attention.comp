@@ -23,9 +23,10 @@ layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
 layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
 layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };   // [>= L, HKV, D]
 layout(std430, binding = 3) writeonly buffer O { ELEMENT o[]; };  // [TQ, HQ, D]
-layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] with FROM_START
+layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] or [B] with FROM_START
 layout(push_constant) uniform Push {
   uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint seq_tokens; uint cache_rows;
+  uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
 } p;
 
 const uint CHUNK = 2048;
@@ -38,7 +39,7 @@ void main() {
   const uint i = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
   const uint g = h / (p.hq / p.hkv);
   const uint b = i / p.seq_tokens, at = i % p.seq_tokens;
-  const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
+  const uint l = FROM_START ? min(start[b * p.start_stride] + p.seq_tokens, p.cache_rows) : p.l;
   // Keys this query sees (it sits at position l - SEQ_TOKENS + at).
   const uint keys = visible_keys(CAUSAL, l, at, p.seq_tokens);
   const uint base = b * p.cache_rows;

@@ -22,10 +22,10 @@ layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };
 layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };
 layout(std430, binding = 3) writeonly buffer O { ELEMENT o[]; };
 layout(std430, binding = 4) buffer Partial { float partial[]; };  // [TQ, HQ, splits, D + 2]
-layout(std430, binding = 5) readonly buffer Start { uint start[]; };  // [1] with FROM_START
+layout(std430, binding = 5) readonly buffer Start { uint start[]; };  // [1] or [B] with FROM_START
 layout(push_constant) uniform Push {
   uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint splits; uint seq_tokens;
-  uint cache_rows;
+  uint cache_rows; uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
 } p;
 
 const uint SPLIT = 32;
@@ -56,7 +56,7 @@ void main() {
   const uint record = ((i * p.hq + h) * p.splits) * (p.d + 2);  // split 0 of (i, h)
   const uint g = h / (p.hq / p.hkv);
   const uint b = i / p.seq_tokens, at_token = i % p.seq_tokens;
-  const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
+  const uint l = FROM_START ? min(start[b * p.start_stride] + p.seq_tokens, p.cache_rows) : p.l;
   const uint keys = visible_keys(CAUSAL, l, at_token, p.seq_tokens);
   const uint live = min((keys + SPLIT - 1) / SPLIT, p.splits);  // splits with keys to score
   // Value dimension e of key subset `subset`: 256 / D subsets run in parallel, summed in order.

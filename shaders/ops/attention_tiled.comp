@@ -33,9 +33,10 @@ layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
 layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
 layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };   // [>= L, HKV, D]
 layout(std430, binding = 3) writeonly buffer O { ELEMENT o[]; };  // [TQ, HQ, D]
-layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] with FROM_START
+layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] or [B] with FROM_START
 layout(push_constant) uniform Push {
   uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint seq_tokens; uint cache_rows;
+  uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
 } p;
 
 const uint GROUP = 8, BQ = 16 * ROWS, KEYS = BK / GROUP;
@@ -93,7 +94,7 @@ void main() {
   const uint block = CAUSAL ? blocks - 1 - gl_WorkGroupID.x % blocks : gl_WorkGroupID.x % blocks;
   const uint b = gl_WorkGroupID.x / blocks, at0 = block * BQ;
   const uint g = h / (p.hq / p.hkv), d = p.d;
-  const uint l = FROM_START ? min(start[0] + p.seq_tokens, p.cache_rows) : p.l;
+  const uint l = FROM_START ? min(start[b * p.start_stride] + p.seq_tokens, p.cache_rows) : p.l;
   const uint rows = min(BQ, p.seq_tokens - at0);
   // the block's last query sees the most
   const uint most_keys = visible_keys(CAUSAL, l, at0 + rows - 1, p.seq_tokens);

@@ -1,6 +1,6 @@
 #version 450
 // One decode step's attention in one dispatch (float32): for B sequences of one new token each,
-// at position P = start[0],
+// sequence b's at position P = start[b] (start[0] for all where start holds one value),
 //   k_cache[b, P] = rope(k[b]),  v_cache[b, P] = v[b]            (rope as in rope_append.comp)
 //   out[b, h] = softmax(rope(q[b, h]) . K^T / sqrt(D)) V         over cache rows [0, min(P + 1,
 // ROWS))
@@ -40,6 +40,7 @@ layout(std430, binding = 11) writeonly buffer Out { float o[]; };      // [B, HQ
 layout(std430, binding = 12) readonly buffer VCacheRead { float v_cache_read[]; };
 layout(push_constant) uniform Push {
   uint hq; uint hkv; uint cache_rows; uint table_rows; uint splits; float scale;
+  uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
 } p;
 
 // Keys a workgroup scores (16, 32 or 64; G * SPLIT <= 256), PARTS invocations a key.
@@ -88,7 +89,7 @@ void main() {
   const uint lane = gl_LocalInvocationID.x;
   const uint split = gl_WorkGroupID.x, g = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
   const uint d = HEAD_DIM, half_d = d / 2, d4 = d / 4;
-  const uint position = start[0];
+  const uint position = start[b * p.start_stride];
   const uint keys = min(position + 1, p.cache_rows);
   const uint live = (keys + SPLIT - 1) / SPLIT;
   if (split >= live) return;  // the whole workgroup: no keys here (nor counted)

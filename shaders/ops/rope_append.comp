@@ -1,6 +1,7 @@
 #version 450
 // One decoder step's rotary embedding and KV-cache append in one dispatch (float32): for rows
-// [B * T] of new tokens, row t of sequence b = t / T at position start[0] + t % T,
+// [B * T] of new tokens, row t of sequence b = t / T at position start[b] + t % T
+// (start[0] for every sequence where start holds one value),
 //   q_out = rope(q)                      [B * T, HQ, D]
 //   k_cache[b, position] = rope(k)       caches [B, CACHE_ROWS, HKV, D]
 //   v_cache[b, position] = v
@@ -20,10 +21,11 @@ layout(std430, binding = 7) writeonly buffer VCache { float v_cache[]; };
 layout(std430, binding = 8) readonly buffer Start { uint start[]; };
 layout(push_constant) uniform Push {
   uint rows; uint hq; uint hkv; uint d; uint period; uint cache_rows; uint table_rows;
+  uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
 } p;
 
 void main() {
-  const uint half_d = p.d / 2, first = start[0];
+  const uint half_d = p.d / 2;
   const uint q_pairs = p.rows * p.hq * half_d, k_pairs = p.rows * p.hkv * half_d;
   const uint kv_row = p.hkv * p.d, total = q_pairs + k_pairs + p.rows * kv_row;
   for (uint index = gl_GlobalInvocationID.x; index < total; index += gl_NumWorkGroups.x * 256) {
@@ -31,7 +33,7 @@ void main() {
       const bool is_q = index < q_pairs;
       const uint j = is_q ? index : index - q_pairs, heads = is_q ? p.hq : p.hkv;
       const uint i = j % half_d, th = j / half_d, t = th / heads, h = th % heads;
-      const uint position = first + t % p.period;
+      const uint position = start[t / p.period * p.start_stride] + t % p.period;
       const uint table = min(position, p.table_rows - 1) * half_d + i;
       const float c = cos_table[table], s = sin_table[table];
       const uint at = th * p.d + i;
@@ -47,7 +49,7 @@ void main() {
       }
     } else {
       const uint j = index - q_pairs - k_pairs, t = j / kv_row, e = j % kv_row;
-      const uint position = first + t % p.period;
+      const uint position = start[t / p.period * p.start_stride] + t % p.period;
       if (position < p.cache_rows)
         v_cache[((t / p.period) * p.cache_rows + position) * kv_row + e] = v[j];
     }

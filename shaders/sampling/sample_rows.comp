@@ -8,7 +8,7 @@
 // with 1 / T rounded to float32 by the host, the first of equal ones (the first NaN where the row
 // holds one: index -1 then), which is a draw from softmax(x / T) over the kept values.
 // h_j = pcg(pcg(j) ^ key), key = pcg(m ^ pcg(step ^ pcg(seed_lo ^ pcg(seed_hi)))),
-// step = start[0] + offset: the noise depends on (seed, step, m, j) alone, so a row's draw does
+// step = start[m] + offset (start[0] + offset where start holds one value): the noise depends on (seed, step, m, j) alone, so a row's draw does
 // not depend on the other rows or on how the work is split (sampling_common.glsl).
 // reference.sample_rows computes the same in float64.
 //
@@ -36,7 +36,8 @@ layout(constant_id = 0) const uint PHASE = 0;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 // T and 1 / T (float32 bits), k, seed_lo, seed_hi, top-p as p 2^32 (0: none)
 layout(std430, binding = 1) readonly buffer Params { uint params[6]; };
-layout(std430, binding = 2) readonly buffer Start { int start; };
+// [1], or [M] for a step of each row's own (p.start_stride 1)
+layout(std430, binding = 2) readonly buffer Start { int start[]; };
 // [M, BINS], zero between phases
 layout(std430, binding = 3) coherent buffer Bins { uint bins[]; };
 // [M]: prefix, wanted, all
@@ -50,7 +51,9 @@ layout(std430, binding = 8) writeonly buffer Out { int index_out[]; };
 // [M, 8] (sample_nucleus.comp's Nucleus): the largest kept key (0 between runs), the threshold's
 // key
 layout(std430, binding = 9) coherent buffer Nucleus { uint nucleus[]; };
-layout(push_constant) uniform Push { uint n; uint chunks; uint offset; uint row0; } p;
+layout(push_constant) uniform Push {
+  uint n; uint chunks; uint offset; uint row0; uint start_stride;
+} p;
 
 const uint CHUNK = 1024, BINS = 2048, PER_INVOCATION = CHUNK / 256, TICKETS = 8;
 shared uint s_bins[BINS];
@@ -128,7 +131,7 @@ void draw(uint row, uint k) {
   const bool nucleus_ran = params[5] != 0u && temperature != 0.0;
   if (nucleus_ran && nucleus_applies(nucleus[row * 8]))
     threshold = max(threshold, nucleus[row * 8 + 1]);
-  const uint step = uint(start) + p.offset;
+  const uint step = uint(start[(p.row0 + row) * p.start_stride]) + p.offset;
   const uint row_key = draw_key(p.row0 + row, step, params[3], params[4]);
   const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.n);
   float v[PER_INVOCATION];
