@@ -97,7 +97,7 @@ def fill_cache(model, tokens):
     fill = (
         np.random.default_rng(2).integers(0, model.config.vocab_size, (1, tokens)).astype(np.int32)
     )
-    model._step(fill, 0, "last")
+    model._replay(fill, 0, "last")
     return fill
 
 
@@ -107,7 +107,7 @@ def decode_step(model, context, batch=1):
     generate() runs it (the next ids read back; through the screened head where
     model.screened_head and one sequence)."""
     ids = np.repeat(DECODE_TOKEN, batch, axis=0)
-    return lambda: model._step(ids, context, "next")["next"].numpy()
+    return lambda: model._replay(ids, context, "next")["next"].numpy()
 
 
 GENERATE_PROMPT = 128
@@ -139,7 +139,7 @@ def gpu_seconds(model, run, repeats):
     times = []
     for _ in range(repeats):
         run()
-        graph = list(model._graphs.values())[-1]
+        graph = model._latest_graph
         times.append(graph.timings()[0][1])
     model.timings = False
     model.reset_graphs()
@@ -151,7 +151,7 @@ def per_op(model, run):
     model.reset_graphs()
     run()
     run()
-    timings = list(model._graphs.values())[-1].timings()
+    timings = model._latest_graph.timings()
     model.timings = False
     model.reset_graphs()
     return timings
@@ -491,7 +491,7 @@ def main():
             )
             for kind, seconds in ops.items():
                 print(f"    {kind:40s} {seconds * 1e6:9.1f} us")
-            model._caches.pop(batch, None)  # the batch's KV cache and graphs, before the next
+            model._contexts.pop(batch, None)  # the batch's KV cache and graphs, before the next
             model.reset_graphs()
 
     if args.prefill:
@@ -502,7 +502,7 @@ def main():
         )
 
         def prefill():
-            return model._step(prompt, 0, "last")["next"].numpy()
+            return model._replay(prompt, 0, "last")["next"].numpy()
 
         prefill()
         wall = median_wall(prefill, max(3, args.repeats // 2))

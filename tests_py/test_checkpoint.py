@@ -271,7 +271,11 @@ def test_tied_embeddings_default_to_transformers_default():
         ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0}}, "rope_parameters"),
         ({"rope_parameters": 10000.0}, "rope_parameters"),
         (
-            {"quantization_config": {"quant_method": "bitnet", "linear_class": "autobitlinear"}},
+            {"quantization_config": {"quant_method": "bitnet", "linear_class": "ternarylinear"}},
+            "quantization_config",
+        ),
+        (
+            {"quantization_config": {"quant_method": "bitnet", "quantization_mode": "later"}},
             "quantization_config",
         ),
         (
@@ -372,3 +376,36 @@ def test_the_embedding_keeps_the_checkpoints_precision():
     assert asked.embedding_dtype == np.float16 and np.dtype(asked.embed.dtype) == np.float16
     with pytest.raises(bg.DTypeError, match="embedding_dtype"):
         BitNetModel.from_weights(weights, config, embedding_dtype=np.float64)
+
+
+def test_autobitlinear_weights_mean_what_transformers_computes():
+    """AutoBitLinear: offline, ternary values (packed, int8 or float) times weight_scale;
+    online, float weights quantized on load (absmean), any weight_scale ignored; offline float
+    weights that are not ternary are refused (transformers would run them unquantized)."""
+    weights = _float_weights(_tiny())
+    ternary = dict(weights)
+    for key, w in weights.items():
+        if w.ndim == 2 and "embed" not in key and "lm_head" not in key:
+            ternary[key] = rng.integers(-1, 2, w.shape).astype(np.int8)
+            ternary[key.replace(".weight", ".weight_scale")] = np.float32([2.0])
+    name = "model.layers.0.mlp.down_proj"
+    values = ternary[name + ".weight"]
+    offline = _tiny(linear_class="autobitlinear")
+    for form in (_pack_hf(values), values, values.astype(np.float32)):
+        given = {**ternary, name + ".weight": form, name + ".weight_scale": np.float32([0.25])}
+        model = BitNetModel.from_weights(given, offline)
+        got, gamma = model.reference_params()["layers"][0]["proj"]["down"]
+        np.testing.assert_array_equal(got, values)
+        assert gamma == np.float32(0.25)  # bitlinear would take 1 / 0.25
+    bitlinear = BitNetModel.from_weights({**given, name + ".weight": values}, _tiny())
+    assert bitlinear.reference_params()["layers"][0]["proj"]["down"][1] == np.float32(4)
+    with pytest.raises(bg.UnsupportedError, match="AutoBitLinear's offline weights"):
+        BitNetModel.from_weights(weights, offline)
+    online = BitNetModel.from_weights(
+        {**weights, name + ".weight_scale": np.float32([7])},
+        _tiny(linear_class="autobitlinear", quantization_mode="online"),
+    )
+    expected = reference.quantize_ternary(weights[name + ".weight"])
+    got, gamma = online.reference_params()["layers"][0]["proj"]["down"]
+    np.testing.assert_array_equal(got, expected[0])
+    np.testing.assert_allclose(gamma, expected[1], rtol=1e-6)

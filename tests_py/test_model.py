@@ -73,7 +73,7 @@ def test_screened_greedy_generation_is_the_float_heads(tiny_model, seed):
     assert tiny_model.screened_head
     tiny_model.reset_graphs()
     out = tiny_model.generate(prompt, 32)
-    assert any(key[2] == "next" and key[1] == 1 for key in tiny_model._graphs)
+    assert any(key[2] == "next" and key[1] == 1 for key in tiny_model._graph_keys())
     assert tiny_model.screening_nbytes == tiny_model.config.vocab_size * (
         tiny_model.config.hidden_size + 16
     )
@@ -126,19 +126,15 @@ def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatc
     out = tiny_model.generate(prompt, 24)
     ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 24)
     np.testing.assert_array_equal(out, ref)
-    assert sorted({key[3] for key in tiny_model._graphs if key[1] == 1}) == [16, 32, 64]
+    assert sorted({key[3] for key in tiny_model._graph_keys() if key[1] == 1}) == [16, 32, 64]
     tiny_model.reset_graphs()
 
 
 def test_decode_steps_equal_a_full_forward(tiny_model):
     ids = rng.integers(0, tiny_model.config.vocab_size, 20)
     full = tiny_model.forward(ids)
-    steps = []
-    for position in range(20):  # one replayed decode graph per token
-        result = tiny_model._step(
-            ids[None, position : position + 1].astype(np.int32), position, "last"
-        )
-        steps.append(result["logits"].numpy()[0])
+    session = tiny_model.session()
+    steps = [session.step(ids[position : position + 1]) for position in range(20)]
     # Decode attends with the split-key kernel, a prefill with the other: float32 sums in another
     # order, so an int8 near a rounding tie may differ between the two (as against the reference).
     _, ties = reference.bitnet_forward(
@@ -151,7 +147,7 @@ def test_prefill_graphs_do_not_accumulate(tiny_model):
     device = tiny_model.device
     for tokens in range(2, 9):
         tiny_model.forward(np.arange(tokens))
-    kept = [key for key in tiny_model._graphs if key[1] > 1]
+    kept = [key for key in tiny_model._graph_keys() if key[1] > 1]
     assert len(kept) <= tiny_model.KEPT_PREFILL_GRAPHS
     before = device.memory_stats()["in_use_bytes"]
     for tokens in range(2, 9):
@@ -175,7 +171,8 @@ def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k, top
     prompt = np.random.default_rng(seed).integers(0, config.vocab_size, (2, 5))
     out = tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed, top_p=top_p)
     mode = "sample" if top_p is None else "nucleus" if top_k is None else "nucleus_top_k"
-    assert any(key[2] == mode and key[5] == tiny_model.decode_chunk for key in tiny_model._graphs)
+    keys = tiny_model._graph_keys()
+    assert any(key[2] == mode and key[5] == tiny_model.decode_chunk for key in keys)
     tiny_model.decode_chunk = 1
     try:
         np.testing.assert_array_equal(
@@ -216,9 +213,10 @@ def test_top_p_generation_of_one_sequence(tiny_model, top_k):
     tiny_model.reset_graphs()
     out = tiny_model.generate(prompt, 24, temperature=1.1, top_k=top_k, seed=3, top_p=0.9)
     if top_k is None:
-        assert any(key[2] == "nucleus" and not key[4] for key in tiny_model._graphs)
+        assert any(key[2] == "nucleus" and not key[4] for key in tiny_model._graph_keys())
     else:
-        assert any(key[2] == "nucleus_top_k" and key[4] for key in tiny_model._graphs)  # screened
+        # through the screened head
+        assert any(key[2] == "nucleus_top_k" and key[4] for key in tiny_model._graph_keys())
     tiny_model.decode_chunk = 1
     tiny_model.screened_head = False
     try:
@@ -226,7 +224,7 @@ def test_top_p_generation_of_one_sequence(tiny_model, top_k):
         np.testing.assert_array_equal(
             tiny_model.generate(prompt, 24, temperature=1.1, top_k=top_k, seed=3, top_p=0.9), out
         )
-        assert not any(key[4] for key in tiny_model._graphs)
+        assert not any(key[4] for key in tiny_model._graph_keys())
     finally:
         tiny_model.decode_chunk = 8
         tiny_model.screened_head = True
@@ -417,8 +415,8 @@ def test_chunked_greedy_decode_is_bit_for_bit_one_step_a_replay(
         monkeypatch.setattr(tiny_model, "decode_chunk", decode_chunk)
         tiny_model.reset_graphs()
         runs[decode_chunk] = tiny_model.generate(prompt, 21)
-        steps = sorted({key[5] for key in tiny_model._graphs if key[1] == 1})
-        assert steps[-1] == decode_chunk and len(tiny_model._graphs) > 1
+        steps = sorted({key[5] for key in tiny_model._graph_keys() if key[1] == 1})
+        assert steps[-1] == decode_chunk and len(tiny_model._graph_keys()) > 1
     np.testing.assert_array_equal(runs[chunk], runs[1])
     ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 21)
     np.testing.assert_array_equal(runs[chunk], ref)

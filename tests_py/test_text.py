@@ -3,8 +3,6 @@ tokenizer.json trained here by `tokenizers`, a Llama-3-style chat template, gene
 with two end ids), read by from_weights; encode, decode, the chat template, generate_text and
 stream_text, the end ids, and the command line."""
 
-import dataclasses
-import json
 import subprocess
 import sys
 
@@ -12,94 +10,23 @@ import numpy as np
 import pytest
 
 import bitnet_gpu as bg
-from bitnet_gpu.checkpoint import save_safetensors
-from bitnet_gpu.models import BitNetConfig, BitNetModel, weight_names
+from bitnet_gpu.models import BitNetConfig, BitNetModel
 from conftest import package_env
+from hf_checkpoint import write_checkpoint
 
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("jinja2")
 
-SPECIALS = [
-    "<|begin_of_text|>",
-    "<|end_of_text|>",
-    "<|start_header_id|>",
-    "<|end_header_id|>",
-    "<|eot_id|>",
-]
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
-    " + message['content'] | trim + '<|eot_id|>' %}"
-    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
-    "{{ content }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}"
-    "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
-    "{% endif %}"
-)
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog. Ternary weights take three values.",
-    "BitNet b1.58 runs on any Vulkan GPU, with int8 activations and exact accumulators.",
-    "Grüße aus Köln — naïve café, 東京の天気は晴れ, emoji 🙂 and ✓ marks.",
-] * 20
-
-
-def build_tokenizer(path):
-    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
-
-    tok = tokenizers.Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=360,
-        special_tokens=SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(CORPUS, trainer)
-    bos = tok.token_to_id("<|begin_of_text|>")
-    tok.post_processor = processors.TemplateProcessing(
-        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bos)]
-    )
-    tok.save(str(path))
-    return tok
-
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """A tiny checkpoint directory as transformers writes one: weights, config, tokenizer,
-    tokenizer_config (special tokens, chat template) and generation_config (two end ids)."""
+    """A tiny checkpoint directory as transformers writes one, in the 2B4T's dtype mix: weights,
+    config, tokenizer, tokenizer_config (special tokens, chat template) and generation_config
+    (two end ids)."""
     folder = tmp_path_factory.mktemp("checkpoint")
-    tok = build_tokenizer(folder / "tokenizer.json")
-    config = BitNetConfig.preset("tiny", vocab_size=tok.get_vocab_size(), tie_word_embeddings=True)
-    rng = np.random.default_rng(7)
-    weights = {
-        name: (
-            rng.standard_normal(shape) * (0.5 if len(shape) == 2 else 0.1) + (len(shape) == 1)
-        ).astype(np.float32)
-        for name, shape in weight_names(config).items()
-    }
-    save_safetensors(folder / "model.safetensors", weights)
-    values = dataclasses.asdict(config)
-    del values["rope_theta"]  # transformers 5 writes it in rope_parameters
-    values.update(
-        model_type="bitnet",
-        hidden_act="relu2",
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-    )
-    (folder / "config.json").write_text(json.dumps(values))
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "bos_token": "<|begin_of_text|>",
-                "eos_token": {"content": "<|eot_id|>"},
-                "chat_template": CHAT_TEMPLATE,
-            }
-        )
-    )
-    ends = [tok.token_to_id("<|eot_id|>"), tok.token_to_id("<|end_of_text|>")]
-    (folder / "generation_config.json").write_text(
-        json.dumps({"eos_token_id": ends, "do_sample": False})
-    )
+    config = BitNetConfig.preset("tiny", vocab_size=360, tie_word_embeddings=True)
+    tok = write_checkpoint(folder, config)
+    assert tok.get_vocab_size() == config.vocab_size
     return folder
 
 
@@ -175,9 +102,10 @@ def test_stream_text_yields_whole_characters(model):
     assert all(not piece.endswith("\ufffd") for piece in pieces)
     pieces = list(stream_pieces(tok, iter(ids[:-1])))  # cut inside the last character
     assert "".join(pieces) == text[:-1]
-    streamed = list(model.stream_text("Grüße 東京", 40, temperature=0.9, top_k=50, seed=3))
+    sampling = dict(temperature=0.9, top_k=50, seed=3, eos_token_id=[])  # 40 tokens, no end
+    streamed = list(model.stream_text("Grüße 東京", 40, **sampling))
     assert streamed and not any(piece.endswith("\ufffd") for piece in streamed)
-    expected = model.generate_text("Grüße 東京", 40, temperature=0.9, top_k=50, seed=3)
+    expected = model.generate_text("Grüße 東京", 40, **sampling)
     assert "".join(streamed) == expected
 
 
@@ -278,3 +206,114 @@ def test_the_command_line_streams_text(checkpoint):
         env=env,
     )
     assert ids.returncode == 0 and "token ids:" in ids.stdout, ids.stderr
+
+
+def test_a_batch_of_prompts_of_different_lengths(model):
+    """generate_text with a list: one ragged batch, each text what its prompt gives alone
+    (greedy), conversations too."""
+    prompts = ["The quick brown fox", "Grüße", [{"role": "user", "content": "Hello?"}]]
+    texts = model.generate_text(prompts, 10)
+    assert texts == [model.generate_text(p, 10) for p in prompts]
+    assert any(texts)
+
+
+def test_a_session_keeps_the_conversation(model):
+    """stream_text with a session feeds only what the session does not hold: a session holding
+    the conversation so far takes only the new turn's tokens, and the reply is the one a fresh
+    generation over the whole conversation gives; a prompt that does not continue what the
+    session holds starts it again."""
+    tok = model.tokenizer
+    before = [
+        {"role": "user", "content": "Hello?"},
+        {"role": "assistant", "content": "The quick brown fox"},
+    ]
+    conversation = before + [{"role": "user", "content": "And then?"}]
+    held = tok.apply_chat_template(before, tokenize=True)
+    whole = tok.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True)
+    assert whole[: len(held)] == held
+    session = model.session()
+    session.step(np.array(held))
+    fed, run = [], session._context.run
+    session._context.run = lambda ids, *rest: fed.append(ids.shape[1]) or run(ids, *rest)
+    new = []
+    reply = "".join(
+        model.stream_text(
+            conversation, 12, session=session, callback=lambda step, token: new.append(token)
+        )
+    )
+    assert reply == model.generate_text(conversation, 12)
+    assert fed[0] == len(whole) - len(held)  # the new turn alone, then decode steps
+    assert session.lengths.tolist() == [len(whole) + len(new)]
+    np.testing.assert_array_equal(session.token_ids[0], whole + new)
+    # a generated turn, then the next one: the same as a fresh generation
+    talk = model.session()
+    first = [{"role": "user", "content": "Hello?"}]
+    answer = "".join(model.stream_text(first, 12, session=talk))
+    followed = first + [
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "And then?"},
+    ]
+    assert "".join(model.stream_text(followed, 12, session=talk)) == model.generate_text(
+        followed, 12
+    )
+    other = [{"role": "user", "content": "Something else"}]  # not a continuation: starts again
+    assert "".join(model.stream_text(other, 8, session=session)) == model.generate_text(other, 8)
+    assert session.lengths[0] < len(whole)
+    with pytest.raises(bg.ArgumentError, match="batch 1"):
+        list(model.stream_text(other, 8, session=model.session(batch=2)))
+
+
+def test_loading_says_what_it_loaded(checkpoint, caplog, capsys):
+    with caplog.at_level("INFO", logger="bitnet_gpu"):
+        loaded = BitNetModel.from_pretrained(checkpoint, max_tokens=64, progress=True)
+    assert loaded.load_summary in caplog.text
+    assert "2 layers" in loaded.load_summary and "bitlinear" in loaded.load_summary
+    assert "loading layers" in capsys.readouterr().err  # the progress bar
+    BitNetModel.from_pretrained(checkpoint, max_tokens=64)  # small: no bar by default
+    assert "loading layers" not in capsys.readouterr().err
+
+
+def test_the_command_line_chats(checkpoint):
+    """python -m bitnet_gpu chat: two turns from stdin, each reply what generate_text gives for
+    the conversation so far; /reset starts again."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bitnet_gpu",
+            "chat",
+            "--weights",
+            str(checkpoint),
+            "--system",
+            "Be brief.",
+            "--tokens",
+            "10",
+            "--max-tokens",
+            "128",
+        ],
+        input="Hello?\nAnd then?\n/reset\nHello?\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=package_env(),
+    )
+    assert run.returncode == 0, run.stderr
+    model = BitNetModel.from_pretrained(checkpoint, max_tokens=128)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello?"}]
+    first = model.generate_text(messages, 10)
+    messages += [
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "And then?"},
+    ]
+    second = model.generate_text(messages, 10)
+    assert run.stdout == f"{first}\n{second}\n{first}\n"
+    assert run.stderr.count("tokens/s") == 3 and "loaded" in run.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "bitnet_gpu", "chat", "--weights", "/nonexistent"],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=package_env(),
+    )
+    assert missing.returncode == 2 and "chat:" in missing.stderr

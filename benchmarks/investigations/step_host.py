@@ -3,7 +3,7 @@ batch 1) timed whole and in parts, median wall microseconds over many steps:
 
     python3 benchmarks/investigations/step_host.py [--json FILE] [--repeats N] [--context 128]
 
-- step: model._step(...)["next"].numpy(), what generate() does per token;
+- step: model._replay(...)["next"].numpy(), what generate() does per token;
 - inputs: copying the token id and the position into the graph's input tensors;
 - replay: the graph's submission and the wait for its fence alone;
 - read: the next id from its host-memory tensor;
@@ -50,7 +50,8 @@ def main():
     ids, start = DECODE_TOKEN.reshape(-1), np.array([args.context], np.int32)
     step = decode_step(model, args.context)
     keep_running(step)
-    graph = model._graph(1, 1, "last", args.context)
+    model._replay(DECODE_TOKEN, args.context, "last")
+    graph = model._latest_graph
     inputs = graph._inputs
     empty = bg.builtin_kernel("empty", device)
 

@@ -1,7 +1,8 @@
 """Command line: ``python -m bitnet_gpu info`` lists devices; ``python -m bitnet_gpu demo``
 quantizes a layer, runs BitLinear and a small decoder generating text, each against NumPy;
 ``python -m bitnet_gpu generate --config 2b4t --random-weights --tokens 64`` generates tokens with
-the BitNet decoder (``--weights file.safetensors`` for a real checkpoint) and reports tokens/s."""
+the BitNet decoder (``--weights DIR --prompt "text"`` streams a checkpoint's reply as text) and
+reports tokens/s; ``python -m bitnet_gpu chat --weights DIR`` is an interactive chat."""
 
 from __future__ import annotations
 
@@ -222,9 +223,9 @@ def generate(args) -> int:
     except (bg.Error, OSError) as e:
         print(f"generate: {e}", file=sys.stderr)
         return 2
-    loaded = (
+    loaded = model.load_summary or (
         f"model: {model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}, "
-        f"{_size(model.nbytes + model.screening_nbytes)} on {model.device.name}; loaded in "
+        f"{_size(model.nbytes + model.screening_nbytes)} on {model.device.name}; made in "
         f"{time.perf_counter() - start:.1f} s"
     )
     if args.prompt is not None:
@@ -328,6 +329,67 @@ def _generate_text(model, args) -> int:
     return 0
 
 
+def chat(args) -> int:
+    """An interactive chat: each line read is a user turn, the reply streams back; the
+    conversation and its KV cache stay between turns (only each new turn's tokens are fed)."""
+    from bitnet_gpu.models import BitNetModel
+
+    try:
+        model = BitNetModel.from_pretrained(args.weights, max_tokens=args.max_tokens)
+        if model.tokenizer is None or not model.tokenizer.chat_template:
+            raise bg.ArgumentError(f"{args.weights}: a chat needs tokenizer.json and a template")
+        model.prepare_screened_head()
+    except (bg.Error, OSError, ImportError) as e:
+        print(f"chat: {e}", file=sys.stderr)
+        return 2
+    print(model.load_summary, file=sys.stderr)
+    print("an empty line or end of input ends the chat; /reset starts a new one", file=sys.stderr)
+    session = model.session()
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    start = list(messages)
+    interactive = sys.stdin.isatty()
+    while True:
+        try:
+            line = input("> " if interactive else "")
+        except EOFError:
+            break
+        if not line.strip():
+            break
+        if line.strip() == "/reset":
+            messages = list(start)
+            session.reset()
+            continue
+        messages.append({"role": "user", "content": line})
+        times: list[float] = []
+        reply = []
+        try:
+            for piece in model.stream_text(
+                messages,
+                args.tokens,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                top_p=args.top_p,
+                seed=args.seed + len(messages),
+                callback=lambda step, token: times.append(time.perf_counter()),
+                session=session,
+            ):
+                reply.append(piece)
+                print(piece, end="", flush=True)
+        except bg.Error as e:  # the conversation outgrew the cache, a bad setting
+            print(f"\nchat: {e}", file=sys.stderr)
+            messages.pop()
+            continue
+        print()
+        messages.append({"role": "assistant", "content": "".join(reply)})
+        rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
+        print(
+            f"[{len(times)} tokens, {rate:.1f} tokens/s; {int(session.lengths[0])} in the "
+            "conversation]",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def _token_ids(text: str) -> list[int]:
     """--prompt: comma-separated token ids."""
     try:
@@ -377,8 +439,19 @@ def main(argv=None) -> int:
     )
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
+    talk = sub.add_parser("chat", help="chat with a checkpoint, its KV cache kept between turns")
+    talk.add_argument("--weights", required=True, help="a checkpoint directory")
+    talk.add_argument("--system", help="a system message opening the conversation")
+    talk.add_argument("--tokens", type=int, default=256, help="most new tokens a reply")
+    talk.add_argument(
+        "--temperature", type=float, default=None, help="default: generation_config.json's"
+    )
+    talk.add_argument("--top-k", type=int, default=None)
+    talk.add_argument("--top-p", type=float, default=None)
+    talk.add_argument("--seed", type=int, default=0)
+    talk.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
     args = parser.parse_args(argv)
-    handlers = {"info": info, "demo": demo, "generate": generate}
+    handlers = {"info": info, "demo": demo, "generate": generate, "chat": chat}
     return handlers[args.command or "info"](args)
 
 

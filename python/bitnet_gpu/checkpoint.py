@@ -157,15 +157,26 @@ def load_safetensors(path) -> dict[str, np.ndarray]:
     return result
 
 
-def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
-    """Writes {name: array} as a safetensors file (the dtypes in _DTYPES)."""
+def to_bfloat16_bits(a) -> np.ndarray:
+    """uint16: the bfloat16 nearest each float32 value (ties to even; NaN stays NaN)."""
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return np.where(np.isnan(a), 0x7FC0, rounded).astype(np.uint16)
+
+
+def save_safetensors(path, tensors: dict, metadata: dict | None = None, bfloat16=()) -> None:
+    """Writes {name: array} as a safetensors file (the dtypes in _DTYPES); the names in
+    `bfloat16` are written as BF16 (each value the nearest bfloat16, ties to even)."""
     header, offset, arrays = {}, 0, []
     for name, value in tensors.items():
         a = np.ascontiguousarray(value)
-        if a.dtype not in _NAMES:
+        kind = "BF16" if name in bfloat16 else _NAMES.get(a.dtype)
+        if name in bfloat16:
+            a = to_bfloat16_bits(a)
+        if kind is None:
             raise _core.DTypeError(f"{name}: dtype {a.dtype} has no safetensors name here")
         header[name] = {
-            "dtype": _NAMES[a.dtype],
+            "dtype": kind,
             "shape": list(a.shape),
             "data_offsets": [offset, offset + a.nbytes],
         }

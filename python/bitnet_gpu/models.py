@@ -25,18 +25,21 @@ that many tokens.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
+import sys
+import time
 
 import numpy as np
 
 from . import _core
 from .norms import rms_norm
-from .sampling import _sampling_params
 from .text import Tokenizer, load_generation_config, stream_pieces
 from ._core import Tensor
 from .attention import rope_tables
 from .checkpoint import load_safetensors
+from .generation import SAMPLED, DecodeSession, GenerateOutput, _Context
 from .graph import Graph
 from ._args import _count, _integer
 from .quantize import TernaryWeights, quantize_weights
@@ -45,11 +48,15 @@ from . import reference
 __all__ = [
     "BitNetConfig",
     "BitNetModel",
+    "DecodeSession",
+    "GenerateOutput",
     "PROJECTIONS",
     "weight_names",
     "unpack_hf_ternary",
     "screening_tables",
 ]
+
+_log = logging.getLogger("bitnet_gpu")
 
 # (module path, short name) of the seven BitLinear projections of a layer.
 PROJECTIONS = [
@@ -69,10 +76,6 @@ _NORMS = [
 ]
 
 
-# The step modes that draw (BitNetModel._record): without top-p, with it, with it and top_k.
-SAMPLED = ("sample", "nucleus", "nucleus_top_k")
-
-
 @dataclasses.dataclass(frozen=True)
 class BitNetConfig:
     """Sizes of a BitNet b1.58 decoder; field names as in transformers' BitNetConfig."""
@@ -87,6 +90,10 @@ class BitNetConfig:
     rms_norm_eps: float = 1e-5
     rope_theta: float = 500000.0
     tie_word_embeddings: bool = True
+    # quantization_config's: "bitlinear" (packed weights W = values / weight_scale) or
+    # "autobitlinear" (W = values * weight_scale offline; float weights quantized on load online).
+    linear_class: str = "bitlinear"
+    quantization_mode: str = "offline"
 
     def __post_init__(self):
         for name in (
@@ -121,6 +128,16 @@ class BitNetConfig:
             )
         if self.head_dim % 2 or self.head_dim > 256:
             raise _core.ArgumentError(f"head dim {self.head_dim} must be even and at most 256")
+        if self.linear_class not in ("bitlinear", "autobitlinear"):
+            raise _core.ArgumentError(
+                f"BitNetConfig.linear_class: expected 'bitlinear' or 'autobitlinear', got "
+                f"{self.linear_class!r}"
+            )
+        if self.quantization_mode not in ("offline", "online"):
+            raise _core.ArgumentError(
+                f"BitNetConfig.quantization_mode: expected 'offline' or 'online', got "
+                f"{self.quantization_mode!r}"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -198,10 +215,15 @@ class BitNetConfig:
                 or quantization.get("quant_method", "bitnet") != "bitnet"
             ):
                 refuse("quantization_config", "only BitNet's own quantization runs here")
-            if quantization.get("linear_class", "bitlinear") != "bitlinear":
-                refuse("quantization_config", "only linear_class 'bitlinear' runs here")
+            linear_class = quantization.get("linear_class", "bitlinear")
+            mode = quantization.get("quantization_mode", "offline")
+            if linear_class not in ("bitlinear", "autobitlinear"):
+                refuse("quantization_config", "linear_class is 'bitlinear' or 'autobitlinear'")
+            if mode not in ("offline", "online"):
+                refuse("quantization_config", "quantization_mode is 'offline' or 'online'")
             if quantization.get("use_rms_norm", False):
                 refuse("quantization_config", "BitLinear's extra input RMSNorm does not run here")
+            kwargs["linear_class"], kwargs["quantization_mode"] = linear_class, mode
         return cls(**kwargs)
 
     def parameter_count(self) -> int:
@@ -432,8 +454,11 @@ class BitNetModel:
         self.generation_config: dict = {}
         self._tokenizer_folder: str | None = None
         self._tokenizer: Tokenizer | None = None
-        self._graphs: dict[tuple, Graph] = {}
-        self._caches: dict[tuple, tuple] = {}
+        # The KV cache and recorded graphs of forward/generate/stream, one per batch size;
+        # sessions (model.session()) hold their own.
+        self._contexts: dict[int, _Context] = {}
+        self._latest_graph: Graph | None = None
+        self.load_summary = ""  # what from_weights loaded
         self.timings = False  # record graphs with per-op timestamps (benchmarks)
         fits = _core.screened_argmax_fits(self.device, config.hidden_size)
         if screened_head and not fits:
@@ -449,13 +474,21 @@ class BitNetModel:
 
     # ----------------------------------------------------------------------------- weights
     @classmethod
-    def from_weights(cls, weights, config: BitNetConfig | None = None, **kwargs) -> "BitNetModel":
+    def from_weights(
+        cls, weights, config: BitNetConfig | None = None, progress=None, **kwargs
+    ) -> "BitNetModel":
         """weights: {name: array} or the path of a safetensors file or of a checkpoint directory
         (one file or shards with model.safetensors.index.json; config.json read from the
         directory, or beside a single file, unless `config` is given). Projections may be float
         matrices [out, in] (quantized on load: absmean, per tensor), transformers' packed uint8
         [out / 4, in] with a ``.weight_scale`` (W = values / weight_scale, as transformers'
-        BitLinear), or int8 ternary values [out, in] with a ``.weight_scale`` in the same sense."""
+        BitLinear), or int8 ternary values [out, in] with a ``.weight_scale`` in the same sense
+        (AutoBitLinear checkpoints as transformers reads them: see _projection).
+        progress: a progress bar on stderr while the layers load (None: for checkpoints over
+        256 MiB where stderr is a terminal). The model's `load_summary` says what was loaded;
+        it is also logged (logger "bitnet_gpu", INFO)."""
+        begin = time.perf_counter()
+        source = os.fspath(weights) if isinstance(weights, (str, os.PathLike)) else "arrays"
         folder, generation_config = None, {}
         if isinstance(weights, (str, os.PathLike)):
             path = os.fspath(weights)
@@ -475,10 +508,22 @@ class BitNetModel:
         if kwargs.get("embedding_dtype") is None:
             kwargs["embedding_dtype"] = _table_dtype(weights)
         model = cls(config, **kwargs)
-        model._load(weights)
+        size = sum(getattr(w, "nbytes", 0) for w in weights.values())
+        if progress is None:
+            progress = size > 256 * 2**20 and sys.stderr.isatty()
+        model._load(weights, bool(progress))
         if folder is not None:
             model.generation_config = generation_config
             model._tokenizer_folder = folder
+        c = model.config
+        model.load_summary = (
+            f"loaded {source}: {c.num_hidden_layers} layers, {c.parameter_count() / 1e9:.2f} B "
+            f"parameters ({c.linear_class}, {c.quantization_mode}), embedding and head "
+            f"{model.embedding_dtype}{' (tied)' if c.tie_word_embeddings else ''}, "
+            f"{model.nbytes / 2**30:.2f} GiB on {model.device.name} in "
+            f"{time.perf_counter() - begin:.1f} s"
+        )
+        _log.info(model.load_summary)
         return model
 
     @classmethod
@@ -560,7 +605,7 @@ class BitNetModel:
                 )
         return model
 
-    def _load(self, weights):
+    def _load(self, weights, progress=False):
         expected = weight_names(self.config)
         problems = []
         for name, shape in expected.items():
@@ -578,6 +623,7 @@ class BitNetModel:
                 problems.append(f"{name}: expected shape {shape}, got {got}")
             elif (
                 kind in (np.uint8, np.int8)
+                and not self._online
                 and name.replace(".weight", ".weight_scale") not in weights
             ):
                 problems.append(
@@ -599,7 +645,12 @@ class BitNetModel:
             )
         )
         self.norm = Tensor.from_numpy(np.asarray(weights["model.norm.weight"], np.float32), dev)
-        for index, layer in enumerate(self.layers):
+        layers = enumerate(self.layers)
+        if progress:
+            from tqdm import tqdm  # type: ignore[import-untyped]
+
+            layers = tqdm(layers, "loading layers", len(self.layers), unit="layer", file=sys.stderr)
+        for index, layer in layers:
             p = f"model.layers.{index}."
             for module, short in PROJECTIONS:
                 layer.proj[short] = self._projection(
@@ -610,19 +661,42 @@ class BitNetModel:
                     np.asarray(weights[p + norm + ".weight"], np.float32), dev
                 )
 
+    @property
+    def _online(self) -> bool:
+        """AutoBitLinear's online mode: every projection quantized on load (absmean)."""
+        c = self.config
+        return c.linear_class == "autobitlinear" and c.quantization_mode == "online"
+
     def _projection(self, weights, prefix, shape) -> TernaryWeights:
+        """A projection as transformers computes it: BitLinear's packed values V with
+        W = V / weight_scale; AutoBitLinear offline, ternary values (packed, int8 or float)
+        with W = V * weight_scale; float weights (and AutoBitLinear online, any) quantized
+        here, absmean per tensor, as AutoBitLinear's WeightQuant does."""
         w = np.asarray(weights[prefix + ".weight"])
-        if w.dtype in (np.uint8, np.int8):
-            values = unpack_hf_ternary(w, shape[0]) if w.dtype == np.uint8 else w
-            if not np.isin(values, (-1, 0, 1)).all():
+        auto = self.config.linear_class == "autobitlinear"
+        if w.dtype == np.uint8:
+            w = unpack_hf_ternary(w, shape[0])
+        if self._online:
+            return quantize_weights(np.ascontiguousarray(w, np.float32), device=self.device)
+        ternary = w.dtype == np.int8 or (auto and np.isin(w, (-1, 0, 1)).all())
+        if auto and not ternary:
+            raise _core.UnsupportedError(
+                f"{prefix}.weight: AutoBitLinear's offline weights are ternary values here "
+                "(transformers would run these float values unquantized)"
+            )
+        if ternary:
+            if not np.isin(w, (-1, 0, 1)).all():
                 raise _core.ArgumentError(f"{prefix}.weight: ternary values must be -1, 0 or 1")
+            if prefix + ".weight_scale" not in weights:
+                raise _core.ShapeError(f"{prefix}.weight: ternary weights need a weight_scale")
             scale = float(np.asarray(weights[prefix + ".weight_scale"], np.float32).reshape(-1)[0])
             if not (np.isfinite(scale) and scale > 0):
                 raise _core.ArgumentError(
                     f"{prefix}.weight_scale must be positive and finite, got {scale}"
                 )
+            gamma = np.float32(scale if auto else 1.0 / scale)
             return TernaryWeights.from_packed(
-                reference.pack_ternary(values), np.float32(1.0 / scale), shape, device=self.device
+                reference.pack_ternary(w.astype(np.int8)), gamma, shape, device=self.device
             )
         if w.dtype not in (np.float32, np.float16):
             w = w.astype(np.float32)
@@ -693,22 +767,31 @@ class BitNetModel:
         }
 
     # ----------------------------------------------------------------------------- running
-    def _cache(self, batch):
-        if batch not in self._caches:
-            c = self.config
-            shape = (batch, self.max_tokens, c.num_key_value_heads, c.head_dim)
-            self._caches[batch] = [
-                (self.device.empty(shape, np.float32), self.device.empty(shape, np.float32))
-                for _ in self.layers
-            ]
-        return self._caches[batch]
+    def _context(self, batch) -> "_Context":
+        """The KV cache and graphs forward/generate/stream use for `batch` sequences."""
+        if batch not in self._contexts:
+            self._contexts[batch] = _Context(self, batch)
+        return self._contexts[batch]
+
+    def _new_cache(self, batch):
+        c = self.config
+        shape = (batch, self.max_tokens, c.num_key_value_heads, c.head_dim)
+        return [
+            (self.device.empty(shape, np.float32), self.device.empty(shape, np.float32))
+            for _ in self.layers
+        ]
 
     @property
     def cache_nbytes(self) -> int:
-        return sum(k.nbytes + v.nbytes for caches in self._caches.values() for k, v in caches)
+        """Bytes of the KV caches forward/generate/stream hold (sessions hold their own)."""
+        return sum(context.cache_nbytes for context in self._contexts.values())
 
-    def _record(self, batch, tokens, logits, split_keys=0, steps=1):
-        """Records one step of `tokens` new tokens for `batch` sequences after `start` cached ones.
+    def _record(self, caches, batch, tokens, logits, split_keys=0, steps=1, logits_output=False):
+        """Records one step of `tokens` new tokens for `batch` sequences over `caches` (input
+        'start', int32 [batch]: the tokens each sequence has cached before these). A step of
+        several tokens (a prefill) takes inputs 'last' (int32 [batch]: the row of each sequence's
+        last token in the step's rows, for a sequence of fewer tokens than the step padded after
+        them) and 'drawn_at' (int32 [batch]: the position of the token a draw picks).
         logits: 'last' (each sequence's last token, and its argmax), 'all', 'next' (the argmax
         alone: through the screened head for one sequence where screened_head, else as 'last'),
         'sample' (as 'next', the ids drawn, by sample_rows or for one sequence screened_sample,
@@ -722,29 +805,59 @@ class BitNetModel:
         split_keys: the keys a decode attention workgroup takes (0: its default).
         steps > 1 (decode, 'next'): that many steps in a row, step i after start_i cached tokens
         (inputs 'start', 'start1', ...), each taking the ids the step before picked as its input,
-        its own picked in output 'next' (step 0) or 'next<i>'."""
+        its own picked in output 'next' (step 0) or 'next<i>'.
+        logits_output: each step's logits (float32 [batch, vocab], [batch * tokens, vocab] for
+        'all') as output 'logits' (step 0) or 'logits<i>', through the float head; 'all' and
+        'last' always give them."""
+        logits_output = logits_output or logits in ("all", "last")
         graph = Graph(self.device, timings=self.timings)
         with graph:
             ids = graph.input("ids", (batch * tokens,), np.int32)
             sampling = graph.input("sampling", (6,), np.uint32) if logits in SAMPLED else None
+            gather = drawn_at = None
+            if tokens > 1 and logits != "all":
+                gather = graph.input("last", (batch,), np.int32)
+                drawn_at = graph.input("drawn_at", (batch,), np.int32)
             for step in range(steps):
-                start = graph.input("start" if step == 0 else f"start{step}", (1,), np.int32)
-                ids = self._record_step(
-                    graph, ids, start, batch, tokens, logits, split_keys, steps == 1, sampling
+                start = graph.input("start" if step == 0 else f"start{step}", (batch,), np.int32)
+                ids, out = self._record_step(
+                    caches,
+                    ids,
+                    start,
+                    batch,
+                    tokens,
+                    logits,
+                    split_keys,
+                    logits_output,
+                    sampling,
+                    gather,
+                    drawn_at,
                 )
+                if out is not None:
+                    graph.output("logits" if step == 0 else f"logits{step}", out)
                 if ids is not None:
                     graph.output("next" if step == 0 else f"next{step}", ids)
         return graph
 
     def _record_step(
-        self, graph, ids, start, batch, tokens, logits, split_keys, logits_output, sampling=None
+        self,
+        caches,
+        ids,
+        start,
+        batch,
+        tokens,
+        logits,
+        split_keys,
+        logits_output,
+        sampling=None,
+        gather=None,
+        drawn_at=None,
     ):
-        """The ops of one step (see _record) into `graph`: returns its next ids (int32 [batch], in
-        host memory: reading them back is a memcpy, not a second submission), or None for 'all';
-        the logits as output 'logits' where logits_output."""
+        """The ops of one step (see _record): returns its next ids (int32 [batch], in host memory:
+        reading them back is a memcpy, not a second submission; None for 'all') and its logits
+        (None unless logits_output)."""
         c = self.config
         rows = batch * tokens
-        caches = self._cache(batch)
         eps = c.rms_norm_eps
         x = _core.embedding(self.embed, ids)
         for layer, (k_cache, v_cache) in zip(self.layers, caches):
@@ -805,43 +918,41 @@ class BitNetModel:
                     g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x]
                 )
         x = rms_norm(x, self.norm, eps)
-        if logits in ("last", "next") + SAMPLED:
-            last = Tensor.from_numpy(
-                np.arange(1, batch + 1, dtype=np.int32) * tokens - 1, self.device
-            )
-            x = _core.embedding(x, last)  # gathers each sequence's last row (a recorded constant)
-        if self._screens(batch, logits):
+        if gather is not None:
+            x = _core.embedding(x, gather)  # each sequence's last row
+        if self._screens(batch, logits) and not logits_output:
             head_q, head_meta = self._screening_tensors()
             picked = self.device.empty((1,), np.int32, memory="host")
-            if logits in SAMPLED:  # the drawn token sits at position start + tokens: its step
-                return _core.screened_sample(
+            if logits in SAMPLED:  # the drawn token's position is its step
+                drawn = _core.screened_sample(
                     x,
                     self.lm_head,
                     head_q,
                     head_meta,
                     sampling,
-                    start,
-                    tokens,
+                    start if drawn_at is None else drawn_at,
+                    1 if drawn_at is None else 0,
                     picked,
                     None,
                     logits != "sample",
                 )
-            return _core.screened_argmax(x, self.lm_head, head_q, head_meta, picked)
+                return drawn, None
+            return _core.screened_argmax(x, self.lm_head, head_q, head_meta, picked), None
         out = _core.linear_rows(x, self.lm_head)
-        if logits_output:
-            graph.output("logits", out)
+        kept = out if logits_output else None
         if logits == "all":
-            return None
-        if logits in SAMPLED:  # the drawn token sits at position start + tokens: its step
-            return _core.sample_rows(
+            return None, kept
+        if logits in SAMPLED:  # the drawn token's position is its step
+            drawn = _core.sample_rows(
                 out,
                 sampling,
-                start,
-                tokens,
+                start if drawn_at is None else drawn_at,
+                1 if drawn_at is None else 0,
                 self.device.empty((batch,), np.int32, memory="host"),
                 logits != "sample",
             )
-        return _core.argmax_rows(out, self.device.empty((batch,), np.int32, memory="host"))
+            return drawn, kept
+        return _core.argmax_rows(out, self.device.empty((batch,), np.int32, memory="host")), kept
 
     # Prefill graphs hold their intermediates (hundreds of MB for long prompts): only the most
     # recent few are kept; decode graphs (one token a sequence) are kept for every batch size.
@@ -866,18 +977,6 @@ class BitNetModel:
             else 64
         )
 
-    def _graph(self, batch, tokens, logits, start=0, steps=1):
-        split = self._split_keys(tokens, start)
-        key = (batch, tokens, logits, split, self._screens(batch, logits), steps)
-        if key in self._graphs:
-            self._graphs[key] = self._graphs.pop(key)  # most recently used last
-            return self._graphs[key]
-        prefill = [k for k in self._graphs if k[1] > 1]
-        if tokens > 1 and len(prefill) >= self.KEPT_PREFILL_GRAPHS:
-            del self._graphs[prefill[0]]
-        self._graphs[key] = self._record(batch, tokens, logits, split, steps)
-        return self._graphs[key]
-
     def _chunk(self, start, remaining):
         """Decode steps the next replay runs from `start` cached tokens, `remaining` wanted:
         decode_chunk, else (fewer wanted, or the attention's split changing within the chunk, which
@@ -889,46 +988,36 @@ class BitNetModel:
             steps += 1
         return steps if steps == self.decode_chunk else 1 << (steps.bit_length() - 1)
 
-    def _ids(self, token_ids):
-        ids = np.asarray(token_ids)
-        if ids.dtype.kind not in "iu":
-            raise _core.DTypeError(f"token_ids: expected integers, got {ids.dtype}")
-        squeeze = ids.ndim == 1
-        ids = ids[None, :] if squeeze else ids
-        if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
-            raise _core.ShapeError(
-                f"token_ids: expected [T] or [B, T] with B, T > 0, got shape {np.shape(token_ids)}"
-            )
-        if ids.min() < 0 or ids.max() >= self.config.vocab_size:
-            raise _core.ArgumentError(f"token_ids: ids must lie in [0, {self.config.vocab_size})")
-        return ids.astype(np.int32), squeeze
+    def session(self, batch=1) -> DecodeSession:
+        """A KV cache of its own for `batch` sequences (vocab-free: batch x max_tokens x layers
+        x 2 x kv heads x head dim float32, allocated at the first step), fed and read through
+        DecodeSession.step, forward, stream and generate: the public decode-step API."""
+        return DecodeSession(self, batch)
 
-    def _step(self, ids, start, logits, steps=1, sampling=None):
-        batch, tokens = ids.shape
-        if start + tokens + steps - 1 > self.max_tokens:
-            raise _core.ShapeError(
-                f"{start} cached + {tokens + steps - 1} new tokens exceed "
-                f"max_tokens={self.max_tokens}"
-            )
-        graph = self._graph(batch, tokens, logits, start, steps)
-        starts = {
-            "start" if i == 0 else f"start{i}": np.array([start + i], np.int32)
-            for i in range(steps)
-        }
-        if sampling is not None:
-            starts["sampling"] = sampling
-        return graph.run(ids=ids.reshape(-1), **starts)
+    def _fresh(self, token_ids, attention_mask=None) -> DecodeSession:
+        """An empty session over the model's own cache for the batch token_ids hold."""
+        if isinstance(token_ids, (list, tuple)) and any(
+            np.ndim(s) == 1 or isinstance(s, (list, tuple)) for s in token_ids
+        ):
+            batch = len(token_ids)
+        else:
+            shape = np.shape(token_ids)
+            if len(shape) not in (1, 2) or 0 in shape:
+                raise _core.ShapeError(
+                    f"token_ids: expected [T] or [B, T] with B, T > 0, got shape {shape}"
+                )
+            batch = 1 if len(shape) == 1 else shape[0]
+        if batch == 0:
+            raise _core.ShapeError("token_ids: no sequences")
+        return DecodeSession(self, batch, self._context(batch))
 
-    def forward(self, token_ids) -> np.ndarray:
+    def forward(self, token_ids, attention_mask=None) -> np.ndarray:
         """logits float32 [B, T, vocab] (or [T, vocab] for 1-D token_ids) of a prefill from an
-        empty cache; the cache then holds these tokens."""
-        ids, squeeze = self._ids(token_ids)
-        logits = (
-            self._step(ids, 0, "all")["logits"]
-            .numpy()
-            .reshape(ids.shape + (self.config.vocab_size,))
-        )
-        return logits[0] if squeeze else logits
+        empty cache; the model's cache then holds these tokens. With an attention_mask
+        (1: token, 0: padding before or after a sequence's tokens) each sequence is computed
+        alone, from position 0, and padding's rows are zeros; a list of sequences of different
+        lengths works the same way."""
+        return self._fresh(token_ids).forward(token_ids, attention_mask)
 
     def stream(
         self,
@@ -939,57 +1028,33 @@ class BitNetModel:
         seed=0,
         eos_token_id=None,
         top_p=None,
+        attention_mask=None,
+        pad_token_id=None,
     ):
         """Yields the next token ids (int32 [B]) one step at a time: a prefill of the prompt, then
         one graph replay per decode_chunk tokens (yielded together as the replay ends).
-        temperature 0 is greedy (argmax on the GPU); otherwise each token is drawn on the GPU from
-        softmax(logits / temperature) over the top_k largest logits (every one at least the
-        top_k-th largest; all if None) and, with top_p in (0, 1), of those the smallest set of
-        the largest holding that share of the probability (nucleus sampling), as
-        bitnet_gpu.sample_logits draws with `seed` and the token's position as its step: the same
-        call draws the same tokens however it is chunked."""
-        ids, _ = self._ids(token_ids)
-        batch, tokens = ids.shape
-        if _integer(max_new_tokens, "max_new_tokens") < 0:
-            raise _core.ArgumentError("max_new_tokens must be >= 0")
-        if tokens + max_new_tokens > self.max_tokens:
-            raise _core.ShapeError(
-                f"{tokens} prompt + {max_new_tokens} new tokens exceed max_tokens={self.max_tokens}"
-            )
-        if top_k is not None and not 0 < _integer(top_k, "top_k") <= self.config.vocab_size:
-            raise _core.ArgumentError(
-                f"top_k must lie in [1, {self.config.vocab_size}], got {top_k}"
-            )
-        sampling = _sampling_params(temperature, top_k, seed, self.config.vocab_size, top_p)
-        mode = (
-            "next"
-            if temperature == 0
-            else "sample"
-            if not sampling[5]
-            else "nucleus_top_k"
-            if sampling[2]
-            else "nucleus"
+        token_ids: [T], [B, T] (with an optional attention_mask: 1 for a token, 0 for padding
+        before or after it) or a list of B sequences of any lengths; each sequence takes its own
+        positions, as alone. temperature 0 is greedy (argmax on the GPU); otherwise each token is
+        drawn on the GPU from softmax(logits / temperature) over the top_k largest logits (every
+        one at least the top_k-th largest; all if None) and, with top_p in (0, 1), of those the
+        smallest set of the largest holding that share of the probability (nucleus sampling), as
+        bitnet_gpu.sample_logits draws with `seed`, the row's index and the token's position in
+        its sequence as its step: the same call draws the same tokens however it is chunked.
+        Generation stops when every sequence has produced an end id (eos_token_id, one or a
+        list, else generation_config.json's); a finished sequence then takes pad_token_id (else
+        generation_config.json's, else the first end id)."""
+        return self._fresh(token_ids).stream(
+            token_ids,
+            max_new_tokens,
+            temperature,
+            top_k,
+            seed,
+            eos_token_id,
+            top_p,
+            attention_mask,
+            pad_token_id,
         )
-        ends = self._end_ids(eos_token_id)
-        done = np.zeros(batch, bool)
-        position, current, made = 0, ids, 0
-        while made < max_new_tokens:
-            # Decode steps run decode_chunk at a time (_chunk); the prompt's step alone.
-            steps = self._chunk(position, max_new_tokens - made) if current.shape[1] == 1 else 1
-            result = self._step(
-                current, position, mode, steps, None if mode == "next" else sampling
-            )
-            position += current.shape[1] + steps - 1
-            for step in range(steps):
-                chosen = result["next" if step == 0 else f"next{step}"].numpy()
-                if ends:  # a finished sequence repeats its first end id
-                    chosen = np.where(done, ends[0], chosen).astype(np.int32)
-                    done |= np.isin(chosen, ends)
-                yield chosen
-                made += 1
-                if ends and done.all():
-                    return
-            current = chosen.reshape(batch, 1)
 
     def generate(
         self,
@@ -1001,19 +1066,32 @@ class BitNetModel:
         eos_token_id=None,
         callback=None,
         top_p=None,
-    ) -> np.ndarray:
-        """The prompt followed by up to max_new_tokens generated ids ([T + n] or [B, T + n]).
-        callback(step, ids [B]) is called as each token arrives (streaming)."""
-        ids, squeeze = self._ids(token_ids)
-        new = []
-        for step, chosen in enumerate(
-            self.stream(ids, max_new_tokens, temperature, top_k, seed, eos_token_id, top_p)
-        ):
-            new.append(chosen)
-            if callback is not None:
-                callback(step, chosen)
-        out = np.concatenate([ids] + [n.reshape(-1, 1) for n in new], axis=1) if new else ids
-        return out[0] if squeeze else out
+        attention_mask=None,
+        pad_token_id=None,
+        output_logits=False,
+        output_scores=False,
+        return_dict_in_generate=False,
+    ):
+        """The prompt followed by up to max_new_tokens generated ids ([T + n], [B, T + n] with
+        the prompt's padding kept, or for a list of sequences a list of arrays); see stream.
+        callback(step, ids [B]) is called as each token arrives (streaming).
+        return_dict_in_generate: a GenerateOutput (sequences, and with output_logits each step's
+        logits, with output_scores each step's logits as the draw saw them), as transformers."""
+        return self._fresh(token_ids).generate(
+            token_ids,
+            max_new_tokens,
+            temperature,
+            top_k,
+            seed,
+            eos_token_id,
+            callback,
+            top_p,
+            attention_mask,
+            pad_token_id,
+            output_logits,
+            output_scores,
+            return_dict_in_generate,
+        )
 
     def _text_prompt(self, prompt) -> np.ndarray:
         """The ids of a text prompt (encoded with the special tokens the tokenizer adds) or of a
@@ -1058,19 +1136,35 @@ class BitNetModel:
         seed=0,
         eos_token_id=None,
         callback=None,
+        session: DecodeSession | None = None,
     ):
         """Yields the generated text in pieces as tokens arrive, never a broken UTF-8 character,
         until an end id (eos_token_id, else generation_config.json's) or max_new_tokens. prompt:
         text, or a conversation of messages rendered by the chat template. Unset sampling settings
         come from generation_config.json (greedy without one). callback(step, id) is called as
-        each token arrives, the end id too."""
+        each token arrives, the end id too. session: a DecodeSession of one sequence to go on
+        with, as a chat does: where the prompt's ids begin with the ones the session holds (the
+        conversation so far, the reply's end id included), only the rest is fed; otherwise the
+        session starts again from the whole prompt."""
         ids = self._text_prompt(prompt)
+        tokenizer = self.tokenizer
+        assert tokenizer is not None  # _text_prompt raised otherwise
         temperature, top_k, top_p = self._sampling_defaults(temperature, top_k, top_p)
         ends = set(self._end_ids(eos_token_id))
+        if session is None:
+            session = self._fresh(ids)
+        else:
+            if session.model is not self or session.batch != 1:
+                raise _core.ArgumentError("session: expected a session of this model's, batch 1")
+            held = session.token_ids[0]
+            if len(held) <= len(ids) and np.array_equal(held, ids[: len(held)]):
+                ids = ids[len(held) :]
+            else:
+                session.reset()
 
         def new_ids():
             for step, chosen in enumerate(
-                self.stream(ids, max_new_tokens, temperature, top_k, seed, eos_token_id, top_p)
+                session.stream(ids, max_new_tokens, temperature, top_k, seed, eos_token_id, top_p)
             ):
                 token = int(chosen[0])
                 if callback is not None:
@@ -1079,7 +1173,7 @@ class BitNetModel:
                     return
                 yield token
 
-        yield from stream_pieces(self.tokenizer, new_ids())
+        yield from stream_pieces(tokenizer, new_ids())
 
     def generate_text(
         self,
@@ -1090,15 +1184,50 @@ class BitNetModel:
         top_p=None,
         seed=0,
         eos_token_id=None,
-    ) -> str:
-        """The text generated after `prompt` (see stream_text), without the end token."""
-        return "".join(
-            self.stream_text(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
+    ) -> str | list[str]:
+        """The text generated after `prompt` (see stream_text), without the end token. A list of
+        prompts (texts or conversations) runs as one batch of different lengths and gives a list
+        of texts, sequence b's draws keyed by its index b."""
+        batch = isinstance(prompt, (list, tuple)) and all(
+            isinstance(p, str) or (isinstance(p, (list, tuple)) and p) for p in prompt
+        )
+        if not batch or not prompt:
+            return "".join(
+                self.stream_text(
+                    prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id
+                )
+            )
+        prompts = [self._text_prompt(p) for p in prompt]
+        tokenizer = self.tokenizer
+        assert tokenizer is not None  # _text_prompt raised otherwise
+        temperature, top_k, top_p = self._sampling_defaults(temperature, top_k, top_p)
+        ends = set(self._end_ids(eos_token_id))
+        out = self.generate(prompts, max_new_tokens, temperature, top_k, seed, eos_token_id)
+        texts = []
+        for ids, sequence in zip(prompts, out):
+            new = [int(t) for t in sequence[len(ids) :]]
+            stop = next((i for i, t in enumerate(new) if t in ends), len(new))
+            texts.append("".join(stream_pieces(tokenizer, iter(new[:stop]))))
+        return texts
+
+    def _replay(self, ids, start, mode):
+        """One step of ids int32 [B, T] after `start` cached tokens over the model's own cache
+        (benchmarks time it): the graph's outputs."""
+        batch, tokens = ids.shape
+        return self._context(batch).run(
+            ids, np.full(batch, start, np.int64), np.full(batch, tokens, np.int64), mode
         )
 
+    def _graph_keys(self) -> list[tuple]:
+        """(batch, tokens, logits, split, screened, steps, logits_output) of each recorded graph
+        of forward/generate/stream (tests and benchmarks)."""
+        return [(b,) + key for b, context in self._contexts.items() for key in context.graphs]
+
     def reset_graphs(self):
-        """Drops the recorded graphs (they are recorded again on the next call)."""
-        self._graphs.clear()
+        """Drops the recorded graphs of forward/generate/stream (recorded again on the next
+        call)."""
+        for context in self._contexts.values():
+            context.graphs.clear()
 
     def __repr__(self):
         c = self.config

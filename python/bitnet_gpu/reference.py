@@ -262,9 +262,10 @@ def sampling_kept(logits_row, top_k, top_p=None, temperature=1.0):
     return kept if tau is None else kept & (x >= tau)
 
 
-def sample_rows(logits, temperature, top_k=None, seed=0, step=0, top_p=None):
+def sample_rows(logits, temperature, top_k=None, seed=0, step=0, top_p=None, first_row=0):
     """int32 [...]: bitnet_gpu.sample_logits's draw from each row of logits [..., N]: the first
-    kept index with the largest sampling_scores; -1 for a row holding a NaN."""
+    kept index with the largest sampling_scores (row m keyed as row first_row + m); -1 for a row
+    holding a NaN."""
     x = np.asarray(logits, np.float32)
     rows = x.reshape(-1, x.shape[-1])
     out = np.empty(rows.shape[0], np.int32)
@@ -273,7 +274,8 @@ def sample_rows(logits, temperature, top_k=None, seed=0, step=0, top_p=None):
             out[m] = -1
             continue
         kept = np.flatnonzero(sampling_kept(row, top_k, top_p, temperature))
-        out[m] = kept[np.argmax(sampling_scores(row, temperature, seed, step, m)[kept])]
+        scores = sampling_scores(row, temperature, seed, step, first_row + m)
+        out[m] = kept[np.argmax(scores[kept])]
     return out.reshape(x.shape[:-1])
 
 
@@ -648,7 +650,23 @@ def bitnet_generate(
     top_p=None,
 ) -> np.ndarray:
     """Generation with bitnet_forward over the whole sequence at every step: greedy, or at
-    temperature > 0 sample_rows' draw with the drawn token's position as its step."""
+    temperature > 0 sample_rows' draw with the drawn token's position as its step. token_ids:
+    [T], [B, T], or a list of sequences of any lengths (each generated alone, its draws keyed by
+    its index in the list; a list of arrays comes back)."""
+    if isinstance(token_ids, (list, tuple)) and any(np.ndim(s) == 1 for s in token_ids):
+        out = []
+        for b, sequence in enumerate(token_ids):
+            ids = np.asarray(sequence)[None, :]
+            for _ in range(max_new_tokens):
+                logits = bitnet_forward(params, config, ids)[:, -1, :]
+                nxt = (
+                    logits.argmax(axis=-1)
+                    if temperature == 0
+                    else sample_rows(logits, temperature, top_k, seed, ids.shape[1], top_p, b)
+                )
+                ids = np.concatenate([ids, nxt[:, None].astype(ids.dtype)], axis=1)
+            out.append(ids[0])
+        return out
     ids = np.asarray(token_ids)
     squeeze = ids.ndim == 1
     ids = ids[None, :] if squeeze else ids
