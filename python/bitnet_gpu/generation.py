@@ -87,13 +87,13 @@ class _Context:
         cached tokens; `steps` decode steps where T is 1. Returns the graph's outputs."""
         model = self.model
         batch, tokens = ids.shape
-        most = int(starts.max()) + tokens + steps - 1
-        if most > model.max_tokens:
+        cached = int(starts.max())
+        if cached + tokens + steps - 1 > model.max_tokens:
             raise _core.ShapeError(
-                f"{int(starts.max())} cached + {tokens + steps - 1} new tokens exceed "
+                f"{cached} cached + {tokens + steps - 1} new tokens exceed "
                 f"max_tokens={model.max_tokens}"
             )
-        graph = self.graph(tokens, mode, int(starts.max()), steps, logits_output)
+        graph = self.graph(tokens, mode, cached, steps, logits_output)
         inputs = {
             "start" if i == 0 else f"start{i}": (starts + i).astype(np.int32) for i in range(steps)
         }

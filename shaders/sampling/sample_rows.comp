@@ -8,8 +8,9 @@
 // with 1 / T rounded to float32 by the host, the first of equal ones (the first NaN where the row
 // holds one: index -1 then), which is a draw from softmax(x / T) over the kept values.
 // h_j = pcg(pcg(j) ^ key), key = pcg(m ^ pcg(step ^ pcg(seed_lo ^ pcg(seed_hi)))),
-// step = start[m] + offset (start[0] + offset where start holds one value): the noise depends on (seed, step, m, j) alone, so a row's draw does
-// not depend on the other rows or on how the work is split (sampling_common.glsl).
+// step = start[m] + offset (start[0] + offset where start holds one value): the noise depends on
+// (seed, step, m, j) alone, so a row's draw does not depend on the other rows or on how the work
+// is split (sampling_common.glsl).
 // reference.sample_rows computes the same in float64.
 //
 // Four dispatches over chunks of CHUNK values (workgroup (c, m) takes chunk c of row m):
