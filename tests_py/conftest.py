@@ -63,7 +63,7 @@ def random_array(rng, shape, dtype):
     return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
 
 
-ALL_DTYPES = [np.float32, np.float16, np.int8, np.uint8, np.int32, np.uint32]
+ALL_DTYPES = [np.float32, np.float16, np.int8, np.uint8, np.int32, np.uint32, np.float64]
 AWKWARD_SHAPES = [(1,), (7,), (33,), (4097,), (3, 5), (2, 3, 7), (), (0,), (4, 0, 3)]
 
 

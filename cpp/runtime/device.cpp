@@ -93,6 +93,7 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   VkPhysicalDeviceFeatures2 want{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   want.features.shaderInt16 = have.features.shaderInt16;
   want.features.shaderInt64 = have.features.shaderInt64;
+  want.features.shaderFloat64 = have.features.shaderFloat64;  // bitnet_gpu.linalg in float64
   want11.storageBuffer16BitAccess = have11.storageBuffer16BitAccess;
   want12.storageBuffer8BitAccess = have12.storageBuffer8BitAccess;
   want12.shaderInt8 = have12.shaderInt8;

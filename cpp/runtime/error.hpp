@@ -29,6 +29,11 @@ struct DTypeError : Error {
 struct ArgumentError : Error {
   using Error::Error;
 };
+// A decomposition that does not exist for the matrix given (not positive definite, singular):
+// numpy.linalg.LinAlgError in Python too.
+struct LinAlgError : Error {
+  using Error::Error;
+};
 
 const char* result_name(VkResult result);
 

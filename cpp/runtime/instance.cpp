@@ -318,6 +318,7 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
   const bool khr_coopmat = has_extension(physical, "VK_KHR_cooperative_matrix");
   info.features = {
       {"float16", f12.shaderFloat16 == VK_TRUE},
+      {"float64", features.features.shaderFloat64 == VK_TRUE},
       {"int8", f12.shaderInt8 == VK_TRUE},
       {"storage8", f12.storageBuffer8BitAccess == VK_TRUE},
       {"storage16", f11.storageBuffer16BitAccess == VK_TRUE},

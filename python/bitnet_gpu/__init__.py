@@ -22,6 +22,7 @@ from ._core import (
     DTypeError,
     Error,
     Kernel,
+    LinAlgError,
     OutOfMemory,
     Sequence,
     ShapeError,
@@ -98,6 +99,7 @@ __all__ = quantize.__all__ + [
     "DTypeError",
     "Error",
     "Kernel",
+    "LinAlgError",
     "OutOfMemory",
     "Sequence",
     "ShapeError",
@@ -143,6 +145,7 @@ def builtin_kernel(name: str, device: Device | None = None, specialization=None)
 from . import nn  # noqa: E402
 from .graph import Graph  # noqa: E402
 from . import models  # noqa: E402
+from . import linalg  # noqa: E402
 
 
 if TYPE_CHECKING:
@@ -226,6 +229,7 @@ __all__ += [
     "rope_tables",
     "Graph",
     "models",
+    "linalg",
     "Knob",
     "get_tuning",
     "tuning",

@@ -72,6 +72,8 @@ const char* buffer_format(DType dtype) {
       return "i";
     case DType::uint32:
       return "I";
+    case DType::float64:
+      return "d";
   }
   return "B";
 }

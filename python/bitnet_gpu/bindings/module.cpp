@@ -16,6 +16,7 @@ struct PythonErrors {
   PyObject* shape;
   PyObject* dtype;
   PyObject* argument;
+  PyObject* linalg;
 };
 PythonErrors errors;
 
@@ -47,6 +48,9 @@ PYBIND11_MODULE(_core, m) {
                             "An argument has a dtype the operation does not take.");
   errors.argument = make_error("ArgumentError", py::make_tuple(base, py::handle(PyExc_ValueError)),
                                "An argument has a value the operation does not take.");
+  errors.linalg = make_error(
+      "LinAlgError", py::make_tuple(base, py::module_::import("numpy.linalg").attr("LinAlgError")),
+      "A decomposition does not exist for the matrix given (numpy.linalg.LinAlgError too).");
   py::register_exception_translator([](std::exception_ptr pointer) {
     try {
       if (pointer) std::rethrow_exception(pointer);
@@ -62,6 +66,8 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(errors.dtype, e.what());
     } catch (const ArgumentError& e) {
       PyErr_SetString(errors.argument, e.what());
+    } catch (const LinAlgError& e) {
+      PyErr_SetString(errors.linalg, e.what());
     } catch (const Error& e) {
       PyErr_SetString(errors.error, e.what());
     }

@@ -3,6 +3,7 @@
 #include "ops/attention.hpp"
 #include "ops/bitlinear.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/linalg.hpp"
 #include "ops/quantize.hpp"
 #include "runtime/error.hpp"
 
@@ -134,6 +135,30 @@ void bind_ops(py::module_& m) {
         py::arg("out") = py::none(), release);
   m.def("transpose", &ops::transpose, py::arg("x"), py::arg("out") = py::none(), release);
   m.def("matmul", &ops::matmul, py::arg("a"), py::arg("b"), py::arg("out") = py::none(), release);
+  m.def("cholesky", &ops::cholesky, py::arg("a"), py::arg("upper"), py::arg("out") = py::none(),
+        release);
+  m.def(
+      "qr",
+      [](const Tensor& a, bool complete, bool want_q) {
+        ops::QrResult result = ops::qr(a, complete, want_q);
+        return std::make_pair(result.q, result.r);
+      },
+      py::arg("a"), py::arg("complete"), py::arg("want_q"), release);
+  m.def("solve", &ops::solve, py::arg("a"), py::arg("b"), release);
+  m.def(
+      "svd",
+      [](const Tensor& a, bool full_matrices, bool compute_uv) {
+        ops::SvdResult result = ops::svd(a, full_matrices, compute_uv);
+        return std::make_tuple(result.u, result.s, result.vh);
+      },
+      py::arg("a"), py::arg("full_matrices"), py::arg("compute_uv"), release);
+  m.def(
+      "eigh",
+      [](const Tensor& a, bool compute_v) {
+        ops::EighResult result = ops::eigh(a, compute_v);
+        return std::make_pair(result.w, result.v);
+      },
+      py::arg("a"), py::arg("compute_v"), release);
   m.def("row_op", &ops::row_op, py::arg("x"), py::arg("op"), py::arg("weight"), py::arg("bias"),
         py::arg("eps"), py::arg("out") = py::none(), release);
   m.def("bitlinear_backward_input", &ops::bitlinear_backward_input, py::arg("grad_y"), py::arg("w"),

@@ -1,0 +1,534 @@
+#include "ops/linalg.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "ops/dispatch.hpp"
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
+#include "runtime/kernel.hpp"
+#include "runtime/recorder.hpp"
+#include "runtime/sequence.hpp"
+
+namespace bitnet::ops {
+namespace {
+
+constexpr uint32_t kPanel = 32;  // columns a diagonal block or panel takes
+
+// A strided matrix operand (shaders/linalg/linalg_common.glsl's View), in elements.
+struct View {
+  uint32_t offset, batch, rows, cols;
+};
+
+View matrix_view(int64_t rows, int64_t cols, int64_t row0 = 0, int64_t col0 = 0) {
+  return {static_cast<uint32_t>(row0 * cols + col0), static_cast<uint32_t>(rows * cols),
+          static_cast<uint32_t>(cols), 1};
+}
+
+View transposed(View v) { return {v.offset, v.batch, v.cols, v.rows}; }
+
+std::string variant(const char* base, DType dtype) {
+  return std::string(base) + (dtype == DType::float64 ? "_f64" : "_f32");
+}
+
+uint32_t u32(int64_t value) { return static_cast<uint32_t>(value); }
+
+// The checks every decomposition makes of its matrix: float32 or float64 (float64 where the
+// device has shaderFloat64), [B, M, N], sizes a View's 32-bit offsets hold.
+void require_matrices(const Tensor& a, const char* name) {
+  if (a.dtype() != DType::float32 && a.dtype() != DType::float64)
+    throw DTypeError(std::string(name) + ": expected float32 or float64, got " +
+                     std::string(dtype_name(a.dtype())));
+  if (a.dtype() == DType::float64 && !a.device().feature("float64"))
+    throw UnsupportedError("float64 needs shaderFloat64, which device '" + a.device().info().name +
+                           "' lacks");
+  if (a.shape().size() != 3)
+    throw ShapeError(std::string(name) + ": expected [B, M, N], got " + shape_text(a.shape()));
+  if (a.size() >= (uint64_t{1} << 31))
+    throw ShapeError(std::string(name) + ": " + std::to_string(a.size()) +
+                     " elements are over 2^31 - 1");
+  if (a.device().info().subgroup_size < 4)
+    throw UnsupportedError("linalg needs subgroups of at least 4 invocations");
+}
+
+struct Operand {
+  BufferBinding buffer;
+  View view;
+};
+
+// c = beta c + alpha a b, a [m, k] and b [k, n] (views), over `batch` matrices; lower: only c's
+// lower triangle.
+void gemm(Sequence& sequence, const std::shared_ptr<Device>& device, DType dtype, int64_t m,
+          int64_t n, int64_t k, float alpha, float beta, const Operand& a, const Operand& b,
+          const Operand& c, int64_t batch, bool lower = false) {
+  if (m == 0 || n == 0) return;
+  struct {
+    uint32_t m, n, k;
+    float alpha, beta;
+    View a, b, c;
+  } push{u32(m), u32(n), u32(k), alpha, beta, a.view, b.view, c.view};
+  Kernel kernel = Kernel::builtin(device, variant("gemm", dtype), {{0, lower}});
+  BufferBinding bindings[] = {a.buffer, b.buffer, c.buffer};
+  const auto grid =
+      checked_grid(*device,
+                   {static_cast<uint64_t>((n + 63) / 64), static_cast<uint64_t>((m + 63) / 64),
+                    static_cast<uint64_t>(batch)},
+                   "a product of " + std::to_string(m) + " x " + std::to_string(n) + " matrices");
+  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+}
+
+uint32_t matrices(const Device& device, int64_t batch, const char* what) {
+  return checked_grid(device, {static_cast<uint64_t>(batch), 1, 1}, what)[0];
+}
+
+// Raises LinAlgError for the first matrix whose info is set.
+void raise_if_failed(const Tensor& info, const std::string& what) {
+  std::vector<int32_t> values(info.size());
+  info.download(values.data(), info.nbytes());
+  for (size_t b = 0; b < values.size(); ++b)
+    if (values[b] != 0)
+      throw LinAlgError(what + " (matrix " + std::to_string(b) + " of the batch, order " +
+                        std::to_string(values[b]) + ")");
+}
+
+Tensor zeroed_info(Sequence& sequence, const std::shared_ptr<Device>& device, int64_t batch) {
+  Tensor info = Tensor::empty(device, std::vector<int64_t>{batch}, DType::int32);
+  sequence.fill(info.binding(), 0);
+  return info;
+}
+
+// The blocked Householder factorization of `work` [B, M, N] in place: R in its upper trapezoid,
+// the reflectors of each panel in v [B, M, K] (panel columns, explicit, rows from the panel's
+// first), the panels' T factors in t [B, panels, 32, 32].
+struct Reflectors {
+  Tensor v, t;
+  int64_t k;
+};
+
+Reflectors householder(Sequence& sequence, const std::shared_ptr<Device>& device,
+                       const Tensor& work) {
+  const DType dtype = work.dtype();
+  const int64_t batch = work.shape()[0], m = work.shape()[1], n = work.shape()[2];
+  const int64_t k = std::min(m, n), panels = (k + kPanel - 1) / kPanel;
+  Reflectors out{
+      Tensor::empty(device, std::vector<int64_t>{batch, m, std::max<int64_t>(k, 1)}, dtype),
+      Tensor::empty(
+          device, std::vector<int64_t>{batch, std::max<int64_t>(panels, 1), kPanel, kPanel}, dtype),
+      k};
+  Tensor tau = Tensor::empty(device, std::vector<int64_t>{batch, std::max<int64_t>(k, 1)}, dtype);
+  Tensor gram = Tensor::empty(device, std::vector<int64_t>{batch, kPanel, kPanel}, dtype);
+  Tensor w1 = Tensor::empty(device, std::vector<int64_t>{batch, kPanel, n}, dtype);
+  Tensor w2 = Tensor::empty(device, std::vector<int64_t>{batch, kPanel, n}, dtype);
+  const uint32_t groups = matrices(*device, batch, "a batch of QR factorizations");
+  const View whole = matrix_view(m, n);
+  for (int64_t panel = 0; panel < panels; ++panel) {
+    const int64_t j0 = panel * kPanel, w = std::min<int64_t>(kPanel, k - j0), rows = m - j0;
+    const View v_view = matrix_view(m, out.k, j0, j0);  // rows from j0, the panel's columns
+    const View t_view{u32(panel * kPanel * kPanel), u32(panels * kPanel * kPanel), kPanel, 1};
+    {
+      struct {
+        uint32_t m, w, j0, tau_offset, tau_batch;
+        View a, v;
+      } push{u32(m), u32(w), u32(j0), u32(j0), u32(out.k), whole, v_view};
+      Kernel kernel = Kernel::builtin(device, variant("geqr2", dtype));
+      BufferBinding bindings[] = {work.binding(), out.v.binding(), tau.binding()};
+      sequence.dispatch(kernel, {groups, 1, 1}, bindings, push_bytes(push));
+    }
+    const View g_view = matrix_view(kPanel, kPanel);
+    gemm(sequence, device, dtype, w, w, rows, 1, 0, {out.v.binding(), transposed(v_view)},
+         {out.v.binding(), v_view}, {gram.binding(), g_view}, batch);
+    {
+      struct {
+        uint32_t w, tau_offset, tau_batch;
+        View g, t;
+      } push{u32(w), u32(j0), u32(out.k), g_view, t_view};
+      Kernel kernel = Kernel::builtin(device, variant("larft", dtype));
+      BufferBinding bindings[] = {gram.binding(), tau.binding(), out.t.binding()};
+      sequence.dispatch(kernel, {groups, 1, 1}, bindings, push_bytes(push));
+    }
+    const int64_t rest = n - j0 - w;
+    if (rest <= 0) continue;
+    // The trailing columns: A2 -= V (T^T (V^T A2)).
+    const View a2 = matrix_view(m, n, j0, j0 + w);
+    const View w_view = matrix_view(kPanel, n);
+    gemm(sequence, device, dtype, w, rest, rows, 1, 0, {out.v.binding(), transposed(v_view)},
+         {work.binding(), a2}, {w1.binding(), w_view}, batch);
+    gemm(sequence, device, dtype, w, rest, w, 1, 0, {out.t.binding(), transposed(t_view)},
+         {w1.binding(), w_view}, {w2.binding(), w_view}, batch);
+    gemm(sequence, device, dtype, rows, rest, w, -1, 1, {out.v.binding(), v_view},
+         {w2.binding(), w_view}, {work.binding(), a2}, batch);
+  }
+  return out;
+}
+
+// x [B, M, C] := Q^T x (transpose) or Q x, with Q = H_0 ... H_{k-1} from the reflectors; columns
+// from col0 (Q x: the columns of x before col0 hold zeros below the rows the panels touch).
+void apply_q(Sequence& sequence, const std::shared_ptr<Device>& device, const Reflectors& q,
+             const Tensor& x, bool transpose) {
+  const DType dtype = x.dtype();
+  const int64_t batch = x.shape()[0], m = x.shape()[1], cols = x.shape()[2];
+  const int64_t panels = (q.k + kPanel - 1) / kPanel;
+  Tensor w1 = Tensor::empty(device, std::vector<int64_t>{batch, kPanel, cols}, dtype);
+  Tensor w2 = Tensor::empty(device, std::vector<int64_t>{batch, kPanel, cols}, dtype);
+  for (int64_t step = 0; step < panels; ++step) {
+    const int64_t panel = transpose ? step : panels - 1 - step;
+    const int64_t j0 = panel * kPanel, w = std::min<int64_t>(kPanel, q.k - j0), rows = m - j0;
+    // Q x from the identity: columns before j0 are still zero in rows j0 and below.
+    const int64_t col0 = transpose ? 0 : std::min(j0, cols);
+    const int64_t width = cols - col0;
+    if (width <= 0) continue;
+    const View v_view = matrix_view(m, q.k, j0, j0);
+    const View t_view{u32(panel * kPanel * kPanel), u32(panels * kPanel * kPanel), kPanel, 1};
+    const View x2 = matrix_view(m, cols, j0, col0);
+    const View w_part = matrix_view(kPanel, cols, 0, col0);
+    gemm(sequence, device, dtype, w, width, rows, 1, 0, {q.v.binding(), transposed(v_view)},
+         {x.binding(), x2}, {w1.binding(), w_part}, batch);
+    gemm(sequence, device, dtype, w, width, w, 1, 0,
+         {q.t.binding(), transpose ? transposed(t_view) : t_view}, {w1.binding(), w_part},
+         {w2.binding(), w_part}, batch);
+    gemm(sequence, device, dtype, rows, width, w, -1, 1, {q.v.binding(), v_view},
+         {w2.binding(), w_part}, {x.binding(), x2}, batch);
+  }
+}
+
+Tensor copy_of(Sequence& sequence, const std::shared_ptr<Device>& device, const Tensor& a) {
+  Tensor work = Tensor::empty(device, a.shape(), a.dtype());
+  sequence.copy(a.binding(), work.binding());
+  return work;
+}
+
+// What trapezoid() writes (trapezoid.comp's MODE).
+enum class Fill { upper = 0, identity = 1, copy = 2 };
+
+void trapezoid(Sequence& sequence, const std::shared_ptr<Device>& device, const Tensor& x,
+               View view, const Tensor& out, Fill fill) {
+  if (out.size() == 0) return;
+  struct {
+    uint32_t rows, cols, total;
+    View x;
+  } push{u32(out.shape()[1]), u32(out.shape()[2]), u32(out.size()), view};
+  Kernel kernel =
+      Kernel::builtin(device, variant("trapezoid", out.dtype()), {{0, static_cast<int64_t>(fill)}});
+  BufferBinding bindings[] = {x.binding(), out.binding()};
+  sequence.dispatch(kernel, {workgroups(*device, out.size()), 1, 1}, bindings, push_bytes(push));
+}
+
+constexpr int kMostSweeps = 40;
+
+void require_not_recording(const Device& device, const char* op) {
+  if (device.recording_graph() != nullptr)
+    throw UnsupportedError(std::string(op) +
+                           " cannot be recorded in a Graph: the host checks each Jacobi sweep");
+}
+
+// One-sided Jacobi over the n rows (length len) of x [B, n, len], accumulating into vt [B, n, n]:
+// sweeps until one rotates nothing.
+void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor& vt, int64_t n,
+            int64_t len, const char* what) {
+  const int64_t batch = x.shape()[0], players = n + (n & 1);
+  // A pair rotates while |g| > tol sqrt(a b): the rounding of a dot product of len terms.
+  const float tol =
+      static_cast<float>((x.dtype() == DType::float64 ? 2.220446049250313e-16 : 1.1920929e-07) *
+                         std::max<int64_t>(len, 1));
+  Tensor rotations = Tensor::empty(device, std::vector<int64_t>{batch}, DType::uint32);
+  std::vector<uint32_t> counts(static_cast<size_t>(batch));
+  if (n <= 32 && len <= 64) {  // one workgroup a matrix, every sweep in shared memory
+    struct {
+      uint32_t n, len, sweeps;
+      float tol;
+      View x, v;
+    } push{u32(n), u32(len), kMostSweeps, tol, matrix_view(n, len), matrix_view(n, n)};
+    Recorder op(device);
+    Kernel kernel = Kernel::builtin(device, variant("jacobi_small", x.dtype()));
+    BufferBinding bindings[] = {x.binding(), vt.binding(), rotations.binding()};
+    op.sequence().dispatch(kernel, {matrices(*device, batch, "a batch of Jacobi sweeps"), 1, 1},
+                           bindings, push_bytes(push));
+    op.run();
+    rotations.download(counts.data(), rotations.nbytes());
+    if (std::all_of(counts.begin(), counts.end(), [](uint32_t c) { return c == 0; })) return;
+    throw LinAlgError(std::string(what) + " did not converge in " + std::to_string(kMostSweeps) +
+                      " Jacobi sweeps");
+  }
+  const auto grid =
+      checked_grid(*device, {static_cast<uint64_t>(players / 2), static_cast<uint64_t>(batch), 1},
+                   "Jacobi rotations of " + std::to_string(n) + " vectors");
+  Kernel kernel = Kernel::builtin(device, variant("jacobi", x.dtype()));
+  for (int sweep = 0; sweep < kMostSweeps; ++sweep) {
+    Recorder op(device);
+    Sequence& sequence = op.sequence();
+    sequence.fill(rotations.binding(), 0);
+    for (int64_t round = 0; round + 1 < players; ++round) {
+      struct {
+        uint32_t n, len, round;
+        float tol;
+        View x, v;
+      } push{u32(n), u32(len), u32(round), tol, matrix_view(n, len), matrix_view(n, n)};
+      BufferBinding bindings[] = {x.binding(), vt.binding(), rotations.binding()};
+      sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+    }
+    op.run();
+    rotations.download(counts.data(), rotations.nbytes());
+    if (std::all_of(counts.begin(), counts.end(), [](uint32_t c) { return c == 0; })) return;
+  }
+  throw LinAlgError(std::string(what) + " did not converge in " + std::to_string(kMostSweeps) +
+                    " Jacobi sweeps");
+}
+
+// singular.comp: s [B, n] from the rows of x; w (rank, e) = vt[i, e] through view vw where w is
+// given; z (e, rank) = x_i / sigma_i through view vz where z is given.
+void singular(Sequence& sequence, const std::shared_ptr<Device>& device, const Tensor& x,
+              const Tensor& vt, const Tensor& shift, int64_t n, int64_t len, bool ascending,
+              const Tensor& s, const Tensor* w, View vw, const Tensor* z, View vz) {
+  const int64_t batch = x.shape()[0];
+  Tensor sigma = Tensor::empty(device, std::vector<int64_t>{batch, n}, x.dtype());
+  struct {
+    uint32_t n, len;
+    float cutoff;
+    View x, v, w, z;
+  } push{u32(n),
+         u32(len),
+         static_cast<float>((x.dtype() == DType::float64 ? 2.220446049250313e-16 : 1.1920929e-07) *
+                            std::max(n, len)),
+         matrix_view(n, len),
+         matrix_view(n, n),
+         vw,
+         vz};
+  Kernel kernel = Kernel::builtin(device, variant("singular", x.dtype()),
+                                  {{0, ascending}, {1, w != nullptr}, {2, z != nullptr}});
+  BufferBinding bindings[] = {
+      x.binding(),     vt.binding(),   s.binding(), (w ? *w : s).binding(), (z ? *z : s).binding(),
+      sigma.binding(), shift.binding()};
+  sequence.dispatch(kernel, {matrices(*device, batch, "a batch of SVDs"), 1, 1}, bindings,
+                    push_bytes(push));
+}
+
+}  // namespace
+
+Tensor cholesky(const Tensor& a, bool upper, const std::optional<Tensor>& given) {
+  require_matrices(a, "a");
+  const int64_t batch = a.shape()[0], n = a.shape()[1];
+  if (a.shape()[2] != n)
+    throw ShapeError("a: expected square matrices [B, N, N], got " + shape_text(a.shape()));
+  const auto& device = a.device_ptr();
+  Tensor out = output(device, given, a.shape(), a.dtype(), "out", {&a});
+  if (a.size() == 0) return out;
+  const DType dtype = a.dtype();
+  Recorder op(device);
+  Sequence& sequence = op.sequence();
+  Tensor work = copy_of(sequence, device, a);
+  Tensor info = zeroed_info(sequence, device, batch);
+  // The factored diagonal blocks, [B, N, 32]: block j0 in rows j0 .. j0 + 31.
+  Tensor diag = Tensor::empty(device, std::vector<int64_t>{batch, n, kPanel}, dtype);
+  const uint32_t groups = matrices(*device, batch, "a batch of Cholesky factorizations");
+  for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
+    const int64_t w = std::min<int64_t>(kPanel, n - j0), below = n - j0 - w;
+    const View panel = matrix_view(n, n, j0 + w, j0);
+    {
+      struct {
+        uint32_t n, rows, first;
+        View d, p, l;
+      } push{u32(w),  u32(below),
+             u32(j0), matrix_view(n, n, j0, j0),
+             panel,   matrix_view(n, kPanel, j0, 0)};
+      Kernel kernel = Kernel::builtin(device, variant("potrf_trsm", dtype));
+      BufferBinding bindings[] = {work.binding(), diag.binding(), info.binding()};
+      sequence.dispatch(kernel, {u32(std::max<int64_t>(1, (below + 255) / 256)), groups, 1},
+                        bindings, push_bytes(push));
+    }
+    if (below == 0) break;
+    // The trailing lower triangle: A22 -= L21 L21^T.
+    gemm(sequence, device, dtype, below, below, w, -1, 1, {work.binding(), panel},
+         {work.binding(), transposed(panel)}, {work.binding(), matrix_view(n, n, j0 + w, j0 + w)},
+         batch, true);
+  }
+  {
+    struct {
+      uint32_t n, total;
+    } push{u32(n), u32(out.size())};
+    Kernel kernel = Kernel::builtin(device, variant("triangle", dtype), {{0, upper}});
+    BufferBinding bindings[] = {work.binding(), diag.binding(), out.binding()};
+    sequence.dispatch(kernel, {workgroups(*device, out.size()), 1, 1}, bindings, push_bytes(push));
+  }
+  op.run([info] { raise_if_failed(info, "Matrix is not positive definite"); });
+  return out;
+}
+
+QrResult qr(const Tensor& a, bool complete, bool want_q) {
+  require_matrices(a, "a");
+  const int64_t batch = a.shape()[0], m = a.shape()[1], n = a.shape()[2];
+  const int64_t k = std::min(m, n), q_cols = complete ? m : k, r_rows = complete ? m : k;
+  const auto& device = a.device_ptr();
+  const DType dtype = a.dtype();
+  QrResult result{
+      Tensor::empty(device, std::vector<int64_t>{batch, want_q ? m : 0, want_q ? q_cols : 0},
+                    dtype),
+      Tensor::empty(device, std::vector<int64_t>{batch, r_rows, n}, dtype)};
+  if (a.size() == 0) {
+    Recorder op(device);
+    trapezoid(op.sequence(), device, a, matrix_view(m, n), result.q, Fill::identity);
+    op.run();
+    return result;
+  }
+  Recorder op(device);
+  Sequence& sequence = op.sequence();
+  Tensor work = copy_of(sequence, device, a);
+  const Reflectors reflectors = householder(sequence, device, work);
+  trapezoid(sequence, device, work, matrix_view(m, n), result.r, Fill::upper);
+  if (want_q) {
+    trapezoid(sequence, device, work, matrix_view(m, n), result.q, Fill::identity);
+    apply_q(sequence, device, reflectors, result.q, false);
+  }
+  op.run();
+  return result;
+}
+
+Tensor solve(const Tensor& a, const Tensor& b) {
+  require_matrices(a, "a");
+  require_matrices(b, "b");
+  const int64_t batch = a.shape()[0], n = a.shape()[1], columns = b.shape()[2];
+  if (a.shape()[2] != n)
+    throw ShapeError("a: expected square matrices [B, N, N], got " + shape_text(a.shape()));
+  if (b.dtype() != a.dtype() || b.shape()[0] != batch || b.shape()[1] != n)
+    throw ShapeError("b: expected " + std::string(dtype_name(a.dtype())) + " [" +
+                     std::to_string(batch) + ", " + std::to_string(n) + ", R], got " +
+                     std::string(dtype_name(b.dtype())) + " " + shape_text(b.shape()));
+  const auto& device = a.device_ptr();
+  Tensor x = Tensor::empty(device, b.shape(), b.dtype());
+  if (x.size() == 0 || n == 0) return x;
+  Recorder op(device);
+  Sequence& sequence = op.sequence();
+  Tensor work = copy_of(sequence, device, a);
+  sequence.copy(b.binding(), x.binding());
+  Tensor info = zeroed_info(sequence, device, batch);
+  const Reflectors reflectors = householder(sequence, device, work);
+  apply_q(sequence, device, reflectors, x, true);
+  {
+    struct {
+      uint32_t n;
+      View r, y;
+    } push{u32(n), matrix_view(n, n), matrix_view(n, columns)};
+    Kernel kernel = Kernel::builtin(device, variant("trsv", a.dtype()));
+    BufferBinding bindings[] = {work.binding(), x.binding(), info.binding()};
+    const auto grid =
+        checked_grid(*device, {static_cast<uint64_t>(columns), static_cast<uint64_t>(batch), 1},
+                     "solve with " + std::to_string(columns) + " right-hand sides");
+    sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+  }
+  op.run([info] { raise_if_failed(info, "Singular matrix"); });
+  return x;
+}
+
+}  // namespace bitnet::ops
+
+namespace bitnet::ops {
+
+SvdResult svd(const Tensor& a, bool full_matrices, bool compute_uv) {
+  require_matrices(a, "a");
+  const int64_t batch = a.shape()[0], m = a.shape()[1], n = a.shape()[2];
+  if (m == 0 || n == 0) throw ShapeError("svd of empty matrices " + shape_text(a.shape()));
+  const auto& device = a.device_ptr();
+  require_not_recording(*device, "svd");
+  const DType dtype = a.dtype();
+  const bool tall = m >= n;
+  const int64_t k = std::min(m, n), len = std::max(m, n);
+  const std::vector<int64_t> none{batch, 0, 0};
+  SvdResult result{
+      Tensor::empty(
+          device, compute_uv ? std::vector<int64_t>{batch, m, full_matrices ? m : k} : none, dtype),
+      Tensor::empty(device, std::vector<int64_t>{batch, k}, dtype),
+      Tensor::empty(device,
+                    compute_uv ? std::vector<int64_t>{batch, full_matrices ? n : k, n} : none,
+                    dtype)};
+  // The k vectors Jacobi orthogonalizes: a's columns (rows of a^T) where tall, else a's rows.
+  Tensor x = Tensor::empty(device, std::vector<int64_t>{batch, k, len}, dtype);
+  Tensor vt = Tensor::empty(device, std::vector<int64_t>{batch, k, k}, dtype);
+  Tensor shift = Tensor::empty(device, std::vector<int64_t>{batch}, dtype);
+  {
+    Recorder op(device);
+    Sequence& sequence = op.sequence();
+    trapezoid(sequence, device, a, tall ? transposed(matrix_view(m, n)) : matrix_view(m, n), x,
+              Fill::copy);
+    trapezoid(sequence, device, a, matrix_view(k, k), vt, Fill::identity);
+    sequence.fill(shift.binding(), 0);
+    op.run();
+  }
+  jacobi(device, x, vt, k, len, "SVD");
+  std::optional<Tensor> z;
+  if (compute_uv) z = Tensor::empty(device, std::vector<int64_t>{batch, len, k}, dtype);
+  {
+    Recorder op(device);
+    // The accumulated rotations are v (tall: vh's rows) or u (wide: u's columns).
+    const Tensor& w = tall ? result.vh : result.u;
+    const View vw = tall ? matrix_view(n, n) : transposed(matrix_view(m, m));
+    singular(op.sequence(), device, x, vt, shift, k, len, false, result.s,
+             compute_uv ? &w : nullptr, vw, z ? &*z : nullptr, matrix_view(len, k));
+    op.run();
+  }
+  if (!compute_uv) return result;
+  // The normalized vectors, completed to an orthonormal basis with their signs.
+  QrResult basis = qr(*z, full_matrices, true);
+  Recorder op(device);
+  Sequence& sequence = op.sequence();
+  const int64_t q_cols = basis.q.shape()[2];
+  {
+    struct {
+      uint32_t rows, count, total;
+      View q, r;
+    } push{u32(len), u32(k), u32(batch * len * k), matrix_view(len, q_cols),
+           matrix_view(basis.r.shape()[1], k)};
+    Kernel kernel = Kernel::builtin(device, variant("signs", dtype));
+    BufferBinding bindings[] = {basis.q.binding(), basis.r.binding()};
+    sequence.dispatch(kernel, {workgroups(*device, static_cast<uint64_t>(batch * len * k)), 1, 1},
+                      bindings, push_bytes(push));
+  }
+  if (tall)
+    sequence.copy(basis.q.binding(), result.u.binding());
+  else
+    trapezoid(sequence, device, basis.q, transposed(matrix_view(len, q_cols)), result.vh,
+              Fill::copy);
+  op.run();
+  return result;
+}
+
+EighResult eigh(const Tensor& a, bool compute_v) {
+  require_matrices(a, "a");
+  const int64_t batch = a.shape()[0], n = a.shape()[1];
+  if (a.shape()[2] != n)
+    throw ShapeError("a: expected square matrices [B, N, N], got " + shape_text(a.shape()));
+  if (n == 0) throw ShapeError("eigh of empty matrices " + shape_text(a.shape()));
+  const auto& device = a.device_ptr();
+  require_not_recording(*device, "eigh");
+  const DType dtype = a.dtype();
+  EighResult result{
+      Tensor::empty(device, std::vector<int64_t>{batch, n}, dtype),
+      Tensor::empty(
+          device, compute_v ? std::vector<int64_t>{batch, n, n} : std::vector<int64_t>{batch, 0, 0},
+          dtype)};
+  Tensor x = Tensor::empty(device, std::vector<int64_t>{batch, n, n}, dtype);
+  Tensor vt = Tensor::empty(device, std::vector<int64_t>{batch, n, n}, dtype);
+  Tensor shift = Tensor::empty(device, std::vector<int64_t>{batch}, dtype);
+  {
+    Recorder op(device);
+    Sequence& sequence = op.sequence();
+    struct {
+      uint32_t n;
+      View a;
+    } push{u32(n), matrix_view(n, n)};
+    Kernel kernel = Kernel::builtin(device, variant("symmetric", dtype));
+    BufferBinding bindings[] = {a.binding(), x.binding(), shift.binding()};
+    sequence.dispatch(kernel, {matrices(*device, batch, "a batch of eigh"), 1, 1}, bindings,
+                      push_bytes(push));
+    trapezoid(sequence, device, a, matrix_view(n, n), vt, Fill::identity);
+    op.run();
+  }
+  jacobi(device, x, vt, n, n, "Eigenvalues");
+  Recorder op(device);
+  singular(op.sequence(), device, x, vt, shift, n, n, true, result.w,
+           compute_v ? &result.v : nullptr, transposed(matrix_view(n, n)), nullptr,
+           matrix_view(n, n));
+  op.run();
+  return result;
+}
+
+}  // namespace bitnet::ops
