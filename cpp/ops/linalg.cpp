@@ -122,6 +122,11 @@ Reflectors householder(Sequence& sequence, const std::shared_ptr<Device>& device
   Tensor w2 = Tensor::empty(device, std::vector<int64_t>{batch, kPanel, n}, dtype);
   const uint32_t groups = matrices(*device, batch, "a batch of QR factorizations");
   const View whole = matrix_view(m, n);
+  // A panel's workgroup: rows in groups of 32 invocations, up to 32 groups for tall panels (one
+  // workgroup walks a whole panel, so more rows in flight is what makes it faster).
+  const int64_t threads = std::clamp<int64_t>(
+      (m + 31) / 32 * 32, 256,
+      std::min<int64_t>(1024, device->limits().maxComputeWorkGroupInvocations / 32 * 32));
   for (int64_t panel = 0; panel < panels; ++panel) {
     const int64_t j0 = panel * kPanel, w = std::min<int64_t>(kPanel, k - j0), rows = m - j0;
     const View v_view = matrix_view(m, out.k, j0, j0);  // rows from j0, the panel's columns
@@ -131,7 +136,7 @@ Reflectors householder(Sequence& sequence, const std::shared_ptr<Device>& device
         uint32_t m, w, j0, tau_offset, tau_batch;
         View a, v;
       } push{u32(m), u32(w), u32(j0), u32(j0), u32(out.k), whole, v_view};
-      Kernel kernel = Kernel::builtin(device, variant("geqr2", dtype));
+      Kernel kernel = Kernel::builtin(device, variant("geqr2", dtype), {{0, threads}});
       BufferBinding bindings[] = {work.binding(), out.v.binding(), tau.binding()};
       sequence.dispatch(kernel, {groups, 1, 1}, bindings, push_bytes(push));
     }
@@ -404,10 +409,14 @@ Tensor solve(const Tensor& a, const Tensor& b) {
   const Reflectors reflectors = householder(sequence, device, work);
   apply_q(sequence, device, reflectors, x, true);
   {
+    // A pivot below n eps of the largest is a singular matrix to working precision.
+    const double eps = a.dtype() == DType::float64 ? 2.220446049250313e-16 : 1.1920929e-07;
     struct {
       uint32_t n;
+      float tol;
       View r, y;
-    } push{u32(n), matrix_view(n, n), matrix_view(n, columns)};
+    } push{u32(n), static_cast<float>(eps * static_cast<double>(n)), matrix_view(n, n),
+           matrix_view(n, columns)};
     Kernel kernel = Kernel::builtin(device, variant("trsv", a.dtype()));
     BufferBinding bindings[] = {work.binding(), x.binding(), info.binding()};
     const auto grid =

@@ -14,7 +14,8 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "linalg_common.glsl"
-layout(local_size_x = 256) in;
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint THREADS = 256;  // a multiple of 32, at most 1024
 layout(std430, binding = 0) buffer A { SCALAR a[]; };
 layout(std430, binding = 1) writeonly buffer V { SCALAR v[]; };
 layout(std430, binding = 2) writeonly buffer Tau { SCALAR tau_out[]; };
@@ -22,28 +23,29 @@ layout(push_constant) uniform Push {
   uint m; uint w; uint j0; uint tau_offset; uint tau_batch; View va; View vv;
 } p;
 
-shared SCALAR s_part[64][32];  // per subgroup partial sums (subgroups of at least 4 invocations)
-shared SCALAR s_dots[8][32];   // per row group, the dot of v with each panel column
+shared SCALAR s_part[256];  // per subgroup partial sums (subgroups of at least 4 invocations)
+const uint GROUPS = THREADS / 32;
+shared SCALAR s_dots[GROUPS][32];  // per row group, the dot of v with each panel column
 shared SCALAR s_sigma;
 
 void main() {
   const uint b = gl_WorkGroupID.x, t = gl_LocalInvocationID.x;
-  // The column sweeps run as 8 row groups x 32 lanes, lane j on panel column j: a row's 32
+  // The column sweeps run as GROUPS row groups x 32 lanes, lane j on panel column j: a row's 32
   // panel values are neighbours in memory, so each row group reads whole rows.
   const uint lane = t % 32, group = t / 32;
   for (uint c = 0; c < p.w; ++c) {
     const uint col = p.j0 + c, top = p.j0 + c;
     SCALAR sum = 0;
-    for (uint r = top + 1 + t; r < p.m; r += 256) {
+    for (uint r = top + 1 + t; r < p.m; r += THREADS) {
       const SCALAR x = a[at(p.va, b, r, col)];
       sum += x * x;
     }
     sum = subgroupAdd(sum);
-    if (subgroupElect()) s_part[gl_SubgroupID][0] = sum;
+    if (subgroupElect()) s_part[gl_SubgroupID] = sum;
     barrier();
     if (t == 0) {
       SCALAR total = 0;
-      for (uint g = 0; g < gl_NumSubgroups; ++g) total += s_part[g][0];
+      for (uint g = 0; g < gl_NumSubgroups; ++g) total += s_part[g];
       s_sigma = total;
     }
     barrier();
@@ -57,7 +59,7 @@ void main() {
       scale = SCALAR(1) / (alpha - beta);
     }
     barrier();  // every invocation has read alpha
-    for (uint r = top + 1 + t; r < p.m; r += 256) {
+    for (uint r = top + 1 + t; r < p.m; r += THREADS) {
       const uint from = at(p.va, b, r, col);
       const SCALAR x = a[from] * scale;
       a[from] = x;
@@ -71,19 +73,19 @@ void main() {
     memoryBarrierBuffer();
     barrier();
     // The later columns j of the panel: a_j -= tau v (v^T a_j), lane j's sums over its group's
-    // rows, then the 8 groups' in order.
+    // rows, then the groups' in order.
     if (c + 1 == p.w) continue;
     const bool later = lane > c && lane < p.w;
     SCALAR dot = 0;
-    for (uint r = top + group; r < p.m; r += 8) {
+    for (uint r = top + group; r < p.m; r += GROUPS) {
       const SCALAR vr = r == top ? SCALAR(1) : a[at(p.va, b, r, col)];
       if (later) dot += vr * a[at(p.va, b, r, p.j0 + lane)];
     }
     s_dots[group][lane] = dot;
     barrier();
     SCALAR total = 0;
-    for (uint g = 0; g < 8; ++g) total += s_dots[g][lane];
-    for (uint r = top + group; r < p.m; r += 8) {
+    for (uint g = 0; g < GROUPS; ++g) total += s_dots[g][lane];
+    for (uint r = top + group; r < p.m; r += GROUPS) {
       const SCALAR vr = r == top ? SCALAR(1) : a[at(p.va, b, r, col)];
       if (later) a[at(p.va, b, r, p.j0 + lane)] -= tau * vr * total;
     }
