@@ -321,8 +321,20 @@ Tensor cholesky(const Tensor& a, bool upper, const std::optional<Tensor>& given)
   const DType dtype = a.dtype();
   Recorder op(device);
   Sequence& sequence = op.sequence();
-  Tensor work = copy_of(sequence, device, a);
   Tensor info = zeroed_info(sequence, device, batch);
+  if (n <= kPanel) {  // one block: a single pass from a to out
+    struct {
+      uint32_t n;
+    } push{u32(n)};
+    Kernel kernel = Kernel::builtin(device, variant("cholesky_small", dtype), {{0, upper}});
+    BufferBinding bindings[] = {a.binding(), out.binding(), info.binding()};
+    sequence.dispatch(kernel,
+                      {matrices(*device, batch, "a batch of Cholesky factorizations"), 1, 1},
+                      bindings, push_bytes(push));
+    op.run([info] { raise_if_failed(info, "Matrix is not positive definite"); });
+    return out;
+  }
+  Tensor work = copy_of(sequence, device, a);
   // The factored diagonal blocks, [B, N, 32]: block j0 in rows j0 .. j0 + 31.
   Tensor diag = Tensor::empty(device, std::vector<int64_t>{batch, n, kPanel}, dtype);
   const uint32_t groups = matrices(*device, batch, "a batch of Cholesky factorizations");

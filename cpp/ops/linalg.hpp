@@ -9,7 +9,8 @@
 namespace bitnet::ops {
 
 // L with L L^T = a for each symmetric positive definite matrix of a [B, N, N] (its lower triangle
-// read), or L^T where upper; zeros in the other triangle. Right-looking in blocks of 32 columns,
+// read), or L^T where upper; zeros in the other triangle. Up to 32 x 32: one pass a matrix
+// (cholesky_small.comp). Larger: right-looking in blocks of 32 columns,
 // two dispatches a block: the diagonal block factored in shared memory and the panel below it
 // solved against it (potrf_trsm.comp), then the trailing lower triangle updated by one product
 // (gemm.comp). LinAlgError after
