@@ -20,7 +20,6 @@ layout(push_constant) uniform Push {
 shared SCALAR s_x[32][65];
 shared SCALAR s_v[32][33];
 shared SCALAR s_part[16][16][3];
-shared SCALAR s_rotation[16][2];  // c, s of each pair (c = 1, s = 0: none)
 shared uint s_count;
 
 void main() {
@@ -38,7 +37,7 @@ void main() {
       const uint i = pair == 0 ? last : (round + pair) % last;
       const uint j = pair == 0 ? round : (round + last - pair) % last;
       const bool paired = pair < players / 2 && i < p.n && j < p.n;
-      barrier();  // the last round's rotations (and s_count's reset) are done
+      barrier();  // the last round's rotations and partial sums (and s_count's reset) are done
       SCALAR a = 0, bb = 0, g = 0;
       if (paired)
         for (uint e = part; e < p.len; e += 16) {
@@ -51,29 +50,25 @@ void main() {
       s_part[pair][part][1] = bb;
       s_part[pair][part][2] = g;
       barrier();
-      if (part == 0) {
-        SCALAR sa = 0, sb = 0, sg = 0;
-        [[unroll]] for (uint q = 0; q < 16; ++q) {
-          sa += s_part[pair][q][0];
-          sb += s_part[pair][q][1];
-          sg += s_part[pair][q][2];
-        }
-        SCALAR c = 1, s = 0;
-        if (paired && abs(sg) > SCALAR(p.tol) * sqrt(sa * sb)) {
-          const SCALAR zeta = (sb - sa) / (SCALAR(2) * sg);
-          SCALAR tt = SCALAR(1);
-          if (abs(zeta) > SCALAR(1e15)) tt = SCALAR(0.5) / zeta;
-          else if (zeta != SCALAR(0))
-            tt = sign(zeta) / (abs(zeta) + sqrt(SCALAR(1) + zeta * zeta));
-          c = SCALAR(1) / sqrt(SCALAR(1) + tt * tt);
-          s = c * tt;
-          atomicAdd(s_count, 1u);
-        }
-        s_rotation[pair][0] = c;
-        s_rotation[pair][1] = s;
+      // Every invocation of the pair adds the 16 partial sums in the same order and finds the
+      // same rotation (no third barrier to share it).
+      SCALAR sa = 0, sb = 0, sg = 0;
+      [[unroll]] for (uint q = 0; q < 16; ++q) {
+        sa += s_part[pair][q][0];
+        sb += s_part[pair][q][1];
+        sg += s_part[pair][q][2];
       }
-      barrier();
-      const SCALAR c = s_rotation[pair][0], s = s_rotation[pair][1];
+      SCALAR c = 1, s = 0;
+      if (paired && abs(sg) > SCALAR(p.tol) * sqrt(sa * sb)) {
+        const SCALAR zeta = (sb - sa) / (SCALAR(2) * sg);
+        SCALAR tt = SCALAR(1);
+        if (abs(zeta) > SCALAR(1e15)) tt = SCALAR(0.5) / zeta;
+        else if (zeta != SCALAR(0))
+          tt = sign(zeta) / (abs(zeta) + sqrt(SCALAR(1) + zeta * zeta));
+        c = SCALAR(1) / sqrt(SCALAR(1) + tt * tt);
+        s = c * tt;
+        if (part == 0) atomicAdd(s_count, 1u);
+      }
       if (paired && s != SCALAR(0)) {
         for (uint e = part; e < p.len; e += 16) {
           const SCALAR xi = s_x[i][e], xj = s_x[j][e];
