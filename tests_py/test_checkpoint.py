@@ -18,6 +18,7 @@ from bitnet_gpu.models import (
     weight_names,
 )
 from conftest import check_logits
+from hf_checkpoint import pack_hf
 
 rng = np.random.default_rng()
 
@@ -35,15 +36,6 @@ def _float_weights(config, seed=0):
         ).astype(np.float32)
         for name, shape in weight_names(config).items()
     }
-
-
-def _pack_hf(values):
-    """transformers' packing of int8 ternary [rows, K] into uint8 [rows / 4, K]."""
-    quarter = values.shape[0] // 4
-    packed = np.zeros((quarter, values.shape[1]), np.uint8)
-    for i in range(4):
-        packed |= (values[i * quarter : (i + 1) * quarter] + 1).astype(np.uint8) << (2 * i)
-    return packed
 
 
 def test_float_weights_are_quantized_on_load():
@@ -70,7 +62,7 @@ def test_hf_packed_weights_load_with_their_scales(tmp_path):
         module = name[: -len(".weight")]
         if w.ndim == 2 and "embed" not in name and "lm_head" not in name:
             values = rng.integers(-1, 2, w.shape).astype(np.int8)
-            packed[name] = _pack_hf(values)
+            packed[name] = pack_hf(values)
             packed[module + ".weight_scale"] = np.array([rng.uniform(2, 50)], np.float32)
             expect[module] = values
         else:
@@ -391,7 +383,7 @@ def test_autobitlinear_weights_mean_what_transformers_computes():
     name = "model.layers.0.mlp.down_proj"
     values = ternary[name + ".weight"]
     offline = _tiny(linear_class="autobitlinear")
-    for form in (_pack_hf(values), values, values.astype(np.float32)):
+    for form in (pack_hf(values), values, values.astype(np.float32)):
         given = {**ternary, name + ".weight": form, name + ".weight_scale": np.float32([0.25])}
         model = BitNetModel.from_weights(given, offline)
         got, gamma = model.reference_params()["layers"][0]["proj"]["down"]

@@ -77,7 +77,7 @@ def test_argmax_over_many_chunks():
     )
 
 
-def _starts(start, batch):
+def _starts(start):
     """int32 [1] for one start shared by every sequence, [B] for one a sequence."""
     return np.array(start if isinstance(start, tuple) else [start], np.int32)
 
@@ -100,7 +100,7 @@ def test_rope_append(batch, tokens, start):
         _tensor(v),
         _tensor(cos),
         _tensor(sin),
-        _tensor(_starts(start, batch)),
+        _tensor(_starts(start)),
         k_cache,
         v_cache,
     )
@@ -184,7 +184,7 @@ def test_decode_attention(tune, fused, batch, hq, hkv, d, rows, start):
         _tensor(v),
         _tensor(cos),
         _tensor(sin),
-        _tensor(_starts(start, batch)),
+        _tensor(_starts(start)),
         k_cache,
         v_cache,
     )
@@ -437,7 +437,7 @@ def test_attention_cached_matches_full_attention(tune, tiled, dtype, batch, toke
     q = rng.standard_normal((batch * tokens, hq, d)).astype(dtype)
     out = _poisoned(q.shape, dtype)
     _core.attention_cached(
-        _tensor(q), _tensor(k_all), _tensor(v_all), _tensor(_starts(start, batch)), True, out
+        _tensor(q), _tensor(k_all), _tensor(v_all), _tensor(_starts(start)), True, out
     )
     for b in range(batch):
         length = int(np.broadcast_to(start, (batch,))[b]) + tokens

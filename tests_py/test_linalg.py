@@ -9,6 +9,7 @@ import pytest
 
 import bitnet_gpu as bg
 from bitnet_gpu import linalg
+from conftest import rel
 
 C = 20
 DTYPES = [np.float32, np.float64]
@@ -21,11 +22,6 @@ def eps(dtype):
 
 def bound(dtype, *dims):
     return C * max(dims) * eps(dtype)
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
 
 
 def orthonormal_error(q):

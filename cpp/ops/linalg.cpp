@@ -34,6 +34,11 @@ std::string variant(const char* base, DType dtype) {
 
 uint32_t u32(int64_t value) { return static_cast<uint32_t>(value); }
 
+// The unit roundoff's bound of a linalg dtype (float64 or float32).
+double machine_epsilon(DType dtype) {
+  return dtype == DType::float64 ? 2.220446049250313e-16 : 1.1920929e-07;
+}
+
 // The checks every decomposition makes of its matrix: float32 or float64 (float64 where the
 // device has shaderFloat64), [B, M, N], sizes a View's 32-bit offsets hold.
 void require_matrices(const Tensor& a, const char* name) {
@@ -233,9 +238,8 @@ void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor
             int64_t len, const char* what) {
   const int64_t batch = x.shape()[0], players = n + (n & 1);
   // A pair rotates while |g| > tol sqrt(a b): the rounding of a dot product of len terms.
-  const float tol =
-      static_cast<float>((x.dtype() == DType::float64 ? 2.220446049250313e-16 : 1.1920929e-07) *
-                         std::max<int64_t>(len, 1));
+  const float tol = static_cast<float>(machine_epsilon(x.dtype()) *
+                                       static_cast<double>(std::max<int64_t>(len, 1)));
   Tensor rotations = Tensor::empty(device, std::vector<int64_t>{batch}, DType::uint32);
   std::vector<uint32_t> counts(static_cast<size_t>(batch));
   if (n <= 32 && len <= 64) {  // one workgroup a matrix, every sweep in shared memory
@@ -293,8 +297,7 @@ void singular(Sequence& sequence, const std::shared_ptr<Device>& device, const T
     View x, v, w, z;
   } push{u32(n),
          u32(len),
-         static_cast<float>((x.dtype() == DType::float64 ? 2.220446049250313e-16 : 1.1920929e-07) *
-                            std::max(n, len)),
+         static_cast<float>(machine_epsilon(x.dtype()) * static_cast<double>(std::max(n, len))),
          matrix_view(n, len),
          matrix_view(n, n),
          vw,
@@ -422,7 +425,7 @@ Tensor solve(const Tensor& a, const Tensor& b) {
   apply_q(sequence, device, reflectors, x, true);
   {
     // A pivot below n eps of the largest is a singular matrix to working precision.
-    const double eps = a.dtype() == DType::float64 ? 2.220446049250313e-16 : 1.1920929e-07;
+    const double eps = machine_epsilon(a.dtype());
     struct {
       uint32_t n;
       float tol;

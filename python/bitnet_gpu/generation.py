@@ -43,6 +43,13 @@ class GenerateOutput:
     logits: tuple | None = None
 
 
+def is_ragged(token_ids) -> bool:
+    """Whether token_ids is a list of sequences (of any lengths) rather than one array."""
+    return isinstance(token_ids, (list, tuple)) and any(
+        np.ndim(s) == 1 or isinstance(s, (list, tuple)) for s in token_ids
+    )
+
+
 class _Context:
     """A KV cache of `batch` sequences (allocated at its first step) and the graphs recorded
     over it. It holds the model weakly: the model keeps its own contexts, and a cycle would
@@ -152,9 +159,7 @@ class DecodeSession:
         the columns of the caller's array they came from, and that array's [B, T] (None for a
         list of sequences)."""
         vocab = self.model.config.vocab_size
-        if isinstance(token_ids, (list, tuple)) and any(
-            np.ndim(s) == 1 or isinstance(s, (list, tuple)) for s in token_ids
-        ):
+        if is_ragged(token_ids):
             if attention_mask is not None:
                 raise _core.ArgumentError("attention_mask: pass it with one padded [B, T] array")
             rows = [np.asarray(s) for s in token_ids]
@@ -434,9 +439,7 @@ def _pad_id(model, pad_token_id, ends):
 def _joined(token_ids, new):
     """The prompt followed by the new ids, in the prompt's form: [T + n], [B, T + n], or for a
     list of sequences a list of arrays."""
-    if isinstance(token_ids, (list, tuple)) and any(
-        np.ndim(s) == 1 or isinstance(s, (list, tuple)) for s in token_ids
-    ):
+    if is_ragged(token_ids):
         return [
             np.concatenate([np.asarray(s, np.int64), np.array([n[b] for n in new], np.int64)])
             for b, s in enumerate(token_ids)

@@ -39,7 +39,7 @@ from .text import Tokenizer, load_generation_config, stream_pieces
 from ._core import Tensor
 from .attention import rope_tables
 from .checkpoint import load_safetensors
-from .generation import SAMPLED, DecodeSession, GenerateOutput, _Context
+from .generation import SAMPLED, DecodeSession, GenerateOutput, _Context, is_ragged
 from .graph import Graph
 from ._args import _count, _integer
 from .quantize import TernaryWeights, quantize_weights
@@ -996,9 +996,7 @@ class BitNetModel:
 
     def _fresh(self, token_ids, attention_mask=None) -> DecodeSession:
         """An empty session over the model's own cache for the batch token_ids hold."""
-        if isinstance(token_ids, (list, tuple)) and any(
-            np.ndim(s) == 1 or isinstance(s, (list, tuple)) for s in token_ids
-        ):
+        if is_ragged(token_ids):
             batch = len(token_ids)
         else:
             shape = np.shape(token_ids)
