@@ -164,9 +164,10 @@ def _decode_attention_reference(q, k, v, k_cache, v_cache, start, theta):
 )
 def test_decode_attention(tune, fused, batch, hq, hkv, d, rows, start):
     """rope + KV append + attention in one dispatch (where D % 4 == 0, D <= 256 and HQ / HKV <= 8;
-    (6, 3) and 16 query heads a KV head take the two-op path; 258 splits of 8 heads merge in 5
-    chunks) against NumPy, with the cache rows it must not touch poisoned; one position for every
-    sequence, or one a sequence."""
+    (6, 3) and 16 query heads a KV head take the two-op path; the merge takes up to 260 splits,
+    eight at a time, its invocations one output vector each over 1 to 32 shares of the splits, or
+    two each for 8 heads of 256) against NumPy, with the cache rows it must not touch poisoned;
+    one position for every sequence, or one a sequence."""
     tune(fused_attention=fused)
     q = rng.standard_normal((batch, hq, d)).astype(np.float32)
     k = rng.standard_normal((batch, hkv, d)).astype(np.float32)

@@ -961,8 +961,8 @@ class BitNetModel:
     # SHORT_DECODE_CONTEXT tokens, 32 up to LONG_DECODE_CONTEXT and 64 beyond (one recorded decode
     # graph for each): smaller splits fill the GPU at short contexts, larger ones keep the merge to
     # one chunk and the workgroups to one round at long ones (docs/PERFORMANCE.md).
-    SHORT_DECODE_CONTEXT = 768
-    LONG_DECODE_CONTEXT = 1664
+    SHORT_DECODE_CONTEXT = 384
+    LONG_DECODE_CONTEXT = 640
 
     def _split_keys(self, tokens, start):
         """The keys a decode attention workgroup takes for a step after `start` cached tokens."""

@@ -5,16 +5,16 @@
 //   out[b, h] = softmax(rope(q[b, h]) . K^T / sqrt(D)) V         over cache rows [0, min(P + 1,
 // ROWS))
 // so the steps rope_append + attention_cached make, with each key and value row read once for
-// the G = HQ / HKV query heads that share it. Workgroup (s, g, b) takes keys [SPLIT s, SPLIT s +
-// SPLIT)
-// of KV head g: it scores them (PARTS invocations a key), takes their softmax weights and
+// the G = HQ / HKV query heads that share it. Workgroup (g, s, b) takes keys [SPLIT s, SPLIT s +
+// SPLIT) of KV head g: it scores them (PARTS invocations a key), takes their softmax weights and
 // value sums, and writes its max m, sum of exp(score - m) and weighted values for each of its G
 // heads. The workgroup holding key P computes that key and value itself (and appends them).
 // The last workgroup of (g, b) to finish, counted by an atomic, then merges the splits:
-// out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), taking CHUNK splits at a time (maxima and
-// totals by halving in shared memory, value sums as vec4 with eight loads in flight, rescaled as
-// the running maximum grows), and resets the counter for the next step. Needs D % 4 == 0,
-// D <= 256 and G <= 8 (decode_attention falls back otherwise), and G * SPLIT <= 256.
+// out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), each invocation one output vector over a
+// share of the splits in registers (docs/PERFORMANCE.md: a merge through shared memory with a
+// barrier a step took 3.4 us of an 8.3 us dispatch), and resets the counter for the next step.
+// Needs D % 4 == 0, D <= 256 and G <= 8 (decode_attention falls back otherwise), and
+// G * SPLIT <= 256.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
 #include "rope_common.glsl"
@@ -56,19 +56,15 @@ const uint VALUE_SUBSETS = HEAD_DIM >= 256 ? 1 : 256 / HEAD_DIM;  // invocations
 // keys' values one invocation holds
 const uint VALUE_SLOTS = (SPLIT - 1) / VALUE_SUBSETS + 1;
 const float LOWEST = -3.402823466e38;
-shared float s_q[G * 256];
+shared vec4 s_q4[G * 64];  // the rotated queries, a head's D values after another's
 shared float s_k_new[256];
 shared float s_v_new[256];
 shared float s_part[G * 256];
-shared float s_p[G * SPLIT];
+shared vec4 s_p4[G * SPLIT / 4];  // G rows of SPLIT scores, then weights (SPLIT % 4 == 0)
 shared float s_m[G];
-shared float s_l[G];
 shared float s_reduce[256];
-const uint MERGE_PER_LANE = 2;  // splits whose (m, l) an invocation reads in each merge chunk
-shared float s_w[256 * MERGE_PER_LANE];
-shared vec4 s_sum4[256];
-shared float s_grown[G];
-shared float s_correction[G];
+shared vec2 s_merge_stats[256];  // the merge's (m, l) and value sums of each invocation's splits
+shared vec4 s_merge_sums[256];
 shared bool s_last;
 
 // For each head h < G, the max (or sum) of s_reduce[h * SEGMENT + i] over i < SEGMENT (a power
@@ -85,9 +81,20 @@ void segment_reduce(uint segment, bool take_max) {
   barrier();
 }
 
+// Output vector `i` (dimensions 4i .. 4i + 3) of row `row` (sequence b, head h: b * HQ + h).
+void store_output(uint row, uint i, vec4 value) {
+  const uint at = row * HEAD_DIM + 4 * i;
+  o[at] = value.x;
+  o[at + 1] = value.y;
+  o[at + 2] = value.z;
+  o[at + 3] = value.w;
+}
+
 void main() {
   const uint lane = gl_LocalInvocationID.x;
-  const uint split = gl_WorkGroupID.x, g = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
+  // The grid is (KV head, split, sequence): the live splits' workgroups come first whatever the
+  // cache's size, so that they start before the workgroups past the context, which return.
+  const uint g = gl_WorkGroupID.x, split = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
   const uint d = HEAD_DIM, half_d = d / 2, d4 = d / 4;
   const uint position = start[b * p.start_stride];
   const uint keys = min(position + 1, p.cache_rows);
@@ -110,7 +117,7 @@ void main() {
   const uint subsets = VALUE_SUBSETS, e = lane % d, subset = lane / d;
   float values[VALUE_SLOTS];
   [[unroll]] for (uint t = 0; t < VALUE_SLOTS; ++t) {
-    const uint key = subset + t * subsets;
+    const uint key = subset * VALUE_SLOTS + t;
     values[t] = subset < subsets && key < count && !(holds_new && key == new_key)
                     ? v_cache_read[cache_base + key * row_stride + e] : 0.0;
   }
@@ -122,8 +129,8 @@ void main() {
     const uint at = (b * p.hq + g * G + head) * d + i;
     const float c = cos_table[table + i], s = sin_table[table + i];
     const vec2 r = rope_rotate(q[at], q[at + half_d], c, s);
-    s_q[head * d + i] = r.x;
-    s_q[head * d + i + half_d] = r.y;
+    s_q4[(head * d + i) / 4][i % 4] = r.x;
+    s_q4[(head * d + i + half_d) / 4][(i + half_d) % 4] = r.y;
   }
   if (holds_new) {
     const uint from = (b * p.hkv + g) * d, to = cache_base + new_key * row_stride;
@@ -157,8 +164,7 @@ void main() {
     [[unroll]] for (uint t = 0; t < MOST_VECTORS; ++t) {
       const uint c = part + PARTS * t;
       if (c < d4) {
-        const uint at = head * d + 4 * c;
-        s += dot(vec4(s_q[at], s_q[at + 1], s_q[at + 2], s_q[at + 3]), key_vectors[t]);
+        s += dot(s_q4[head * d4 + c], key_vectors[t]);
       }
     }
     s_part[head * 256 + lane] = s;
@@ -168,19 +174,20 @@ void main() {
     const uint head = lane / SPLIT, key = lane % SPLIT;
     float total = 0.0;
     for (uint t = 0; t < PARTS; ++t) total += s_part[head * 256 + key * PARTS + t];
-    s_p[lane] = key < count ? total * p.scale : LOWEST;
+    s_p4[lane / 4][lane % 4] = key < count ? total * p.scale : LOWEST;
   }
   barrier();
-  // Softmax weights of each head over this split's keys (s_p holds G rows of SPLIT scores).
-  if (lane < G * SPLIT) s_reduce[lane] = s_p[lane];
+  // Softmax weights of each head over this split's keys.
+  if (lane < G * SPLIT) s_reduce[lane] = s_p4[lane / 4][lane % 4];
   segment_reduce(SPLIT, true);
   if (lane < G) s_m[lane] = s_reduce[lane * SPLIT];
   if (lane < G * SPLIT) {
     const uint head = lane / SPLIT, key = lane % SPLIT;
-    s_p[lane] = key < count ? exp(s_p[lane] - s_reduce[head * SPLIT]) : 0.0;
+    s_p4[lane / 4][lane % 4] =
+        key < count ? exp(s_p4[lane / 4][lane % 4] - s_reduce[head * SPLIT]) : 0.0;
   }
   barrier();
-  if (lane < G * SPLIT) s_reduce[lane] = s_p[lane];
+  if (lane < G * SPLIT) s_reduce[lane] = s_p4[lane / 4][lane % 4];
   segment_reduce(SPLIT, false);
   const uint record_stride = p.splits * (d + 4);
   const uint record0 = ((b * p.hq + g * G) * p.splits + split) * (d + 4);  // head 0 of the group
@@ -188,17 +195,31 @@ void main() {
     partial[record0 + lane * record_stride] = s_m[lane];
     partial[record0 + lane * record_stride + 1] = s_reduce[lane * SPLIT];
   }
-  // Value sums: invocation (subset, e) takes keys subset, subset + subsets, ... of dimension e
-  // (weights and values past the split's keys are zero).
+  // Value sums: invocation (subset, e) takes VALUE_SLOTS keys from subset * VALUE_SLOTS of
+  // dimension e (weights and values past the split's keys are zero), their weights four at a time
+  // where VALUE_SLOTS % 4 == 0.
   if (holds_new)
     [[unroll]] for (uint t = 0; t < VALUE_SLOTS; ++t)
-      if (subset < subsets && subset + t * subsets == new_key) values[t] = s_v_new[e];
+      if (subset < subsets && subset * VALUE_SLOTS + t == new_key) values[t] = s_v_new[e];
   if (subset < subsets) {
     [[unroll]] for (uint head = 0; head < G; ++head) {
       float a = 0.0;
-      [[unroll]] for (uint t = 0; t < VALUE_SLOTS; ++t) {
-        const uint key = subset + t * subsets;
-        if (key < SPLIT) a += s_p[head * SPLIT + key] * values[t];
+      if (VALUE_SLOTS % 4 == 0) {
+        [[unroll]] for (uint t = 0; t < VALUE_SLOTS; t += 4) {
+          const uint key = subset * VALUE_SLOTS + t;
+          if (key < SPLIT) {
+            const vec4 w = s_p4[(head * SPLIT + key) / 4];
+            a += w.x * values[t];
+            a += w.y * values[t + 1];
+            a += w.z * values[t + 2];
+            a += w.w * values[t + 3];
+          }
+        }
+      } else {
+        [[unroll]] for (uint t = 0; t < VALUE_SLOTS; ++t) {
+          const uint key = subset * VALUE_SLOTS + t, at = head * SPLIT + key;
+          if (key < SPLIT) a += s_p4[at / 4][at % 4] * values[t];
+        }
       }
       s_part[head * 256 + lane] = a;
     }
@@ -223,94 +244,61 @@ void main() {
   barrier();
   if (!s_last) return;
   memoryBarrierBuffer();
-  // Merge, CHUNK splits at a time: invocation (head, slot) reads the (m, l) of splits slot and
-  // slot + LANES of its head; maxima and totals by halving over the LANES invocations of a head;
-  // each output then adds the chunk's weighted value sums, eight loads in flight, rescaled as the
-  // running maximum grows.
-  const uint LANES = G == 1 ? 256 : G == 2 ? 128 : G <= 4 ? 64 : 32, CHUNK = MERGE_PER_LANE * LANES;
-  const uint my_head = lane / LANES, slot = lane % LANES;
-  if (lane < G) {
-    s_m[lane] = LOWEST;
-    s_l[lane] = 0.0;
-  }
-  // Output vectors (4 dimensions of one head): n4 of them, `sub`-sets of a chunk's splits each.
-  const uint n4 = G * d4, subsets4 = max(1u, 256 / n4), rounds4 = (n4 + 255) / 256;  // rounds4 <= 2
-  vec4 out4[2] = vec4[2](vec4(0.0), vec4(0.0));
-  for (uint first_split = 0; first_split < live; first_split += CHUNK) {
-    float m_s[MERGE_PER_LANE], l_s[MERGE_PER_LANE];
-    float top = LOWEST;
-    [[unroll]] for (uint i = 0; i < MERGE_PER_LANE; ++i) {
-      const uint split_index = first_split + slot + i * LANES;
-      const bool valid = my_head < G && split_index < live;
-      const uint at = ((b * p.hq + g * G + my_head) * p.splits + split_index) * (d + 4);
-      m_s[i] = valid ? partial[at] : LOWEST;
-      l_s[i] = valid ? partial[at + 1] : 0.0;
-      top = max(top, m_s[i]);
-    }
-    barrier();  // s_m's initial or previous values are written; s_w is read
-    s_reduce[lane] = top;
-    segment_reduce(LANES, true);
-    const float new_max = my_head < G ? max(s_m[my_head], s_reduce[my_head * LANES]) : 0.0;
-    float total = 0.0;
-    [[unroll]] for (uint i = 0; i < MERGE_PER_LANE; ++i) {
-      const float w =
-          first_split + slot + i * LANES < live && my_head < G ? exp(m_s[i] - new_max) : 0.0;
-      if (my_head < G) s_w[my_head * CHUNK + slot + i * LANES] = w;
-      total += l_s[i] * w;
-    }
-    barrier();  // s_reduce's maxima are read
-    if (slot == 0 && my_head < G) s_grown[my_head] = new_max;
-    s_reduce[lane] = total;
-    segment_reduce(LANES, false);
-    if (lane < G) {
-      const float correction = exp(s_m[lane] - s_grown[lane]);
-      s_l[lane] = s_l[lane] * correction + s_reduce[lane * LANES];
-      s_m[lane] = s_grown[lane];
-      s_correction[lane] = correction;
-    }
-    barrier();
-    const uint splits_here = min(CHUNK, live - first_split);
-    for (uint r = 0; r < rounds4; ++r) {
-      const uint item = lane + 256 * r, o4 = item % n4, sub = item / n4;
-      const bool in_range = sub < subsets4 && item < subsets4 * n4;
-      const uint head = o4 / d4, dim4 = o4 % d4;
-      const uint base =
-          (((b * p.hq + g * G + head) * p.splits + first_split) * (d + 4) + 4) / 4 + dim4;
-      const uint stride4 = (d + 4) / 4;  // vec4 from one split's record to the next
-      vec4 sum = vec4(0.0);
-      if (in_range)
-        for (uint j = sub; j < splits_here; j += 8 * subsets4) {
-          vec4 loaded[8];  // independent loads first, then the sums in split order
-          [[unroll]] for (uint u = 0; u < 8; ++u) {
-            const uint split_u = j + u * subsets4;
-            loaded[u] = split_u < splits_here ? partial4[base + split_u * stride4] : vec4(0.0);
-          }
-          [[unroll]] for (uint u = 0; u < 8; ++u) {
-            const uint split_u = j + u * subsets4;
-            if (split_u < splits_here) sum += s_w[head * CHUNK + split_u] * loaded[u];
-          }
-        }
-      s_sum4[lane] = sum;
-      barrier();
-      if (in_range && sub == 0) {
-        vec4 total = vec4(0.0);
-        for (uint t = 0; t < subsets4; ++t) total += s_sum4[t * n4 + o4 - 256 * r];
-        if (r == 0) out4[0] = out4[0] * s_correction[head] + total;
-        else out4[1] = out4[1] * s_correction[head] + total;
+  const uint stride4 = (d + 4) / 4;  // vec4 from one split's record to the next
+  // Merge: invocation (sub, item) combines output vector `item` (4 dimensions of one head) over
+  // the live splits sub, sub + merge_subsets, ..., eight at a time: their records requested at
+  // once, rescaled once to the batch's maximum, then added in order. Where the outputs leave
+  // invocations over, merge_subsets of them share the splits, their (m, l, sum) combined through
+  // shared memory.
+  const uint items = G * d4, merge_subsets = items >= 256 ? 1 : 256 / items;
+  const uint sub = items >= 256 ? 0 : lane / items;
+  for (uint item = items >= 256 ? lane : lane % items; item < items && sub < merge_subsets;
+       item += 256) {
+    const uint record = (b * p.hq + g * G + item / d4) * p.splits;  // split 0's, in records
+    float m = LOWEST, l = 0.0;
+    vec4 sum = vec4(0.0);
+    for (uint first_split = sub; first_split < live; first_split += 8 * merge_subsets) {
+      vec4 stats[8], sums[8];  // (m, l, -, -) and the value sums of eight splits
+      [[unroll]] for (uint u = 0; u < 8; ++u) {
+        const uint at = (record + min(first_split + u * merge_subsets, live - 1)) * stride4;
+        stats[u] = partial4[at];
+        sums[u] = partial4[at + 1 + item % d4];
       }
-      barrier();
+      float top = m;
+      [[unroll]] for (uint u = 0; u < 8; ++u)
+        if (first_split + u * merge_subsets < live) top = max(top, stats[u].x);
+      const float correction = exp(m - top);
+      l *= correction;
+      sum *= correction;
+      [[unroll]] for (uint u = 0; u < 8; ++u)
+        if (first_split + u * merge_subsets < live) {
+          const float w = exp(stats[u].x - top);
+          l += stats[u].y * w;
+          sum += sums[u] * w;
+        }
+      m = top;
+    }
+    if (merge_subsets == 1) {
+      store_output(b * p.hq + g * G + item / d4, item % d4, l > 0.0 ? sum / l : vec4(0.0));
+    } else {
+      s_merge_stats[lane] = vec2(m, l);
+      s_merge_sums[lane] = sum;
     }
   }
-  for (uint r = 0; r < rounds4; ++r) {
-    const uint item = lane + 256 * r, o4 = item % n4;
-    if (item < n4) {  // sub == 0
-      const uint head = o4 / d4, dim4 = o4 % d4;
-      const vec4 value = s_l[head] > 0.0 ? (r == 0 ? out4[0] : out4[1]) / s_l[head] : vec4(0.0);
-      const uint at = (b * p.hq + g * G + head) * d + 4 * dim4;
-      o[at] = value.x;
-      o[at + 1] = value.y;
-      o[at + 2] = value.z;
-      o[at + 3] = value.w;
+  if (merge_subsets > 1) {  // uniform: one output vector an invocation
+    barrier();
+    if (lane < items) {
+      float top = LOWEST;
+      for (uint t = 0; t < merge_subsets; ++t) top = max(top, s_merge_stats[t * items + lane].x);
+      float l = 0.0;
+      vec4 sum = vec4(0.0);
+      for (uint t = 0; t < merge_subsets; ++t) {
+        const vec2 stats = s_merge_stats[t * items + lane];
+        const float w = exp(stats.x - top);
+        l += stats.y * w;
+        sum += s_merge_sums[t * items + lane] * w;
+      }
+      store_output(b * p.hq + g * G + lane / d4, lane % d4, l > 0.0 ? sum / l : vec4(0.0));
     }
   }
 }
