@@ -69,6 +69,18 @@ def test_cholesky(rng, dtype, n):
     np.testing.assert_array_equal(upper, np.swapaxes(lower, -1, -2))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,order", [(100, 1), (100, 32), (100, 33), (100, 70), (20, 13)])
+def test_cholesky_names_the_first_failing_minor(rng, dtype, n, order):
+    a = spd(rng, (2, n, n), dtype)
+    a[1, order - 1, order - 1] = -1e3  # minors up to order - 1 stay positive definite
+    with pytest.raises(bg.LinAlgError, match=f"matrix 1 of the batch, order {order}"):
+        linalg.cholesky(a)
+    assert rel(linalg.cholesky(a[:1]), np.linalg.cholesky(a[:1].astype(np.float64))) <= 10 * bound(
+        dtype, n
+    )
+
+
 @pytest.mark.parametrize("dtype,condition", [(np.float32, 1e6), (np.float64, 1e12)])
 def test_ill_conditioned_cholesky(rng, dtype, condition):
     a = spd(rng, (65, 65), dtype, condition)

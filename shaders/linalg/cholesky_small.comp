@@ -2,8 +2,10 @@
 //! variant f32
 //! variant f64 FLOAT64
 // Cholesky of matrices of at most 32 x 32, one workgroup a matrix, from a [B, n, n] (its lower
-// triangle read) to out [B, n, n] in one pass: potrf_trsm.comp's column steps in shared memory,
-// then L (or with UPPER, L^T) written with zeros in the other triangle. info[b] as there.
+// triangle read) to out [B, n, n] in one pass: the block factored in shared memory
+// (cholesky_block.glsl), then L (or with UPPER, L^T) written with zeros in the other triangle.
+// info[b] as in potrf_trsm.comp.
+#extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
 #include "linalg_common.glsl"
 layout(local_size_x = 256) in;
@@ -15,6 +17,7 @@ layout(push_constant) uniform Push { uint n; } p;
 
 const uint LD = 33;
 shared SCALAR s[32 * LD];
+#include "cholesky_block.glsl"
 
 void main() {
   const uint b = gl_WorkGroupID.x, t = gl_LocalInvocationID.x, n = p.n, base = b * n * n;
@@ -23,23 +26,10 @@ void main() {
     if (j <= i) s[i * LD + j] = a[base + e];
   }
   barrier();
-  for (uint j = 0; j < n; ++j) {
-    const SCALAR d = s[j * LD + j];
-    if (!(d > SCALAR(0))) {  // the same value in every invocation: the whole workgroup leaves
-      if (t == 0) info[b] = int(j + 1);
-      return;
-    }
-    const SCALAR r = sqrt(d);
-    barrier();  // every invocation has read d
-    if (t == 0) s[j * LD + j] = r;
-    for (uint i = j + 1 + t; i < n; i += 256) s[i * LD + j] /= r;
-    barrier();
-    const uint m = n - j - 1;
-    for (uint e = t; e < m * m; e += 256) {
-      const uint i = j + 1 + e / m, k = j + 1 + e % m;
-      if (k <= i) s[i * LD + k] -= s[i * LD + j] * s[k * LD + j];
-    }
-    barrier();
+  const uint failed = factor_block(n);
+  if (failed != 0) {  // the same in every invocation: the whole workgroup leaves
+    if (t == 0) info[b] = int(failed);
+    return;
   }
   for (uint e = t; e < n * n; e += 256) {
     const uint i = e / n, j = e % n;
