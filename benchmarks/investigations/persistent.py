@@ -165,7 +165,7 @@ def main():
         key = (links_, sync, prefetch, rows)
         if key not in kernels:
             spirv = compile_glsl(PROBE, target="vulkan1.3")
-            spec = {0: links_, 1: bool(sync), 2: bool(prefetch), 3: rows, 4: n // 64}
+            spec = {0: links_, 1: sync, 2: prefetch, 3: rows, 4: n // 64}
             kernels[key] = bg.Kernel(device, spirv, specialization=spec, name="persistent")
         return kernels[key]
 
@@ -181,11 +181,14 @@ def main():
             x = scale * (w[i % matrices] @ x)
         return x
 
-    cases = [("a dispatch a link (barrier between)", None, True, True)]
+    # (name, workgroups a multiprocessor or None for a dispatch a link, SYNC, PREFETCH)
+    cases = [("a dispatch a link (barrier between)", None, False, True)]
     for per_sm in (1, 2) if not cpu else (1,):
-        cases.append((f"persistent, {per_sm}/SM, wait, weights before the wait", per_sm, 1, 1))
-    cases.append(("persistent, 1/SM, wait, weights after the wait", 1, 1, 0))
-    cases.append(("persistent, 1/SM, no wait (wrong results: the floor)", 1, 0, 1))
+        cases.append(
+            (f"persistent, {per_sm}/SM, wait, weights before the wait", per_sm, True, True)
+        )
+    cases.append(("persistent, 1/SM, wait, weights after the wait", 1, True, False))
+    cases.append(("persistent, 1/SM, no wait (wrong results: the floor)", 1, False, True))
     for name, per_sm, sync, prefetch in cases:
         groups = sms * per_sm if per_sm else (n + 8 * 2 - 1) // (8 * 2)
         per_group = (n + groups - 1) // groups
@@ -194,10 +197,10 @@ def main():
         counters = bg.Tensor.from_numpy(np.zeros(32 * (links + 2), np.uint32))
         if per_sm is None:
             links_per_dispatch, dispatches = 1, links
-            k = kernel(1, False, True, rows)
+            k = kernel(1, sync, prefetch, rows)
         else:
             links_per_dispatch, dispatches = links, 1
-            k = kernel(links, bool(sync), bool(prefetch), rows)
+            k = kernel(links, sync, prefetch, rows)
         state = {"i": 0}
 
         def record(k=k, groups=groups, per_group=per_group, x=x, counters=counters):
