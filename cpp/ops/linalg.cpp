@@ -226,10 +226,17 @@ void trapezoid(Sequence& sequence, const std::shared_ptr<Device>& device, const 
 
 constexpr int kMostSweeps = 40;
 
-void require_not_recording(const Device& device, const char* op) {
-  if (device.recording_graph() != nullptr)
-    throw UnsupportedError(std::string(op) +
-                           " cannot be recorded in a Graph: the host checks each Jacobi sweep");
+// Whether jacobi() sweeps n vectors of length len in one dispatch (one workgroup a matrix, in
+// shared memory), checked once after it; longer ones take a dispatch a round and the host checks
+// each sweep, which a Graph cannot record.
+bool sweeps_in_one_dispatch(int64_t n, int64_t len) { return n <= 32 && len <= 64; }
+
+void require_recordable(const Device& device, const char* op, const Tensor& a, int64_t n,
+                        int64_t len) {
+  if (device.recording_graph() != nullptr && !sweeps_in_one_dispatch(n, len))
+    throw UnsupportedError(std::string(op) + " of matrices " + shape_text(a.shape()) +
+                           " cannot be recorded in a Graph: past 32 x 64 the host checks each "
+                           "Jacobi sweep");
 }
 
 // One-sided Jacobi over the n rows (length len) of x [B, n, len], accumulating into vt [B, n, n]:
@@ -241,8 +248,9 @@ void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor
   const float tol = static_cast<float>(machine_epsilon(x.dtype()) *
                                        static_cast<double>(std::max<int64_t>(len, 1)));
   Tensor rotations = Tensor::empty(device, std::vector<int64_t>{batch}, DType::uint32);
-  std::vector<uint32_t> counts(static_cast<size_t>(batch));
-  if (n <= 32 && len <= 64) {  // one workgroup a matrix, every sweep in shared memory
+  const std::string unconverged =
+      std::string(what) + " did not converge in " + std::to_string(kMostSweeps) + " Jacobi sweeps";
+  if (sweeps_in_one_dispatch(n, len)) {  // one workgroup a matrix, every sweep in shared memory
     struct {
       uint32_t n, len, sweeps;
       float tol;
@@ -253,12 +261,15 @@ void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor
     BufferBinding bindings[] = {x.binding(), vt.binding(), rotations.binding()};
     op.sequence().dispatch(kernel, {matrices(*device, batch, "a batch of Jacobi sweeps"), 1, 1},
                            bindings, push_bytes(push));
-    op.run();
-    rotations.download(counts.data(), rotations.nbytes());
-    if (std::all_of(counts.begin(), counts.end(), [](uint32_t c) { return c == 0; })) return;
-    throw LinAlgError(std::string(what) + " did not converge in " + std::to_string(kMostSweeps) +
-                      " Jacobi sweeps");
+    op.run([rotations, unconverged] {
+      std::vector<uint32_t> counts(rotations.size());
+      rotations.download(counts.data(), rotations.nbytes());
+      if (std::any_of(counts.begin(), counts.end(), [](uint32_t c) { return c != 0; }))
+        throw LinAlgError(unconverged);
+    });
+    return;
   }
+  std::vector<uint32_t> counts(static_cast<size_t>(batch));
   const auto grid =
       checked_grid(*device, {static_cast<uint64_t>(players / 2), static_cast<uint64_t>(batch), 1},
                    "Jacobi rotations of " + std::to_string(n) + " vectors");
@@ -280,8 +291,7 @@ void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor
     rotations.download(counts.data(), rotations.nbytes());
     if (std::all_of(counts.begin(), counts.end(), [](uint32_t c) { return c == 0; })) return;
   }
-  throw LinAlgError(std::string(what) + " did not converge in " + std::to_string(kMostSweeps) +
-                    " Jacobi sweeps");
+  throw LinAlgError(unconverged);
 }
 
 // singular.comp: s [B, n] from the rows of x; w (rank, e) = vt[i, e] through view vw where w is
@@ -452,10 +462,10 @@ SvdResult svd(const Tensor& a, bool full_matrices, bool compute_uv) {
   const int64_t batch = a.shape()[0], m = a.shape()[1], n = a.shape()[2];
   if (m == 0 || n == 0) throw ShapeError("svd of empty matrices " + shape_text(a.shape()));
   const auto& device = a.device_ptr();
-  require_not_recording(*device, "svd");
   const DType dtype = a.dtype();
   const bool tall = m >= n;
   const int64_t k = std::min(m, n), len = std::max(m, n);
+  require_recordable(*device, "svd", a, k, len);
   const std::vector<int64_t> none{batch, 0, 0};
   SvdResult result{
       Tensor::empty(
@@ -515,14 +525,14 @@ SvdResult svd(const Tensor& a, bool full_matrices, bool compute_uv) {
   return result;
 }
 
-EighResult eigh(const Tensor& a, bool compute_v) {
+EighResult eigh(const Tensor& a, bool compute_v, bool upper) {
   require_matrices(a, "a");
   const int64_t batch = a.shape()[0], n = a.shape()[1];
   if (a.shape()[2] != n)
     throw ShapeError("a: expected square matrices [B, N, N], got " + shape_text(a.shape()));
   if (n == 0) throw ShapeError("eigh of empty matrices " + shape_text(a.shape()));
   const auto& device = a.device_ptr();
-  require_not_recording(*device, "eigh");
+  require_recordable(*device, "eigh", a, n, n);
   const DType dtype = a.dtype();
   EighResult result{
       Tensor::empty(device, std::vector<int64_t>{batch, n}, dtype),
@@ -538,7 +548,7 @@ EighResult eigh(const Tensor& a, bool compute_v) {
     struct {
       uint32_t n;
       View a;
-    } push{u32(n), matrix_view(n, n)};
+    } push{u32(n), upper ? transposed(matrix_view(n, n)) : matrix_view(n, n)};
     Kernel kernel = Kernel::builtin(device, variant("symmetric", dtype));
     BufferBinding bindings[] = {a.binding(), x.binding(), shift.binding()};
     sequence.dispatch(kernel, {matrices(*device, batch, "a batch of eigh"), 1, 1}, bindings,

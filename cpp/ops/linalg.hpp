@@ -37,23 +37,25 @@ Tensor solve(const Tensor& a, const Tensor& b);
 // Singular values and vectors of each matrix of a [B, M, N] (M, N > 0): s [B, K] descending (K =
 // min(M, N)) and, with compute_uv, u [B, M, M or K] and vh [B, N or K, N] (full_matrices or not),
 // a = u diag(s) vh. One-sided Jacobi over the K columns of a (or, for M < N, its rows): sweeps of
-// K' - 1 rounds of disjoint plane rotations (jacobi.comp) until a sweep rotates nothing, each
-// sweep a submission the host checks; the rotations accumulate into the one set of vectors, and
-// the other set is the normalized columns completed to an orthonormal basis by a QR (which also
-// gives zero singular values their vectors). LinAlgError if 40 sweeps do not converge. Not
-// recordable in a Graph (the host decides when to stop).
+// K' - 1 rounds of disjoint plane rotations (jacobi.comp) until a sweep rotates nothing; the
+// rotations accumulate into the one set of vectors, and the other set is the normalized columns
+// completed to an orthonormal basis by a QR (which also gives zero singular values their
+// vectors). LinAlgError if 40 sweeps do not converge. Up to K = 32 and max(M, N) = 64 every sweep
+// runs in one dispatch (jacobi_small.comp), recordable in a Graph; beyond, each sweep is a
+// submission the host checks, which a Graph cannot record (UnsupportedError).
 struct SvdResult {
   Tensor u, s, vh;
 };
 SvdResult svd(const Tensor& a, bool full_matrices, bool compute_uv);
 
 // Eigenvalues w [B, N] (ascending) and, with compute_v, eigenvectors v [B, N, N] (columns) of the
-// symmetric matrices whose lower triangles a [B, N, N] holds: the Jacobi SVD of S + shift I,
-// shift = max_i sum_j |s_ij| (positive semidefinite, so its singular vectors are S's
-// eigenvectors; w = sigma - shift, accurate to about eps shift).
+// symmetric matrices whose lower (with upper, upper) triangles a [B, N, N] holds: the Jacobi SVD
+// of S + shift I, shift = max_i sum_j |s_ij| (positive semidefinite, so its singular vectors are
+// S's eigenvectors; w = sigma - shift, accurate to about eps shift). In a Graph up to N = 32, as
+// svd.
 struct EighResult {
   Tensor w, v;
 };
-EighResult eigh(const Tensor& a, bool compute_v);
+EighResult eigh(const Tensor& a, bool compute_v, bool upper);
 
 }  // namespace bitnet::ops

@@ -634,7 +634,7 @@ def devices() -> list[DeviceInfo]:
     """
     Every Vulkan device, as DeviceInfo.
     """
-def eigh(a: Tensor, compute_v: bool) -> tuple[Tensor, Tensor]:
+def eigh(a: Tensor, compute_v: bool, upper: bool) -> tuple[Tensor, Tensor]:
     ...
 def embedding(table: Tensor, ids: Tensor, out: Tensor | None = None) -> Tensor:
     ...

@@ -127,7 +127,8 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """Singular values of each matrix of a [..., M, N], descending, and with compute_uv
     SVDResult(U, S, Vh) with a = U diag(S) Vh: U [..., M, M] and Vh [..., N, N] with
     full_matrices, else [..., M, K] and [..., K, N]. hermitian is numpy's hint and changes
-    nothing here. Not recordable in a Graph (each Jacobi sweep is checked by the host)."""
+    nothing here. Records in a Graph where min(M, N) <= 32 and max(M, N) <= 64; beyond, the host
+    checks each Jacobi sweep and a Graph refuses it (UnsupportedError)."""
     t, batch, as_tensor = _matrices(a)
     u, s, vh = _core.svd(t, bool(full_matrices), bool(compute_uv))
     if not compute_uv:
@@ -139,7 +140,8 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
 
 def eigh(a, UPLO="L"):
     """EighResult(eigenvalues [..., N] ascending, eigenvectors [..., N, N] as columns) of the
-    symmetric matrices a [..., N, N], from their lower (UPLO="L") or upper ("U") triangle."""
+    symmetric matrices a [..., N, N], from their lower (UPLO="L") or upper ("U") triangle. Records
+    in a Graph up to N = 32 (as svd)."""
     w, v = _eigh(a, UPLO, True)
     return EighResult(w, v)
 
@@ -152,16 +154,8 @@ def eigvalsh(a, UPLO="L"):
 def _eigh(a, uplo, compute_v):
     if uplo not in ("L", "U"):
         raise _core.ArgumentError(f"UPLO: expected 'L' or 'U', got {uplo!r}")
-    if uplo == "U":  # the upper triangle is the lower one of the transpose
-        if isinstance(a, Tensor):
-            a = a.numpy()
-            t, batch, _ = _matrices(np.swapaxes(a, -1, -2), square=True)
-            as_tensor = True
-        else:
-            t, batch, as_tensor = _matrices(np.swapaxes(np.asarray(a), -1, -2), square=True)
-    else:
-        t, batch, as_tensor = _matrices(a, square=True)
-    w, v = _core.eigh(t, compute_v)
+    t, batch, as_tensor = _matrices(a, square=True)
+    w, v = _core.eigh(t, compute_v, uplo == "U")
     return _back(w, batch, as_tensor), (_back(v, batch, as_tensor) if compute_v else None)
 
 

@@ -154,11 +154,11 @@ void bind_ops(py::module_& m) {
       py::arg("a"), py::arg("full_matrices"), py::arg("compute_uv"), release);
   m.def(
       "eigh",
-      [](const Tensor& a, bool compute_v) {
-        ops::EighResult result = ops::eigh(a, compute_v);
+      [](const Tensor& a, bool compute_v, bool upper) {
+        ops::EighResult result = ops::eigh(a, compute_v, upper);
         return std::make_pair(result.w, result.v);
       },
-      py::arg("a"), py::arg("compute_v"), release);
+      py::arg("a"), py::arg("compute_v"), py::arg("upper"), release);
   m.def("row_op", &ops::row_op, py::arg("x"), py::arg("op"), py::arg("weight"), py::arg("bias"),
         py::arg("eps"), py::arg("out") = py::none(), release);
   m.def("bitlinear_backward_input", &ops::bitlinear_backward_input, py::arg("grad_y"), py::arg("w"),
