@@ -10,7 +10,9 @@ reading the output of the one before, over NW distinct weight matrices (more byt
   wait (wrong results: the floor of the loop without the grid-wide dependency).
 Each case's final x is checked against NumPy (float64 over the same decoded weights). Every wait is
 bounded: a workgroup that polls 2^22 times sets an error flag and goes on, so the probe never hangs
-(the case then reports the timeout instead of a time).
+(the case then reports the timeout instead of a time). The probe multiplies float x by decoded
+weights, slower than BitLinear's int8 dot products: compare its cases with one another (what the
+wait costs against a dispatch boundary), not with BitLinear's times.
 
     python3 benchmarks/investigations/persistent.py [--json FILE] [--repeats N]
 """
