@@ -26,6 +26,7 @@ import sys
 import numpy as np
 
 import bitnet_gpu as bg
+from bitnet_gpu import reference as ref
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from common import arguments, busy_gpu, compile_glsl, timed_chain, torch_cuda, write_results
@@ -129,18 +130,6 @@ void main() {
 """
 
 
-def decode(words, n, k):
-    """The weights as float64 [matrices, n, k] (code - 1 of each 2-bit code, low bits first)."""
-    codes = (words.reshape(-1, n, k // 16, 1) >> (2 * np.arange(16, dtype=np.uint32))) & 3
-    return codes.reshape(-1, n, k).astype(np.float64) - 1.0
-
-
-def pack(codes):
-    """Ternary codes (0, 1, 2 for -1, 0, 1) [..., k] as 2-bit fields of uint32, low bits first."""
-    fields = codes.reshape(*codes.shape[:-1], -1, 16).astype(np.uint32)
-    return (fields << (2 * np.arange(16, dtype=np.uint32))).sum(-1, dtype=np.uint32)
-
-
 def main():
     def extra(parser):
         parser.add_argument("--links", type=int, default=100)
@@ -155,9 +144,10 @@ def main():
     matrices = 4 if cpu else 48  # 48 x 1.6 MB: more than the H100's 50 MB L2
     sms = device.info.multiprocessors or 1
     rng = np.random.default_rng(0)
-    words = pack(rng.integers(0, 3, (matrices, n, n), dtype=np.uint32))
-    w = decode(words, n, n)
-    weights = bg.Tensor.from_numpy(words.reshape(-1))
+    values = rng.integers(-1, 2, (matrices * n, n), dtype=np.int8)
+    w = values.reshape(matrices, n, n).astype(np.float64)
+    # BitLinear's packing (docs/NUMERICS.md): 16 codes a little-endian word, low bits first.
+    weights = bg.Tensor.from_numpy(ref.pack_ternary(values).view(np.uint32).reshape(-1))
     scale = 1.0 / math.sqrt(n * 2 / 3)  # ternary weights: E[w^2] = 2/3, so |x| stays near 1
     x0 = rng.standard_normal(n).astype(np.float32)
     results = {"device": device.name, "n": n, "links": links, "matrices": matrices, "rows": []}
