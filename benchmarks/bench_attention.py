@@ -1,7 +1,9 @@
 """Prefill attention: GPU time (Vulkan timestamps, the call recorded as a graph and timed as a
 whole) of causal grouped-query attention over T new tokens (20 query and 5 KV heads of 128, as in
 BitNet b1.58 2B4T, or of --head-dim values), float32, under settings of the tuning knobs
-(docs/TUNING.md), beside PyTorch's
+(docs/TUNING.md), and with precision="float16" (tensor cores, where the device has float16
+cooperative matrices 2; its error against the reference of the float16-rounded inputs), beside
+PyTorch's
 scaled_dot_product_attention on the same GPU in the same run (float32, and float16 where its
 flash kernels run). Work is counted as the causal pairs' multiply-adds (2 * pairs * D each for
 the scores and the weighted values), so TFLOP/s compare kernels, not peaks. Parity: relative
@@ -108,9 +110,26 @@ def main():
             while name in row["settings"]:  # a setting timed again keeps both timings
                 name += " (again)"
             row["settings"][name] = entry
+        if device.info.features.get("cooperative_matrix2_float16") and D in (32, 64, 96, 128):
+
+            def run16():
+                bg.attention(tq, tk, tv, True, precision="float16", out=out)
+
+            seconds = warm_graph_seconds(bg, device, torch, {}, run16, args.repeats)
+            rounded = [a.astype(np.float16).astype(np.float32) for a in (q, k, v)]
+            expected16 = ref.attention(
+                rounded[0][:, :heads], rounded[1][:, :1], rounded[2][:, :1], True
+            )
+            row["settings"]["precision=float16"] = {
+                "gpu_s": seconds,
+                "TFLOPs": causal_flops(tokens, D) / seconds / 1e12,
+                "rel_error": float(
+                    np.linalg.norm(out.numpy()[:, :heads] - expected16) / np.linalg.norm(expected16)
+                ),
+            }
         results["rows"].append(row)
     print(
-        f"\n{device.name}: causal prefill attention, {HQ} / {HKV} heads of {D}, float32"
+        f"\n{device.name}: causal prefill attention, {HQ} / {HKV} heads of {D}, float32 inputs"
         + (f"; torch {results['torch']}" if torch else "")
     )
     print(

@@ -36,6 +36,8 @@ SHAPES = [
     (512, 4096, 4096),
     (2048, 4096, 4096),
     (2048, 2560, 6912),
+    (2048, 6912, 2560),
+    (2048, 2560, 3840),
 ]
 SMALL = [(1, 2560, 6912), (8, 1024, 1024), (64, 512, 512)]
 # (M, K, N, group_size): weights with one scale per group along K, on their own kernel.
@@ -64,6 +66,8 @@ COOPMAT_TILES = [
     "128x128x128",
     "64x256x128",
 ]
+# The cooperative-matrix-2 kernel's tiles: activation rows x weight rows x K step.
+COOPMAT2_TILES = ["256x128x64", "64x64x64", "128x128x64", "64x128x64"]
 
 
 def gpu_time(device, fn, repeats):
@@ -92,6 +96,7 @@ def main():
     torch = torch_cuda()
     shapes = SMALL if device.info.type == "cpu" else SHAPES
     tensor_cores = device.info.features.get("cooperative_matrix_int8", False)
+    coopmat2 = device.info.features.get("cooperative_matrix2_int8", False)
     rng = np.random.default_rng(0)
     results = {
         "device": device.name,
@@ -151,6 +156,21 @@ def main():
                         )[0]
 
                     row["variants"][f"coopmat {tile}"] = with_settings({"coopmat_tile": tile}, run)
+            if coopmat2:
+                for tile in COOPMAT2_TILES:
+
+                    def run2():
+                        row.setdefault("coopmat2_parity", {})[tile] = parity(x, q, "coopmat2")
+                        return gpu_time(
+                            device, lambda: bg.bitlinear(x, q, algorithm="coopmat2"), args.repeats
+                        )[0]
+
+                    try:
+                        row["variants"][f"coopmat2 {tile}"] = with_settings(
+                            {"coopmat2_tile": tile}, run2
+                        )
+                    except bg.Error as error:  # a tile the driver cannot build
+                        row.setdefault("coopmat2_errors", {})[tile] = str(error)
         if "copy_GBps" in results:
             row["fraction_of_copy"] = row["weight_GBps"] / results["copy_GBps"]
         if torch is not None:
@@ -237,11 +257,14 @@ def main():
             f"{'exact' if r['accumulators_exact'] else 'DIFF':>5s}"
         )
     for r in results["rows"]:
-        for tile, (rel, exact) in r.get("coopmat_parity", {}).items():
-            print(
-                f"  coopmat parity {tuple(r['shape'])} tile {tile}: y rel {rel:.1e}, "
-                f"accumulators {'bit-identical' if exact else 'DIFFER'}"
-            )
+        for kind in ("coopmat", "coopmat2"):
+            for tile, (rel, exact) in r.get(f"{kind}_parity", {}).items():
+                print(
+                    f"  {kind} parity {tuple(r['shape'])} tile {tile}: y rel {rel:.1e}, "
+                    f"accumulators {'bit-identical' if exact else 'DIFFER'}"
+                )
+        for tile, error in r.get("coopmat2_errors", {}).items():
+            print(f"  coopmat2 {tuple(r['shape'])} tile {tile}: {error}")
     print("\nWeights with one scale per group (bitlinear_grouped), beside one scale per tensor:")
     for r in results["grouped"]:
         of_copy = f", {100 * r['fraction_of_copy']:.1f}% of copy" if "fraction_of_copy" in r else ""

@@ -522,6 +522,15 @@ def main():
             torch_prefill()
             row["torch_wall_s"] = median_wall(torch_prefill, max(3, args.repeats // 2))
             row["speedup_vs_torch"] = row["torch_wall_s"] / wall
+        if device.info.features.get("cooperative_matrix2_float16"):
+            model.prefill_attention = "float16"
+            prefill()
+            row["float16_attention"] = {
+                "wall_s": median_wall(prefill, max(3, args.repeats // 2)),
+                "gpu_s": gpu_seconds(model, prefill, 3),
+                "split_s": split(per_op(model, prefill)),
+            }
+            model.prefill_attention = "float32"
         results["rows"].append(row)
         print(
             f"prefill {args.prefill} tokens: {args.prefill / wall:.0f} tokens/s ({wall * 1e3:.2f} "
@@ -537,6 +546,13 @@ def main():
         total = sum(ops.values())
         for kind, seconds in ops.items():
             print(f"    {kind:40s} {seconds * 1e6:9.1f} us  {100 * seconds / total:5.1f}%")
+        if "float16_attention" in row:
+            half = row["float16_attention"]
+            print(
+                f"  with prefill_attention='float16': {half['wall_s'] * 1e3:.2f} ms wall, "
+                f"{half['gpu_s'] * 1e3:.2f} ms GPU, attention "
+                f"{half['split_s'].get('attention', float('nan')) * 1e6:.1f} us"
+            )
 
     stats = device.memory_stats()
     results["device_memory_in_use_bytes"] = stats["in_use_bytes"] - before

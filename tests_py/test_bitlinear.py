@@ -24,12 +24,19 @@ def tensor_cores(device):
     return device.info.features.get("cooperative_matrix_int8", False)
 
 
+def coopmat2(device):
+    return device.info.features.get("cooperative_matrix2_int8", False)
+
+
 def paths(device, m):
-    """Every (algorithm, hardware dot) this device runs for m rows; coopmat ignores the dot flag."""
+    """Every (algorithm, hardware dot) this device runs for m rows; the tensor-core paths ignore
+    the dot flag."""
     dots = [False] + ([True] if device.info.features["integer_dot_product"] else [])
     algorithms = (["matvec"] if m <= 8 else []) + ["tiled"]
-    return [(a, d) for a in algorithms for d in dots] + (
-        [("coopmat", None)] if tensor_cores(device) else []
+    return (
+        [(a, d) for a in algorithms for d in dots]
+        + ([("coopmat", None)] if tensor_cores(device) else [])
+        + ([("coopmat2", None)] if coopmat2(device) else [])
     )
 
 
@@ -353,6 +360,9 @@ def test_bitlinear_errors(device, rng):
     if not tensor_cores(device):
         with pytest.raises(bg.UnsupportedError, match="coopmat.*cooperative matri"):
             bg.bitlinear(x, q, algorithm="coopmat")
+    if not coopmat2(device):
+        with pytest.raises(bg.UnsupportedError, match="coopmat2.*cooperative matrices 2"):
+            bg.bitlinear(x, q, algorithm="coopmat2")
     with pytest.raises(bg.ArgumentError):
         bg.bitlinear(x, q, algorithm="fast")
     grouped = bg.quantize_weights(rng.standard_normal((8, 32)).astype(np.float32), group_size=16)
@@ -475,20 +485,35 @@ def test_int8_times_ternary_is_exact(device, rng):
         if algorithm != "matvec":
             out = bg.mixed_precision_matmul(a, q, algorithm=algorithm, _hardware_dot=hardware)
             assert np.array_equal(out, a.astype(np.int32) @ q.unpack().astype(np.int32).T)
-    with pytest.raises(bg.ArgumentError, match="'tiled' or 'coopmat'"):
+    with pytest.raises(bg.ArgumentError, match="'tiled', 'coopmat' or 'coopmat2'"):
         bg.mixed_precision_matmul(a, q, algorithm="matvec")
 
 
-def check_tensor_cores(rng, m, k, n):
-    """The cooperative-matrix kernel under the current settings: BitLinear (y and exact
-    accumulators) and the int8 x int8 product."""
+def check_tensor_cores(rng, m, k, n, algorithm="coopmat"):
+    """A cooperative-matrix kernel under the current settings: BitLinear (y and exact
+    accumulators) and the int8 x int8 product. (test_decoder_ops adds residuals on the automatic
+    path.)"""
     x, q, bias = case(rng, m, k, n)
-    check(x, q, bias, *bg.bitlinear(x, q, bias, return_accumulator=True, algorithm="coopmat"))
+    check(x, q, bias, *bg.bitlinear(x, q, bias, return_accumulator=True, algorithm=algorithm))
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
     assert np.array_equal(
-        bg.mixed_precision_matmul(a, b, algorithm="coopmat"), ref.exact_int_matmul(a, b)
+        bg.mixed_precision_matmul(a, b, algorithm=algorithm), ref.exact_int_matmul(a, b)
     )
+
+
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix2_int8')")
+@pytest.mark.parametrize(
+    "tile", ["128x128x64", "64x64x32", "32x128x64", "64x128x128", "128x256x64", "256x128x64"]
+)
+@pytest.mark.parametrize(
+    "m,k,n", [(9, 16, 1), (33, 4097, 65), (300, 2560, 700), (2048, 2560, 6912), (256, 256, 256)]
+)
+def test_coopmat2_every_tile(device, rng, tune, tile, m, k, n):
+    """The cooperative-matrix-2 kernel (GPU only): edges of every tile size (zeros read past M, N
+    and K, stores past them dropped) and whole tiles; exact accumulators."""
+    tune(coopmat2_tile=tile)
+    check_tensor_cores(rng, m, k, n, "coopmat2")
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")

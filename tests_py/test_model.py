@@ -56,6 +56,32 @@ def test_forward_with_tied_float16_embedding():
     assert model.lm_head is model.embed
 
 
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix2_float16')")
+def test_float16_prefill_attention_stays_near_float32():
+    """prefill_attention="float16" (GPU only): a 40-token prefill's logits within 2e-2 of the
+    float32 model's (the attention outputs move by about 1e-3 of |v|; the int8 quantization of
+    the next projections' inputs can turn that into a few codes), decode steps unchanged."""
+    config = _tiny(hidden_size=128, tie_word_embeddings=False)  # head dim 32
+    plain = BitNetModel.random(config, seed=7, embedding_dtype=np.float32)
+    half = BitNetModel.random(
+        config, seed=7, embedding_dtype=np.float32, prefill_attention="float16"
+    )
+    ids = np.random.default_rng(8).integers(0, config.vocab_size, (2, 40))
+    assert half.prefill_attention == "float16"
+    assert rel(half.forward(ids), plain.forward(ids)) <= 2e-2
+    half.prefill_attention = "float32"
+    np.testing.assert_array_equal(half.forward(ids), plain.forward(ids))
+
+
+def test_prefill_attention_is_checked():
+    features = bg.default_device().info.features
+    match = "head dim 16" if features.get("cooperative_matrix2_float16") else "matrices 2"
+    with pytest.raises(bg.UnsupportedError, match=match):
+        BitNetModel(_tiny(), prefill_attention="float16")
+    with pytest.raises(bg.ArgumentError, match="precision"):
+        BitNetModel(_tiny(), prefill_attention="half")
+
+
 @pytest.mark.parametrize("seed", [10, 11])
 def test_greedy_generation_matches_reference_for_32_steps(tiny_model, seed):
     prompt = np.random.default_rng(seed).integers(0, tiny_model.config.vocab_size, (2, 6))

@@ -74,8 +74,26 @@ struct KeyLayout {
   const Tensor* start = nullptr;
 };
 
+// The float16 tensor-core path's query rows a workgroup (BR in attention_coopmat2.comp): 64
+// measured faster than 32 and 128 at 2048 tokens of D = 128 on the H100 (docs/PERFORMANCE.md).
+constexpr int64_t kCoopmat2Rows = 64;
+
+// Checks that the device and head dimension d allow attention in float16 on tensor cores.
+void require_float16_attention(const Device& device, int64_t d) {
+  if (!device.feature("cooperative_matrix2_float16"))
+    throw UnsupportedError(
+        "attention in float16 needs float16 cooperative matrices 2 (VK_NV_cooperative_matrix2 "
+        "with workgroup scope, tensor addressing and reductions, Vulkan 1.3), which device '" +
+        device.info().name + "' does not have");
+  // Above 128 its matrices outgrow the registers: D = 256 ran 2.7 times slower than float32 on
+  // the H100, after a minute and a half building the pipeline.
+  if (d % 32 != 0 || d > 128)
+    throw UnsupportedError("attention in float16: head dim " + std::to_string(d) +
+                           ": expected 32, 64, 96 or 128");
+}
+
 void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                      const KeyLayout& keys, bool split, const Tensor& out) {
+                      const KeyLayout& keys, bool split, const Tensor& out, bool float16 = false) {
   const auto& device = q.device_ptr();
   const int64_t tq = q.shape()[0], hq = q.shape()[1], d = q.shape()[2];
   const int64_t hkv = k.shape()[k.shape().size() - 2];
@@ -85,6 +103,31 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
   const std::string what =
       "attention over " + std::to_string(tq) + " queries x " + std::to_string(hq) + " heads";
   Sequence& sequence = op.sequence();
+  if (float16) {
+    Kernel kernel = Kernel::builtin(device, float_variant("attention_coopmat2", q.dtype()),
+                                    {{0, causal}, {1, from_start}, {2, kCoopmat2Rows}, {3, d}});
+    struct {
+      uint32_t tq, hq, hkv, d, l;
+      float scale;
+      uint32_t seq_tokens, cache_rows, start_stride;
+    } push{static_cast<uint32_t>(tq),
+           static_cast<uint32_t>(hq),
+           static_cast<uint32_t>(hkv),
+           static_cast<uint32_t>(d),
+           static_cast<uint32_t>(keys.l),
+           scale,
+           static_cast<uint32_t>(keys.seq_tokens),
+           static_cast<uint32_t>(keys.cache_rows),
+           from_start ? start_stride(*keys.start) : 0u};
+    const uint64_t sequences = static_cast<uint64_t>(tq / std::max<int64_t>(keys.seq_tokens, 1));
+    const uint64_t blocks =
+        (static_cast<uint64_t>(keys.seq_tokens) + kCoopmat2Rows - 1) / kCoopmat2Rows;
+    const auto grid =
+        checked_grid(*device, {sequences * blocks, static_cast<uint64_t>(hq), 1}, what);
+    BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), start};
+    sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+    return;
+  }
   if (split) {
     // Decode: the keys split over many workgroups, then one pass merging the splits.
     const int64_t most_keys = from_start ? keys.cache_rows : keys.l;
@@ -170,7 +213,8 @@ void require_start(const Tensor& start, int64_t batch, const Tensor& q) {
 uint32_t start_stride(const Tensor& start) { return start.size() == 1 ? 0u : 1u; }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                 std::optional<int64_t> kv_length, const std::optional<Tensor>& given) {
+                 std::optional<int64_t> kv_length, const std::optional<Tensor>& given,
+                 bool float16) {
   require_float(q, "q");
   require_same_kind(q, "q", k, "k");
   require_same_kind(q, "q", v, "v");
@@ -192,17 +236,19 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
     throw ShapeError("causal attention needs at least as many keys (" + std::to_string(l) +
                      ") as queries (" + std::to_string(tq) + ")");
   const auto& device = q.device_ptr();
+  if (float16) require_float16_attention(*device, d);
   Tensor out = output(device, given, q.shape(), q.dtype(), "out", {&q, &k, &v});
   if (tq == 0 || hq == 0) return out;
   Recorder op(device);
   record_attention(op, q, k, v, causal, {l, std::max<int64_t>(tq, 1), rows, nullptr},
-                   use_split(tq, l), out);
+                   use_split(tq, l), out, float16);
   op.run();
   return out;
 }
 
 Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                        const Tensor& start, bool causal, const std::optional<Tensor>& given) {
+                        const Tensor& start, bool causal, const std::optional<Tensor>& given,
+                        bool float16) {
   require_float(q, "q");
   require_same_kind(q, "q", k_cache, "k_cache");
   require_same_kind(q, "q", v_cache, "v_cache");
@@ -225,11 +271,12 @@ Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_
     throw ShapeError(std::to_string(seq_tokens) + " tokens a sequence do not fit caches of " +
                      std::to_string(cache_rows) + " rows");
   const auto& device = q.device_ptr();
+  if (float16) require_float16_attention(*device, d);
   Tensor out = output(device, given, q.shape(), q.dtype(), "out", {&q, &k_cache, &v_cache});
   if (rows_q == 0 || hq == 0) return out;
   Recorder op(device);
   record_attention(op, q, k_cache, v_cache, causal, {0, seq_tokens, cache_rows, &start},
-                   seq_tokens <= 8, out);
+                   seq_tokens <= 8, out, float16);
   op.run();
   return out;
 }

@@ -10,8 +10,11 @@ namespace bitnet::ops {
 // softmax(q k^T / sqrt(D)) v with grouped-query heads: q [TQ, HQ, D], k and v [>= L, HKV, D]
 // (only their first `kv_length` rows are read: a KV cache), HQ a multiple of HKV, D <= 256.
 // causal: query i sits at position L - TQ + i and sees keys up to it (needs L >= TQ).
+// float16: q, k, v and the softmax weights rounded to float16 for the products, on tensor cores
+// (attention_coopmat2.comp; the device feature "cooperative_matrix2_float16", D 32, 64, 96 or 128).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                 std::optional<int64_t> kv_length, const std::optional<Tensor>& out = {});
+                 std::optional<int64_t> kv_length, const std::optional<Tensor>& out = {},
+                 bool float16 = false);
 
 // Rotary embedding of x [T, H, D] (D even) with float32 angle tables cos and sin [T, D / 2].
 // attention() over batched caches [B, ROWS, HKV, D] whose length is read on the GPU: q [B * T,
@@ -19,7 +22,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
 // cache (int32 start [B]: tokens cached before these, or [1] for every sequence). For recorded
 // graphs (decode steps).
 Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                        const Tensor& start, bool causal, const std::optional<Tensor>& out);
+                        const Tensor& start, bool causal, const std::optional<Tensor>& out,
+                        bool float16 = false);
 
 // The `start` an op over caches of `batch` sequences takes: int32 [1] (every sequence) or [batch];
 // DTypeError otherwise. start_stride: the shaders' index step (0 or 1) through it.

@@ -127,6 +127,25 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
                  scales, gamma, bias, out);
 }
 
+// Only on request (bitlinear, ternary_matmul, int8_matmul), so never with a decoder's residual.
+void record_coopmat2(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m,
+                     int64_t n, int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
+                     const std::optional<Tensor>& bias, bool residual, const TiledOutputs& out) {
+  if (residual) throw UnsupportedError("algorithm='coopmat2' adds no residual");
+  const auto& device = b.device_ptr();
+  const Coopmat2Tile tile = coopmat2_tile(m, n);
+  Kernel kernel = Kernel::builtin(device, "bitlinear_coopmat2",
+                                  {{0, ternary},
+                                   {1, bias.has_value()},
+                                   {2, out.y.has_value()},
+                                   {3, out.accumulators.has_value()},
+                                   {4, int64_t{tile.m}},
+                                   {5, int64_t{tile.n}},
+                                   {6, int64_t{tile.k}}});
+  dispatch_tiles(sequence, kernel, {b.binding(), b.binding()}, a, false, m, n, k, tile.m, tile.n,
+                 scales, gamma, bias, out);
+}
+
 // bias: [N], or with `residual` an [M, N] residual added element by element.
 void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
                    const PreparedRows& a, int64_t m, int64_t n, int64_t k, bool ternary,
@@ -134,6 +153,8 @@ void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
                    bool residual, const TiledOutputs& out, bool hardware) {
   if (path == BitLinearAlgorithm::coopmat)
     record_coopmat(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out);
+  else if (path == BitLinearAlgorithm::coopmat2)
+    record_coopmat2(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out);
   else
     record_tiled(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out, hardware);
 }

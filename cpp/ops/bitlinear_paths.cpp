@@ -12,6 +12,7 @@ namespace bitnet::ops {
 namespace {
 
 bool has_tensor_cores(const Device& device) { return device.feature("cooperative_matrix_int8"); }
+bool has_coopmat2(const Device& device) { return device.feature("cooperative_matrix2_int8"); }
 
 // An m x n tile with K steps of k, its subgroups 4 x 2 from 128 tile rows (else 2 x 4), loading
 // two steps ahead.
@@ -43,6 +44,15 @@ BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requeste
         "(VK_NV_cooperative_matrix, 16x16x32 int8, subgroups of 32), which "
         "device '" +
         device.info().name + "' does not have");
+  if (requested == BitLinearAlgorithm::coopmat2 && !has_coopmat2(device))
+    throw UnsupportedError(
+        "algorithm='coopmat2' needs int8 cooperative matrices 2 (VK_NV_cooperative_matrix2 with "
+        "workgroup scope and tensor addressing, int8 products for 256 invocations, Vulkan 1.3), "
+        "which device '" +
+        device.info().name + "' does not have");
+  // Cooperative matrices 2 only on request: their kernel measured 2.3 to 3.5 times slower than
+  // the NV cooperative-matrix one on the H100 (docs/PERFORMANCE.md), and every device with them
+  // has that one too.
   if (requested == BitLinearAlgorithm::automatic || requested == BitLinearAlgorithm::matvec)
     return has_tensor_cores(device) ? BitLinearAlgorithm::coopmat : BitLinearAlgorithm::tiled;
   return requested;
@@ -164,6 +174,16 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
                           std::to_string(tile.n) + " tile into multiples of 16");
     tile.subgroup_rows = *r;
   }
+  return tile;
+}
+
+Coopmat2Tile coopmat2_tile(int64_t rows, int64_t) {
+  // The fastest measured on the H100 (docs/PERFORMANCE.md): 64 x 64 up to 256 rows, 256 x 128
+  // beyond, and 32 x 128 for a few rows.
+  Coopmat2Tile tile = rows <= 32    ? Coopmat2Tile{32, 128, 64}
+                      : rows <= 256 ? Coopmat2Tile{64, 64, 64}
+                                    : Coopmat2Tile{256, 128, 64};
+  if (const auto& knob = tuning().coopmat2_tile) tile = {knob->m, knob->n, knob->k};
   return tile;
 }
 

@@ -24,7 +24,8 @@ bool use_hardware_dot(const Device& device, std::optional<bool> requested);
 std::string dot_variant(const char* base, bool hardware);
 
 // The matmul path for more than a few rows: tensor cores where the device has int8 cooperative
-// matrices, else the tiled integer-dot-product kernel.
+// matrices (VK_NV_cooperative_matrix), else the tiled integer-dot-product kernel; cooperative
+// matrices 2 where requested.
 BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requested);
 
 // Vectors of 4 values each invocation of a workgroup of local_size holds for a row of k values
@@ -67,5 +68,12 @@ struct CoopmatTile {
   uint32_t m = 128, n = 128, k = 64, subgroup_rows = 2, depth = 2;
 };
 CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols);
+
+// The cooperative-matrix-2 kernel's tile for `rows` rows of x: rows of x (m), rows of the weights
+// (n), K step (k).
+struct Coopmat2Tile {
+  uint32_t m = 128, n = 128, k = 64;
+};
+Coopmat2Tile coopmat2_tile(int64_t rows, int64_t cols);
 
 }  // namespace bitnet::ops

@@ -19,7 +19,9 @@ struct Knob {
   std::optional<uint32_t> Tuning::*number = nullptr;
   uint32_t least = 0, most = 0;
   std::vector<uint32_t> choices = {};
-  bool tile = false;
+  std::optional<TileSetting> Tuning::*tile = nullptr;  // a tile MxN[xK], K one of tile_k
+  std::vector<uint32_t> tile_k = {};
+  uint32_t tile_step = 64;  // M and N: multiples of this up to 256
 };
 
 std::vector<Knob> make_knobs() {
@@ -33,9 +35,10 @@ std::vector<Knob> make_knobs() {
       {"matvec_strided", nullptr, &Tuning::matvec_strided, 0, 0, {0, 256, 512, 1024}},
       {"matvec_strided_groups", nullptr, &Tuning::matvec_strided_groups, 1, 8},
       {"prepare_split", &Tuning::prepare_split},
-      {"coopmat_tile", nullptr, nullptr, 0, 0, {}, true},
+      {"coopmat_tile", nullptr, nullptr, 0, 0, {}, &Tuning::coopmat_tile, {64, 128}},
       {"coopmat_subgroup_rows", nullptr, &Tuning::coopmat_subgroup_rows, 0, 0, {1, 2, 4, 8}},
       {"coopmat_depth", nullptr, &Tuning::coopmat_depth, 1, 2},
+      {"coopmat2_tile", nullptr, nullptr, 0, 0, {}, &Tuning::coopmat2_tile, {32, 64, 128}, 32},
       {"attention_split", &Tuning::attention_split},
       {"attention_tiled", &Tuning::attention_tiled},
       {"attention_tile_keys", nullptr, &Tuning::attention_tile_keys, 0, 0, {8, 16, 32}},
@@ -63,7 +66,16 @@ std::string variable_of(const char* name) {
 
 std::string values_of(const Knob& knob) {
   if (knob.flag) return "0 or 1";
-  if (knob.tile) return "MxN or MxNxK (M and N multiples of 64 up to 256, K 64 or 128)";
+  if (knob.tile) {
+    std::string k;
+    for (size_t i = 0; i < knob.tile_k.size(); ++i)
+      k += (i == 0                        ? ""
+            : i + 1 == knob.tile_k.size() ? " or "
+                                          : ", ") +
+           std::to_string(knob.tile_k[i]);
+    return "MxN or MxNxK (M and N multiples of " + std::to_string(knob.tile_step) +
+           " up to 256, K " + k + ")";
+  }
   if (knob.choices.empty()) return std::to_string(knob.least) + " to " + std::to_string(knob.most);
   std::string text;
   for (size_t i = 0; i < knob.choices.size(); ++i)
@@ -82,12 +94,13 @@ const Knob& find_knob(const std::string& name) {
   throw ArgumentError("no tuning knob named '" + name + "' (knobs: " + known + ")");
 }
 
-std::optional<TileSetting> parse_tile(const std::string& text) {
+std::optional<TileSetting> parse_tile(const std::string& text, const Knob& knob) {
   unsigned m = 0, n = 0, k = 64;
   char extra = 0;
   const int fields = std::sscanf(text.c_str(), "%ux%ux%u%c", &m, &n, &k, &extra);
-  if (fields < 2 || fields > 3 || m == 0 || m % 64 || m > 256 || n == 0 || n % 64 || n > 256 ||
-      (k != 64 && k != 128))
+  const uint32_t step = knob.tile_step;
+  if (fields < 2 || fields > 3 || m == 0 || m % step || m > 256 || n == 0 || n % step || n > 256 ||
+      std::find(knob.tile_k.begin(), knob.tile_k.end(), k) == knob.tile_k.end())
     return std::nullopt;
   return TileSetting{m, n, k};
 }
@@ -99,9 +112,9 @@ void set_from_text(Tuning& tuning, const Knob& knob, const std::string& text,
     throw ArgumentError(label + "=" + text + ": expected " + values_of(knob));
   };
   if (knob.tile) {
-    auto tile = parse_tile(text);
+    auto tile = parse_tile(text, knob);
     if (!tile) fail();
-    tuning.coopmat_tile = tile;
+    tuning.*knob.tile = tile;
     return;
   }
   unsigned value = 0;
@@ -164,8 +177,8 @@ const std::vector<KnobInfo>& tuning_knobs() {
 std::optional<KnobValue> knob_value(const Tuning& tuning, const std::string& name) {
   const Knob& knob = find_knob(name);
   if (knob.tile) {
-    if (!tuning.coopmat_tile) return std::nullopt;
-    const TileSetting& t = *tuning.coopmat_tile;
+    if (!(tuning.*knob.tile)) return std::nullopt;
+    const TileSetting& t = *(tuning.*knob.tile);
     return std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k);
   }
   if (knob.flag) {
@@ -180,7 +193,7 @@ Tuning with_knob(Tuning tuning, const std::string& name, const std::optional<Kno
   const Knob& knob = find_knob(name);
   if (!value) {
     if (knob.tile)
-      tuning.coopmat_tile.reset();
+      (tuning.*knob.tile).reset();
     else if (knob.flag)
       (tuning.*knob.flag).reset();
     else

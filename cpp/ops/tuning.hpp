@@ -8,7 +8,7 @@
 
 namespace bitnet::ops {
 
-// The cooperative-matrix kernel's output tile and K step, as BITNET_GPU_COOPMAT_TILE=MxN[xK] gives
+// A cooperative-matrix kernel's output tile and K step, as BITNET_GPU_COOPMAT_TILE=MxN[xK] gives
 // it.
 struct TileSetting {
   uint32_t m = 0, n = 0, k = 64;
@@ -32,6 +32,8 @@ struct Tuning {
   std::optional<TileSetting> coopmat_tile;
   std::optional<uint32_t> coopmat_subgroup_rows;
   std::optional<uint32_t> coopmat_depth;
+  // BitLinear, many activation rows on cooperative matrices 2 (bitlinear_coopmat2.comp).
+  std::optional<TileSetting> coopmat2_tile;
   // Attention.
   std::optional<bool> attention_split;          // split the keys over workgroups (few queries)
   std::optional<bool> attention_tiled;          // tiles of keys shared by blocks of queries

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "runtime/command_context.hpp"
+#include "runtime/coopmat2.hpp"
 #include "runtime/error.hpp"
 #include "runtime/fault.hpp"
 #include "runtime/kernel.hpp"
@@ -121,6 +122,26 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     coopmat.cooperativeMatrix = VK_TRUE;
     coopmat.pNext = want.pNext;
     want.pNext = &coopmat;
+  }
+
+  // Cooperative matrices 2 build on the KHR extension; their decode functions take buffer
+  // device addresses.
+  CooperativeMatrixFeaturesKhr coopmat_khr;
+  CooperativeMatrix2FeaturesNv coopmat2;
+  if (info_.features["cooperative_matrix2_int8"] || info_.features["cooperative_matrix2_float16"]) {
+    extensions.push_back(kKhrCooperativeMatrix);
+    extensions.push_back(kNvCooperativeMatrix2);
+    coopmat_khr.cooperativeMatrix = VK_TRUE;
+    coopmat2.cooperativeMatrixWorkgroupScope = VK_TRUE;
+    coopmat2.cooperativeMatrixFlexibleDimensions = VK_TRUE;
+    coopmat2.cooperativeMatrixConversions = VK_TRUE;
+    coopmat2.cooperativeMatrixPerElementOperations = VK_TRUE;
+    coopmat2.cooperativeMatrixTensorAddressing = VK_TRUE;
+    coopmat2.cooperativeMatrixReductions = VK_TRUE;
+    want12.bufferDeviceAddress = VK_TRUE;
+    coopmat2.pNext = want.pNext;
+    coopmat_khr.pNext = &coopmat2;
+    want.pNext = &coopmat_khr;
   }
 
   VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{

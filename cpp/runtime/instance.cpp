@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "runtime/coopmat2.hpp"
 #include "runtime/error.hpp"
 
 namespace bitnet {
@@ -29,16 +30,21 @@ VKAPI_ATTR VkBool32 VKAPI_CALL on_validation_message(
   return VK_FALSE;
 }
 
-bool layer_available(const char* name) {
+// The layer's Vulkan version, or 0 where it is not installed.
+uint32_t layer_version(const char* name) {
   uint32_t count = 0;
   check(vkEnumerateInstanceLayerProperties(&count, nullptr), "vkEnumerateInstanceLayerProperties");
   std::vector<VkLayerProperties> layers(count);
   check(vkEnumerateInstanceLayerProperties(&count, layers.data()),
         "vkEnumerateInstanceLayerProperties");
-  return std::any_of(layers.begin(), layers.end(), [&](const VkLayerProperties& l) {
-    return std::strcmp(l.layerName, name) == 0;
-  });
+  for (const VkLayerProperties& l : layers)
+    if (std::strcmp(l.layerName, name) == 0) return l.specVersion;
+  return 0;
 }
+
+// The validation layers from Vulkan 1.4.304 on know cooperative matrices 2; older ones (Debian
+// bookworm's 1.3.239) reject their structures, so under those the kernels are not offered.
+constexpr uint32_t kCoopmat2ValidationVersion = VK_MAKE_API_VERSION(0, 1, 4, 304);
 
 std::string version_string(uint32_t version) {
   return std::to_string(VK_API_VERSION_MAJOR(version)) + "." +
@@ -102,6 +108,52 @@ bool has_int8_cooperative_matrix(VkPhysicalDevice physical) {
   });
 }
 
+// The component types and multiples of a cooperative-matrix-2 kernel: A x B -> C, at workgroup
+// scope for 256 invocations, the device's granularities dividing m x n x k.
+struct Coopmat2Shape {
+  VkComponentTypeNV a, c;
+  uint32_t m, n, k;
+};
+
+// Whether the device offers cooperative matrices 2 with workgroup scope, tensor addressing,
+// per-element operations, conversions and reductions, and the products of `shape`, on Vulkan 1.3
+// (their SPIR-V is 1.6): what shaders/bitlinear/bitlinear_coopmat2.comp (int8, 64 x 64 x 32) and
+// shaders/ops/attention_coopmat2.comp (float16, 32 x 32 x 16) are written for.
+bool has_coopmat2(VkPhysicalDevice physical, bool vulkan13, const Coopmat2Shape& shape) {
+  const auto instance = Instance::get();
+  if (instance->validation_enabled() &&
+      instance->validation_layer_version() < kCoopmat2ValidationVersion)
+    return false;
+  if (!vulkan13 || !has_extension(physical, kKhrCooperativeMatrix) ||
+      !has_extension(physical, kNvCooperativeMatrix2))
+    return false;
+  CooperativeMatrix2FeaturesNv coopmat2;
+  VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  features.pNext = &coopmat2;
+  vkGetPhysicalDeviceFeatures2(physical, &features);
+  if (!coopmat2.cooperativeMatrixWorkgroupScope || !coopmat2.cooperativeMatrixFlexibleDimensions ||
+      !coopmat2.cooperativeMatrixTensorAddressing ||
+      !coopmat2.cooperativeMatrixPerElementOperations || !coopmat2.cooperativeMatrixConversions ||
+      !coopmat2.cooperativeMatrixReductions)
+    return false;
+  auto properties_of = reinterpret_cast<GetFlexibleDimensionsProperties>(vkGetInstanceProcAddr(
+      instance->handle(), "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"));
+  if (!properties_of) return false;
+  uint32_t count = 0;
+  check(properties_of(physical, &count, nullptr),
+        "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+  std::vector<FlexibleDimensionsPropertiesNv> shapes(count);
+  check(properties_of(physical, &count, shapes.data()),
+        "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+  return std::any_of(shapes.begin(), shapes.end(), [&](const FlexibleDimensionsPropertiesNv& s) {
+    return s.AType == shape.a && s.BType == shape.a && s.CType == shape.c &&
+           s.ResultType == shape.c && s.scope == VK_SCOPE_WORKGROUP_NV &&
+           s.workgroupInvocations == 256 && s.MGranularity && shape.m % s.MGranularity == 0 &&
+           s.NGranularity && shape.n % s.NGranularity == 0 && s.KGranularity &&
+           shape.k % s.KGranularity == 0 && !s.saturatingAccumulation;
+  });
+}
+
 }  // namespace
 
 std::shared_ptr<Instance> Instance::get() {
@@ -116,7 +168,8 @@ std::shared_ptr<Instance> Instance::get() {
 
 Instance::Instance() {
   const bool validation = env_flag("BITNET_GPU_VALIDATION");
-  if (validation && !layer_available("VK_LAYER_KHRONOS_validation"))
+  if (validation) validation_layer_version_ = layer_version("VK_LAYER_KHRONOS_validation");
+  if (validation && validation_layer_version_ == 0)
     throw UnsupportedError(
         "BITNET_GPU_VALIDATION is set but VK_LAYER_KHRONOS_validation is not installed "
         "(Debian: vulkan-validationlayers)");
@@ -332,6 +385,21 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       {"cooperative_matrix_int8",
        nv_coopmat && subgroup.subgroupSize == 32 && f12.shaderInt8 == VK_TRUE &&
            f12.vulkanMemoryModel == VK_TRUE && has_int8_cooperative_matrix(physical)},
+      // The same on cooperative matrices 2 (workgroup scope, tensor addressing; the ternary codes
+      // decoded in the load), with buffer device addresses (the decode function's argument).
+      {"cooperative_matrix2_int8",
+       f12.shaderInt8 == VK_TRUE && f12.storageBuffer8BitAccess == VK_TRUE &&
+           f12.vulkanMemoryModel == VK_TRUE && f12.bufferDeviceAddress == VK_TRUE &&
+           f13.maintenance4 == VK_TRUE &&
+           has_coopmat2(physical, vulkan13,
+                        {VK_COMPONENT_TYPE_SINT8_NV, VK_COMPONENT_TYPE_SINT32_NV, 64, 64, 32})},
+      // Float16 products with float32 sums on them: prefill attention in float16.
+      {"cooperative_matrix2_float16",
+       f12.shaderFloat16 == VK_TRUE && f11.storageBuffer16BitAccess == VK_TRUE &&
+           f12.vulkanMemoryModel == VK_TRUE && f12.bufferDeviceAddress == VK_TRUE &&
+           f13.maintenance4 == VK_TRUE &&
+           has_coopmat2(physical, vulkan13,
+                        {VK_COMPONENT_TYPE_FLOAT16_NV, VK_COMPONENT_TYPE_FLOAT32_NV, 32, 32, 16})},
       {"external_memory_host", external_host},
       // 64-bit integers with atomics on storage buffers (top-p sampling's mass sums).
       {"int64_atomics",

@@ -66,6 +66,8 @@ class Instance {
 
   VkInstance handle() const { return instance_; }
   bool validation_enabled() const { return messenger_ != VK_NULL_HANDLE; }
+  // The validation layer's Vulkan version where it is enabled, else 0.
+  uint32_t validation_layer_version() const { return validation_layer_version_; }
   std::vector<VkPhysicalDevice> physical_devices() const;
 
   // Returns the validation messages received since the last call and forgets them.
@@ -76,6 +78,7 @@ class Instance {
   Instance();
   VkInstance instance_ = VK_NULL_HANDLE;
   VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  uint32_t validation_layer_version_ = 0;
   std::mutex messages_mutex_;
   std::vector<std::string> messages_;
 };

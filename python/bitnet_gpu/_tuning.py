@@ -36,7 +36,7 @@ def get_tuning() -> dict:
 
 
 def _value(name: str, value):
-    if name == "coopmat_tile" and isinstance(value, tuple):
+    if name.endswith("_tile") and isinstance(value, tuple):
         return "x".join(str(int(v)) for v in value)
     return value
 

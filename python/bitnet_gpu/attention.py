@@ -50,11 +50,15 @@ def rope(x, positions, theta=10000.0, *, out=None):
     return outputs.results([y], as_tensor)[0]
 
 
-def attention(q, k, v, causal=True, *, kv_length=None, out=None):
+def attention(q, k, v, causal=True, *, kv_length=None, precision="float32", out=None):
     """softmax(q k^T / sqrt(D)) v: q [TQ, HQ, D], k and v [L, HKV, D] with HQ a multiple of HKV
     (grouped-query). causal: query i is token L - TQ + i and sees keys up to it; prefill
     (TQ = L) and single-token decode (TQ = 1) are the same call. kv_length reads only the first
-    rows of k and v (a KV cache's filled part)."""
+    rows of k and v (a KV cache's filled part).
+    precision: "float32" (the products in float32), or "float16": q, k, v and the softmax weights
+    rounded to float16 for the products, float32 sums, on tensor cores (PyTorch's float16 SDPA
+    rounds the same way; docs/NUMERICS.md). "float16" needs the device feature
+    "cooperative_matrix2_float16" and D of 32, 64, 96 or 128 (UnsupportedError otherwise)."""
     tq, as_tensor = _tensor(q, "q", None, _FLOATS)
     tk, tv = _like(k, tq.device, "k"), _like(v, tq.device, "v")
     outputs = _Outputs(out, [("out", tuple(tq.shape), np.dtype(tq.dtype))])
@@ -65,8 +69,16 @@ def attention(q, k, v, causal=True, *, kv_length=None, out=None):
         bool(causal),
         None if kv_length is None else _count(kv_length, "kv_length", 0),
         outputs.tensor(0),
+        _half(precision),
     )
     return outputs.results([o], as_tensor)[0]
+
+
+def _half(precision):
+    """Whether `precision` asks for float16 products; ArgumentError for anything but the two."""
+    if isinstance(precision, str) and precision in ("float32", "float16"):
+        return precision == "float16"
+    raise _core.ArgumentError(f"precision: expected 'float32' or 'float16', got {precision!r}")
 
 
 class KVCache:
@@ -103,11 +115,18 @@ class KVCache:
         self.lengths[layer] = first + tk.shape[0]
         return self.lengths[layer]
 
-    def attention(self, layer, q, causal=True, *, out=None):
-        """Attention of q [TQ, HQ, D] over the layer's filled keys and values."""
+    def attention(self, layer, q, causal=True, *, precision="float32", out=None):
+        """Attention of q [TQ, HQ, D] over the layer's filled keys and values (precision as in
+        bitnet_gpu.attention)."""
         layer = self._layer(layer)
         return attention(
-            q, self.keys[layer], self.values[layer], causal, kv_length=self.lengths[layer], out=out
+            q,
+            self.keys[layer],
+            self.values[layer],
+            causal,
+            kv_length=self.lengths[layer],
+            precision=precision,
+            out=out,
         )
 
     def _layer(self, layer):

@@ -240,8 +240,9 @@ ops::BitLinearAlgorithm parse_algorithm(const std::string& name, bool matvec) {
   if (name == "matvec" && matvec) return ops::BitLinearAlgorithm::matvec;
   if (name == "tiled") return ops::BitLinearAlgorithm::tiled;
   if (name == "coopmat") return ops::BitLinearAlgorithm::coopmat;
+  if (name == "coopmat2") return ops::BitLinearAlgorithm::coopmat2;
   throw ArgumentError(std::string("algorithm: expected None, ") + (matvec ? "'matvec', " : "") +
-                      "'tiled' or 'coopmat', got '" + name + "'");
+                      "'tiled', 'coopmat' or 'coopmat2', got '" + name + "'");
 }
 
 }  // namespace bitnet::binding

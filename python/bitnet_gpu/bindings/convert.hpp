@@ -47,7 +47,8 @@ std::array<uint32_t, 3> to_groups(py::handle groups);
 std::vector<std::byte> to_bytes(py::handle object, const char* argument);
 Specialization to_specialization(const std::optional<py::dict>& values);
 py::dict stats_dict(const MemoryStats& stats);
-// "auto" | "matvec" | "tiled" | "coopmat" (matvec only where the op has a matvec path).
+// "auto" | "matvec" | "tiled" | "coopmat" | "coopmat2" (matvec only where the op has a matvec
+// path).
 ops::BitLinearAlgorithm parse_algorithm(const std::string& name, bool matvec = true);
 
 // [(label, seconds)] from timings read without the GIL (reading them may wait for the GPU).

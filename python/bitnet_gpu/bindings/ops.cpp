@@ -101,12 +101,12 @@ void bind_ops(py::module_& m) {
   m.def("relu_dropout", &ops::relu_dropout, py::arg("x"), py::arg("p"), py::arg("seed"),
         py::arg("out") = py::none(), release);
   m.def("attention", &ops::attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"),
-        py::arg("kv_length"), py::arg("out") = py::none(), release);
+        py::arg("kv_length"), py::arg("out") = py::none(), py::arg("float16") = false, release);
   m.def("rope", &ops::rope, py::arg("x"), py::arg("cos"), py::arg("sin"),
         py::arg("out") = py::none(), release);
   m.def("attention_cached", &ops::attention_cached, py::arg("q"), py::arg("k_cache"),
         py::arg("v_cache"), py::arg("start"), py::arg("causal"), py::arg("out") = py::none(),
-        release);
+        py::arg("float16") = false, release);
   m.def("bitlinear_group", &ops::bitlinear_group, py::arg("x"), py::arg("up"),
         py::arg("norm_weight"), py::arg("norm_eps"), py::arg("weights"), py::arg("residuals"),
         py::arg("gated_output") = false, release);
