@@ -18,17 +18,23 @@ namespace {
 constexpr int64_t kSplitKeys = 32;    // SPLIT in shaders/ops/attention_split.comp
 constexpr int64_t kTiledMostD = 256;  // 4 * the largest D4 in shaders/ops/attention_tiled.comp
 
-// attention_tiled's query rows a row group (ROWS) and a workgroup (BQ = 16 ROWS) for head
-// dimension d: two rows of up to 128 values, one of up to 256, in an invocation's registers.
-int64_t tiled_rows_per_group(int64_t d) { return d <= 128 ? 2 : 1; }
-int64_t tiled_queries(int64_t d) { return 16 * tiled_rows_per_group(d); }
 constexpr int64_t kTiledFromQueries = 16;  // query rows a sequence from which it is the default
-// Query rows a sequence from which attention_tiled prefers 16-key tiles to 32: fewer registers let
-// more workgroups share a multiprocessor, which long sequences fill.
+// Query rows a sequence from which attention_tiled prefers 16-key tiles to 32 (fewer registers let
+// more workgroups share a multiprocessor, which long sequences fill), and four query rows a row
+// group to two up to D = 128.
 constexpr int64_t kShortTilesFromQueries = 1536;
 
+// attention_tiled's query rows a row group (ROWS) and a workgroup (BQ = 16 ROWS) for head
+// dimension d and `queries` query rows a sequence: each key a tile is then read once for more
+// queries. Four rows of up to 128 values for long sequences, else two (the fastest measured on
+// the H100: docs/PERFORMANCE.md).
+int64_t tiled_rows_per_group(int64_t d, int64_t queries) {
+  return d <= 128 && queries >= kShortTilesFromQueries ? 4 : 2;
+}
+int64_t tiled_queries(int64_t d, int64_t queries) { return 16 * tiled_rows_per_group(d, queries); }
+
 // attention_tiled's keys a tile (BK): the most of 32, 16 and 8 whose shared memory fits (at most
-// 16 from kShortTilesFromQueries query rows a sequence, and above D = 128), for a head dimension
+// 16 from kShortTilesFromQueries query rows a sequence, 8 above D = 128), for a head dimension
 // of d (its layout: the queries' and the tile's rows of ceil(d / 4) vectors padded to a multiple
 // of 8, and the tile's weights); 0 where none fits. Tuning's attention_tile_keys asks for one:
 // ArgumentError where it does not fit.
@@ -36,7 +42,7 @@ uint32_t tiled_keys(const Device& device, int64_t d, int64_t queries) {
   const uint64_t row = (static_cast<uint64_t>(d) + 31) / 32 * 8;  // vectors
   const uint64_t most = device.limits().maxComputeSharedMemorySize;
   const auto bytes = [&](uint64_t keys) {
-    const uint64_t block = static_cast<uint64_t>(tiled_queries(d));
+    const uint64_t block = static_cast<uint64_t>(tiled_queries(d, queries));
     return keys * row * 16 + block * (keys + 1) * 4;
   };
   if (const auto asked = tuning().attention_tile_keys) {
@@ -50,7 +56,7 @@ uint32_t tiled_keys(const Device& device, int64_t d, int64_t queries) {
   // are held in registers.
   for (uint32_t keys : {32u, 16u, 8u})
     if (bytes(keys) <= most && (keys < 32 || queries < kShortTilesFromQueries) &&
-        keys * ((d + 3) / 4) <= 1024)
+        (d <= 128 || keys == 8) && keys * ((d + 3) / 4) <= 1024)
       return keys;
   return 0;
 }
@@ -162,7 +168,7 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
     }
     return;
   }
-  // Many queries a sequence and D <= 256: blocks of 32 queries (16 above D = 128) share each key
+  // Many queries a sequence and D <= 256: blocks of 32 queries (64 for long ones) share each key
   // tile (attention_tiled.comp, where the device shuffles within subgroups of 8 or more).
   const uint32_t tile_keys = tiled_keys(*device, d, keys.seq_tokens);
   const bool tiled = d <= kTiledMostD && tile_keys > 0 &&
@@ -172,7 +178,7 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
   if (tiled) {
     specialization.emplace(2, static_cast<int64_t>(tile_keys));
     specialization.emplace(3, (d + 3) / 4);
-    specialization.emplace(6, tiled_rows_per_group(d));
+    specialization.emplace(6, tiled_rows_per_group(d, keys.seq_tokens));
   }
   Kernel kernel = Kernel::builtin(
       device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()), specialization);
@@ -190,7 +196,7 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
          static_cast<uint32_t>(keys.cache_rows),
          from_start ? start_stride(*keys.start) : 0u};
   const uint64_t sequences = static_cast<uint64_t>(tq / std::max<int64_t>(keys.seq_tokens, 1));
-  const uint64_t block_rows = static_cast<uint64_t>(tiled_queries(d));
+  const uint64_t block_rows = static_cast<uint64_t>(tiled_queries(d, keys.seq_tokens));
   const uint64_t blocks = (static_cast<uint64_t>(keys.seq_tokens) + block_rows - 1) / block_rows;
   const auto grid = checked_grid(
       *device,

@@ -2,8 +2,8 @@
 //! variant f32
 //! variant f16 INPUT_F16
 // attention.comp for many queries (prefill), D <= 256: workgroup (block, h) takes BQ = 16 * ROWS
-// consecutive query rows of one sequence and head h (32 for D <= 128, ROWS = 2; 16 for larger
-// D, ROWS = 1) and walks the keys in tiles of BK keys (the host picks 32, 16 or 8 by shared
+// consecutive query rows of one sequence and head h (ROWS = 2, or 4 for long sequences up to
+// D = 128) and walks the keys in tiles of BK keys (the host picks 32, 16 or 8 by shared
 // memory and length), each staged in shared memory once for all its queries. Invocation (row
 // group rg, lane-in-group kg), rg < 16, kg < 8, owns rows ROWS rg .. ROWS rg + ROWS - 1: their
 // scores against keys kg + 8 j of a tile and their output vectors kg + 8 j. A row's eight
@@ -28,7 +28,7 @@ layout(constant_id = 0) const bool CAUSAL = true;
 layout(constant_id = 1) const bool FROM_START = false;
 layout(constant_id = 2) const uint BK = 32;  // keys a tile: 8 or a multiple of 8 up to 32
 layout(constant_id = 3) const uint D4 = 32;  // vectors of 4 a head row: ceil(D / 4) <= 64
-layout(constant_id = 6) const uint ROWS = 2;  // query rows a row group: 2 (D <= 128) or 1
+layout(constant_id = 6) const uint ROWS = 2;  // query rows a row group: 2 or 4 (D <= 128)
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
 layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
 layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };   // [>= L, HKV, D]
