@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/dispatch.hpp"
@@ -109,32 +110,7 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
   const std::string what =
       "attention over " + std::to_string(tq) + " queries x " + std::to_string(hq) + " heads";
   Sequence& sequence = op.sequence();
-  if (float16) {
-    Kernel kernel = Kernel::builtin(device, float_variant("attention_coopmat2", q.dtype()),
-                                    {{0, causal}, {1, from_start}, {2, kCoopmat2Rows}, {3, d}});
-    struct {
-      uint32_t tq, hq, hkv, d, l;
-      float scale;
-      uint32_t seq_tokens, cache_rows, start_stride;
-    } push{static_cast<uint32_t>(tq),
-           static_cast<uint32_t>(hq),
-           static_cast<uint32_t>(hkv),
-           static_cast<uint32_t>(d),
-           static_cast<uint32_t>(keys.l),
-           scale,
-           static_cast<uint32_t>(keys.seq_tokens),
-           static_cast<uint32_t>(keys.cache_rows),
-           from_start ? start_stride(*keys.start) : 0u};
-    const uint64_t sequences = static_cast<uint64_t>(tq / std::max<int64_t>(keys.seq_tokens, 1));
-    const uint64_t blocks =
-        (static_cast<uint64_t>(keys.seq_tokens) + kCoopmat2Rows - 1) / kCoopmat2Rows;
-    const auto grid =
-        checked_grid(*device, {sequences * blocks, static_cast<uint64_t>(hq), 1}, what);
-    BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), start};
-    sequence.dispatch(kernel, grid, bindings, push_bytes(push));
-    return;
-  }
-  if (split) {
+  if (split && !float16) {
     // Decode: the keys split over many workgroups, then one pass merging the splits.
     const int64_t most_keys = from_start ? keys.cache_rows : keys.l;
     const int64_t splits = std::max<int64_t>(1, (most_keys + kSplitKeys - 1) / kSplitKeys);
@@ -169,19 +145,28 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
     return;
   }
   // Many queries a sequence and D <= 256: blocks of 32 queries (64 for long ones) share each key
-  // tile (attention_tiled.comp, where the device shuffles within subgroups of 8 or more).
-  const uint32_t tile_keys = tiled_keys(*device, d, keys.seq_tokens);
-  const bool tiled = d <= kTiledMostD && tile_keys > 0 &&
-                     device->info().features.at("subgroup_shuffle8") &&
-                     tuning().attention_tiled.value_or(keys.seq_tokens >= kTiledFromQueries);
-  Specialization specialization{{0, causal}, {1, from_start}};
-  if (tiled) {
-    specialization.emplace(2, static_cast<int64_t>(tile_keys));
-    specialization.emplace(3, (d + 3) / 4);
-    specialization.emplace(6, tiled_rows_per_group(d, keys.seq_tokens));
-  }
-  Kernel kernel = Kernel::builtin(
-      device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()), specialization);
+  // tile (attention_tiled.comp, where the device shuffles within subgroups of 8 or more); in
+  // float16, blocks of kCoopmat2Rows (attention_coopmat2.comp). block_rows 0: a workgroup a query.
+  const auto [kernel, block_rows] = [&]() -> std::pair<Kernel, int64_t> {
+    if (float16)
+      return {Kernel::builtin(device, float_variant("attention_coopmat2", q.dtype()),
+                              {{0, causal}, {1, from_start}, {2, kCoopmat2Rows}, {3, d}}),
+              kCoopmat2Rows};
+    const uint32_t tile_keys = tiled_keys(*device, d, keys.seq_tokens);
+    const bool tiled = d <= kTiledMostD && tile_keys > 0 &&
+                       device->info().features.at("subgroup_shuffle8") &&
+                       tuning().attention_tiled.value_or(keys.seq_tokens >= kTiledFromQueries);
+    Specialization specialization{{0, causal}, {1, from_start}};
+    if (tiled) {
+      specialization.emplace(2, static_cast<int64_t>(tile_keys));
+      specialization.emplace(3, (d + 3) / 4);
+      specialization.emplace(6, tiled_rows_per_group(d, keys.seq_tokens));
+    }
+    return {
+        Kernel::builtin(device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()),
+                        specialization),
+        tiled ? tiled_queries(d, keys.seq_tokens) : 0};
+  }();
   struct {
     uint32_t tq, hq, hkv, d, l;
     float scale;
@@ -196,11 +181,12 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
          static_cast<uint32_t>(keys.cache_rows),
          from_start ? start_stride(*keys.start) : 0u};
   const uint64_t sequences = static_cast<uint64_t>(tq / std::max<int64_t>(keys.seq_tokens, 1));
-  const uint64_t block_rows = static_cast<uint64_t>(tiled_queries(d, keys.seq_tokens));
-  const uint64_t blocks = (static_cast<uint64_t>(keys.seq_tokens) + block_rows - 1) / block_rows;
+  const uint64_t blocks =
+      block_rows ? (static_cast<uint64_t>(keys.seq_tokens) + block_rows - 1) / block_rows : 0;
   const auto grid = checked_grid(
       *device,
-      {tiled ? sequences * blocks : static_cast<uint64_t>(tq), static_cast<uint64_t>(hq), 1}, what);
+      {block_rows ? sequences * blocks : static_cast<uint64_t>(tq), static_cast<uint64_t>(hq), 1},
+      what);
   BufferBinding bindings[] = {q.binding(), k.binding(), v.binding(), out.binding(), start};
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }
