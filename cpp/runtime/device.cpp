@@ -124,8 +124,8 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     want.pNext = &coopmat;
   }
 
-  // Cooperative matrices 2 build on the KHR extension; their decode functions take buffer
-  // device addresses.
+  // Cooperative matrices 2 build on the KHR extension; the BitLinear kernel's decode function
+  // takes a buffer device address.
   CooperativeMatrixFeaturesKhr coopmat_khr;
   CooperativeMatrix2FeaturesNv coopmat2;
   if (info_.features["cooperative_matrix2_int8"] || info_.features["cooperative_matrix2_float16"]) {
@@ -138,7 +138,7 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     coopmat2.cooperativeMatrixPerElementOperations = VK_TRUE;
     coopmat2.cooperativeMatrixTensorAddressing = VK_TRUE;
     coopmat2.cooperativeMatrixReductions = VK_TRUE;
-    want12.bufferDeviceAddress = VK_TRUE;
+    want12.bufferDeviceAddress = info_.features["cooperative_matrix2_int8"];
     coopmat2.pNext = want.pNext;
     coopmat_khr.pNext = &coopmat2;
     want.pNext = &coopmat_khr;

@@ -117,8 +117,9 @@ struct Coopmat2Shape {
 
 // Whether the device offers cooperative matrices 2 with workgroup scope, tensor addressing,
 // per-element operations, conversions and reductions, and the products of `shape`, on Vulkan 1.3
-// (their SPIR-V is 1.6): what shaders/bitlinear/bitlinear_coopmat2.comp (int8, 64 x 64 x 32) and
-// shaders/ops/attention_coopmat2.comp (float16, 32 x 32 x 16) are written for.
+// (their SPIR-V is 1.6): what shaders/bitlinear/bitlinear_coopmat2.comp (int8, tiles of multiples
+// of 32) and shaders/ops/attention_coopmat2.comp (float16, multiples of 32 x 32 x 16) are written
+// for.
 bool has_coopmat2(VkPhysicalDevice physical, bool vulkan13, const Coopmat2Shape& shape) {
   const auto instance = Instance::get();
   if (instance->validation_enabled() &&
@@ -392,12 +393,11 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
            f12.vulkanMemoryModel == VK_TRUE && f12.bufferDeviceAddress == VK_TRUE &&
            f13.maintenance4 == VK_TRUE &&
            has_coopmat2(physical, vulkan13,
-                        {VK_COMPONENT_TYPE_SINT8_NV, VK_COMPONENT_TYPE_SINT32_NV, 64, 64, 32})},
+                        {VK_COMPONENT_TYPE_SINT8_NV, VK_COMPONENT_TYPE_SINT32_NV, 32, 32, 32})},
       // Float16 products with float32 sums on them: prefill attention in float16.
       {"cooperative_matrix2_float16",
        f12.shaderFloat16 == VK_TRUE && f11.storageBuffer16BitAccess == VK_TRUE &&
-           f12.vulkanMemoryModel == VK_TRUE && f12.bufferDeviceAddress == VK_TRUE &&
-           f13.maintenance4 == VK_TRUE &&
+           f12.vulkanMemoryModel == VK_TRUE && f13.maintenance4 == VK_TRUE &&
            has_coopmat2(physical, vulkan13,
                         {VK_COMPONENT_TYPE_FLOAT16_NV, VK_COMPONENT_TYPE_FLOAT32_NV, 32, 32, 16})},
       {"external_memory_host", external_host},

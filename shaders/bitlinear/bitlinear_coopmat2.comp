@@ -21,8 +21,8 @@ layout(constant_id = 0) const bool TERNARY = true;
 layout(constant_id = 1) const bool HAS_BIAS = false;
 layout(constant_id = 2) const bool WITH_OUTPUT = true;
 layout(constant_id = 3) const bool WITH_ACCUMULATOR = false;
-layout(constant_id = 4) const uint TILE_M = 128;  // activation rows: multiples of the device's
-layout(constant_id = 5) const uint TILE_N = 128;  // granularities (see has_int8_coopmat2)
+layout(constant_id = 4) const uint TILE_M = 128;  // activation rows: multiples of 32 (the device
+layout(constant_id = 5) const uint TILE_N = 128;  // granularities has_coopmat2 checks)
 layout(constant_id = 6) const uint TILE_K = 64;
 
 layout(std430, binding = 0) readonly buffer WeightWords { uint w[]; };     // TERNARY: [N, blocks]
