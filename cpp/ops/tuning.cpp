@@ -64,26 +64,21 @@ std::string variable_of(const char* name) {
   return variable;
 }
 
+// "8, 16 or 32".
+std::string one_of(const std::vector<uint32_t>& values) {
+  std::string text;
+  for (size_t i = 0; i < values.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + std::to_string(values[i]);
+  return text;
+}
+
 std::string values_of(const Knob& knob) {
   if (knob.flag) return "0 or 1";
-  if (knob.tile) {
-    std::string k;
-    for (size_t i = 0; i < knob.tile_k.size(); ++i)
-      k += (i == 0                        ? ""
-            : i + 1 == knob.tile_k.size() ? " or "
-                                          : ", ") +
-           std::to_string(knob.tile_k[i]);
+  if (knob.tile)
     return "MxN or MxNxK (M and N multiples of " + std::to_string(knob.tile_step) +
-           " up to 256, K " + k + ")";
-  }
+           " up to 256, K " + one_of(knob.tile_k) + ")";
   if (knob.choices.empty()) return std::to_string(knob.least) + " to " + std::to_string(knob.most);
-  std::string text;
-  for (size_t i = 0; i < knob.choices.size(); ++i)
-    text += (i == 0                         ? ""
-             : i + 1 == knob.choices.size() ? " or "
-                                            : ", ") +
-            std::to_string(knob.choices[i]);
-  return text;
+  return one_of(knob.choices);
 }
 
 const Knob& find_knob(const std::string& name) {
