@@ -227,17 +227,9 @@ void trapezoid(Sequence& sequence, const std::shared_ptr<Device>& device, const 
 constexpr int kMostSweeps = 40;
 
 // Whether jacobi() sweeps n vectors of length len in one dispatch (one workgroup a matrix, in
-// shared memory), checked once after it; longer ones take a dispatch a round and the host checks
-// each sweep, which a Graph cannot record.
+// shared memory), checked once after it; longer ones take a dispatch a round, and the host checks
+// each sweep (in a Graph, which the host cannot stop, every sweep is recorded instead).
 bool sweeps_in_one_dispatch(int64_t n, int64_t len) { return n <= 32 && len <= 64; }
-
-void require_recordable(const Device& device, const char* op, const Tensor& a, int64_t n,
-                        int64_t len) {
-  if (device.recording_graph() != nullptr && !sweeps_in_one_dispatch(n, len))
-    throw UnsupportedError(std::string(op) + " of matrices " + shape_text(a.shape()) +
-                           " cannot be recorded in a Graph: past 32 x 64 the host checks each "
-                           "Jacobi sweep");
-}
 
 // One-sided Jacobi over the n rows (length len) of x [B, n, len], accumulating into vt [B, n, n]:
 // sweeps until one rotates nothing.
@@ -269,27 +261,56 @@ void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor
     });
     return;
   }
-  std::vector<uint32_t> counts(static_cast<size_t>(batch));
   const auto grid =
       checked_grid(*device, {static_cast<uint64_t>(players / 2), static_cast<uint64_t>(batch), 1},
                    "Jacobi rotations of " + std::to_string(n) + " vectors");
   Kernel kernel = Kernel::builtin(device, variant("jacobi", x.dtype()));
-  for (int sweep = 0; sweep < kMostSweeps; ++sweep) {
-    Recorder op(device);
-    Sequence& sequence = op.sequence();
-    sequence.fill(rotations.binding(), 0);
+  // Sweep `sweep`'s rounds, counting into `counts`; with `previous`, skipping the matrices whose
+  // sweep before rotated nothing.
+  auto record_sweep = [&](Sequence& sequence, const Tensor& counts, const Tensor* previous) {
+    sequence.fill(counts.binding(), 0);
     for (int64_t round = 0; round + 1 < players; ++round) {
       struct {
         uint32_t n, len, round;
         float tol;
         View x, v;
-      } push{u32(n), u32(len), u32(round), tol, matrix_view(n, len), matrix_view(n, n)};
-      BufferBinding bindings[] = {x.binding(), vt.binding(), rotations.binding()};
+        uint32_t check_previous;
+      } push{u32(n),
+             u32(len),
+             u32(round),
+             tol,
+             matrix_view(n, len),
+             matrix_view(n, n),
+             previous ? 1u : 0u};
+      BufferBinding bindings[] = {x.binding(), vt.binding(), counts.binding(),
+                                  (previous ? *previous : counts).binding()};
       sequence.dispatch(kernel, grid, bindings, push_bytes(push));
     }
+  };
+  auto converged = [](const Tensor& counts) {
+    std::vector<uint32_t> values(counts.size());
+    counts.download(values.data(), counts.nbytes());
+    return std::all_of(values.begin(), values.end(), [](uint32_t c) { return c == 0; });
+  };
+  if (device->recording_graph() != nullptr) {
+    // Every sweep recorded; each skips the matrices that have converged, and the replay fails
+    // where the last one still rotated.
+    const Tensor other = Tensor::empty(device, std::vector<int64_t>{batch}, DType::uint32);
+    Recorder op(device);
+    for (int sweep = 0; sweep < kMostSweeps; ++sweep)
+      record_sweep(op.sequence(), sweep % 2 ? other : rotations,
+                   sweep == 0 ? nullptr : (sweep % 2 ? &rotations : &other));
+    const Tensor last = (kMostSweeps - 1) % 2 ? other : rotations;
+    op.run([last, unconverged, converged] {
+      if (!converged(last)) throw LinAlgError(unconverged);
+    });
+    return;
+  }
+  for (int sweep = 0; sweep < kMostSweeps; ++sweep) {
+    Recorder op(device);
+    record_sweep(op.sequence(), rotations, nullptr);
     op.run();
-    rotations.download(counts.data(), rotations.nbytes());
-    if (std::all_of(counts.begin(), counts.end(), [](uint32_t c) { return c == 0; })) return;
+    if (converged(rotations)) return;
   }
   throw LinAlgError(unconverged);
 }
@@ -465,7 +486,6 @@ SvdResult svd(const Tensor& a, bool full_matrices, bool compute_uv) {
   const DType dtype = a.dtype();
   const bool tall = m >= n;
   const int64_t k = std::min(m, n), len = std::max(m, n);
-  require_recordable(*device, "svd", a, k, len);
   const std::vector<int64_t> none{batch, 0, 0};
   SvdResult result{
       Tensor::empty(
@@ -532,7 +552,6 @@ EighResult eigh(const Tensor& a, bool compute_v, bool upper) {
     throw ShapeError("a: expected square matrices [B, N, N], got " + shape_text(a.shape()));
   if (n == 0) throw ShapeError("eigh of empty matrices " + shape_text(a.shape()));
   const auto& device = a.device_ptr();
-  require_recordable(*device, "eigh", a, n, n);
   const DType dtype = a.dtype();
   EighResult result{
       Tensor::empty(device, std::vector<int64_t>{batch, n}, dtype),

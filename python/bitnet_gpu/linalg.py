@@ -127,8 +127,8 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """Singular values of each matrix of a [..., M, N], descending, and with compute_uv
     SVDResult(U, S, Vh) with a = U diag(S) Vh: U [..., M, M] and Vh [..., N, N] with
     full_matrices, else [..., M, K] and [..., K, N]. hermitian is numpy's hint and changes
-    nothing here. Records in a Graph where min(M, N) <= 32 and max(M, N) <= 64; beyond, the host
-    checks each Jacobi sweep and a Graph refuses it (UnsupportedError)."""
+    nothing here. Records in a Graph (past 32 x 64 with all 40 Jacobi sweeps, those after
+    convergence skipping their work; a plain call stops at the first sweep without rotations)."""
     t, batch, as_tensor = _matrices(a)
     u, s, vh = _core.svd(t, bool(full_matrices), bool(compute_uv))
     if not compute_uv:
@@ -141,7 +141,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
 def eigh(a, UPLO="L"):
     """EighResult(eigenvalues [..., N] ascending, eigenvectors [..., N, N] as columns) of the
     symmetric matrices a [..., N, N], from their lower (UPLO="L") or upper ("U") triangle. Records
-    in a Graph up to N = 32 (as svd)."""
+    in a Graph (as svd)."""
     w, v = _eigh(a, UPLO, True)
     return EighResult(w, v)
 

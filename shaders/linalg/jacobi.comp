@@ -9,7 +9,9 @@
 // workgroup a (pair, matrix). With a = x_p . x_p, b = x_q . x_q and g = x_p . x_q, a pair rotates
 // where |g| > tol sqrt(a b): zeta = (b - a) / (2 g), t = sign(zeta) / (|zeta| + sqrt(1 + zeta^2)),
 // c = 1 / sqrt(1 + t^2), s = c t; x_p' = c x_p - s x_q, x_q' = s x_p + c x_q (and so vt's rows),
-// and counts itself in rotations[b] (a sweep without rotations has converged).
+// and counts itself in rotations[b] (a sweep without rotations has converged). With
+// p.check_previous (sweeps recorded in a Graph, which the host cannot stop), a matrix whose sweep
+// before rotated nothing (previous[b] == 0) has converged and is left alone.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -19,7 +21,10 @@ layout(local_size_x = 256) in;
 layout(std430, binding = 0) buffer X { SCALAR x[]; };
 layout(std430, binding = 1) buffer VT { SCALAR vt[]; };
 layout(std430, binding = 2) buffer Rotations { uint rotations[]; };
-layout(push_constant) uniform Push { uint n; uint len; uint round; float tol; View vx; View vv; } p;
+layout(std430, binding = 3) readonly buffer Previous { uint previous[]; };
+layout(push_constant) uniform Push {
+  uint n; uint len; uint round; float tol; View vx; View vv; uint check_previous;
+} p;
 
 shared SCALAR s_part[64][3];
 shared SCALAR s_sum[3];
@@ -30,6 +35,7 @@ void main() {
   const uint i = k == 0 ? last : (p.round + k) % last;
   const uint j = k == 0 ? p.round : (p.round + last - k) % last;
   if (i >= p.n || j >= p.n) return;  // the phantom player of an odd n
+  if (p.check_previous != 0 && previous[b] == 0) return;  // converged a sweep ago
   SCALAR a = 0, bb = 0, g = 0;
   for (uint e = t; e < p.len; e += 256) {
     const SCALAR xi = x[at(p.vx, b, i, e)], xj = x[at(p.vx, b, j, e)];
