@@ -372,26 +372,43 @@ Tensor cholesky(const Tensor& a, bool upper, const std::optional<Tensor>& given)
   // The factored diagonal blocks, [B, N, 32]: block j0 in rows j0 .. j0 + 31.
   Tensor diag = Tensor::empty(device, std::vector<int64_t>{batch, n, kPanel}, dtype);
   const uint32_t groups = matrices(*device, batch, "a batch of Cholesky factorizations");
-  for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
-    const int64_t w = std::min<int64_t>(kPanel, n - j0), below = n - j0 - w;
-    const View panel = matrix_view(n, n, j0 + w, j0);
-    {
-      struct {
-        uint32_t n, rows, first;
-        View d, p, l;
-      } push{u32(w),  u32(below),
-             u32(j0), matrix_view(n, n, j0, j0),
-             panel,   matrix_view(n, kPanel, j0, 0)};
-      Kernel kernel = Kernel::builtin(device, variant("potrf_trsm", dtype));
-      BufferBinding bindings[] = {work.binding(), diag.binding(), info.binding()};
-      sequence.dispatch(kernel, {u32(std::max<int64_t>(1, (below + 255) / 256)), groups, 1},
-                        bindings, push_bytes(push));
-    }
+  // Factors the w <= 32 columns from j0: their diagonal block, and the panel below it solved.
+  auto factor_columns = [&](int64_t j0, int64_t w) {
+    const int64_t below = n - j0 - w;
+    struct {
+      uint32_t n, rows, first;
+      View d, p, l;
+    } push{u32(w),
+           u32(below),
+           u32(j0),
+           matrix_view(n, n, j0, j0),
+           matrix_view(n, n, j0 + w, j0),
+           matrix_view(n, kPanel, j0, 0)};
+    Kernel kernel = Kernel::builtin(device, variant("potrf_trsm", dtype));
+    BufferBinding bindings[] = {work.binding(), diag.binding(), info.binding()};
+    // TILE in potrf_trsm.comp: the panel rows a workgroup solves.
+    const int64_t tile = dtype == DType::float64 ? 64 : 128;
+    sequence.dispatch(kernel, {u32(std::max<int64_t>(1, (below + tile - 1) / tile)), groups, 1},
+                      bindings, push_bytes(push));
+  };
+  // The lower triangle of the `rows` x `cols` block at (r0, r0) minus L L^T of the k columns from
+  // c0 (A -= L21 L21^T of a blocked Cholesky).
+  auto update = [&](int64_t r0, int64_t rows, int64_t cols, int64_t c0, int64_t k) {
+    const View l = matrix_view(n, n, r0, c0);
+    gemm(sequence, device, dtype, rows, cols, k, -1, 1, {work.binding(), l},
+         {work.binding(), transposed(l)}, {work.binding(), matrix_view(n, n, r0, r0)}, batch, true);
+  };
+  // Two blocks of 32 columns a step, the second's columns updated by the first alone, then the
+  // trailing matrix by both (k = 64): it is read and written once every 64 columns, not 32.
+  for (int64_t j0 = 0; j0 < n; j0 += 2 * kPanel) {
+    const int64_t w1 = std::min<int64_t>(kPanel, n - j0), below1 = n - j0 - w1;
+    factor_columns(j0, w1);
+    if (below1 == 0) break;
+    const int64_t w2 = std::min<int64_t>(kPanel, below1), below = below1 - w2;
+    update(j0 + w1, below1, w2, j0, w1);
+    factor_columns(j0 + w1, w2);
     if (below == 0) break;
-    // The trailing lower triangle: A22 -= L21 L21^T.
-    gemm(sequence, device, dtype, below, below, w, -1, 1, {work.binding(), panel},
-         {work.binding(), transposed(panel)}, {work.binding(), matrix_view(n, n, j0 + w, j0 + w)},
-         batch, true);
+    update(j0 + w1 + w2, below, below, j0, w1 + w2);
   }
   {
     struct {

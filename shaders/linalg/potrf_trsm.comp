@@ -6,9 +6,12 @@
 // shared memory (its lower triangle read; cholesky_block.glsl). Where a leading minor is not
 // positive definite, workgroup 0 sets info[b] = first + its order, and all leave; a matrix whose
 // info is already set is left alone. Workgroup 0 writes L to diag (view vl: the block's own home,
-// not the matrix, which the other workgroups are still reading). Each invocation takes one panel
-// row, requested before the block is factored, and solves x L^T = p by forward substitution,
-// x_c = (p_c - sum_{q < c} l_cq x_q) / l_cc, written over the row.
+// not the matrix, which the other workgroups are still reading). Each workgroup takes TILE panel
+// rows, read into shared memory a row at a time by consecutive invocations (requested before the
+// block is factored) and written back the same way; invocation t solves row t, x L^T = p, by
+// forward substitution, x_c = (p_c - sum_{q < c} l_cq x_q) / l_cc. (Each invocation reading and
+// writing its own row's 32 values straight from the matrix, 32 rows of 256 apart for a warp's
+// every access, made the diagonal steps of a 4096^2 factorization several times slower.)
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "linalg_common.glsl"
@@ -20,6 +23,12 @@ layout(push_constant) uniform Push { uint n; uint rows; uint first; View vd; Vie
 
 const uint LD = 33;  // shared row stride, one of skew against bank conflicts
 shared SCALAR s[32 * LD];
+#ifdef FLOAT64
+const uint TILE = 64;  // panel rows a workgroup: its shared memory within 32 KiB (lavapipe's)
+#else
+const uint TILE = 128;
+#endif
+shared SCALAR s_panel[TILE * LD];
 #include "cholesky_block.glsl"
 
 void main() {
@@ -30,10 +39,11 @@ void main() {
     const uint i = e / 32, j = e % 32;
     s[i * LD + j] = i < n && j <= i ? a[at(p.vd, b, i, j)] : SCALAR(0);
   }
-  const uint row = gl_WorkGroupID.x * 256 + t;
-  SCALAR x[32];
-  [[unroll]] for (uint c = 0; c < 32; ++c)
-    x[c] = c < n && row < p.rows ? a[at(p.vp, b, row, c)] : SCALAR(0);
+  const uint first = gl_WorkGroupID.x * TILE;
+  for (uint e = t; e < TILE * 32; e += 256) {
+    const uint r = e / 32, c = e % 32, row = first + r;
+    s_panel[r * LD + c] = c < n && row < p.rows ? a[at(p.vp, b, row, c)] : SCALAR(0);
+  }
   barrier();
   const uint failed = factor_block(n);
   if (failed != 0) {  // the same in every invocation: the whole workgroup leaves
@@ -45,15 +55,22 @@ void main() {
       const uint i = e / n, j = e % n;
       diag[at(p.vl, b, i, j)] = j <= i ? s[i * LD + j] : SCALAR(0);
     }
-  if (row >= p.rows) return;
-  [[unroll]] for (uint c = 0; c < 32; ++c) {
-    if (c < n) {
-      SCALAR sum = x[c];
-      [[unroll]] for (uint q = 0; q < 32; ++q)
-        if (q < c) sum -= s[c * LD + q] * x[q];
-      x[c] = sum / s[c * LD + c];
+  if (t < TILE) {
+    SCALAR x[32];
+    [[unroll]] for (uint c = 0; c < 32; ++c) x[c] = s_panel[t * LD + c];
+    [[unroll]] for (uint c = 0; c < 32; ++c) {
+      if (c < n) {
+        SCALAR sum = x[c];
+        [[unroll]] for (uint q = 0; q < 32; ++q)
+          if (q < c) sum -= s[c * LD + q] * x[q];
+        x[c] = sum / s[c * LD + c];
+      }
     }
+    [[unroll]] for (uint c = 0; c < 32; ++c) s_panel[t * LD + c] = x[c];
   }
-  [[unroll]] for (uint c = 0; c < 32; ++c)
-    if (c < n) a[at(p.vp, b, row, c)] = x[c];
+  barrier();
+  for (uint e = t; e < TILE * 32; e += 256) {
+    const uint r = e / 32, c = e % 32, row = first + r;
+    if (c < n && row < p.rows) a[at(p.vp, b, row, c)] = s_panel[r * LD + c];
+  }
 }
