@@ -10,8 +10,8 @@
 // rows, read into shared memory a row at a time by consecutive invocations (requested before the
 // block is factored) and written back the same way; invocation t solves row t, x L^T = p, by
 // forward substitution, x_c = (p_c - sum_{q < c} l_cq x_q) / l_cc. (Each invocation reading and
-// writing its own row's 32 values straight from the matrix, 32 rows of 256 apart for a warp's
-// every access, made the diagonal steps of a 4096^2 factorization several times slower.)
+// writing its own row straight from the matrix, a warp's every access spread over 32 rows, was
+// slower: docs/PERFORMANCE.md.)
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "linalg_common.glsl"
