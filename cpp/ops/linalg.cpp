@@ -231,6 +231,13 @@ constexpr int kMostSweeps = 40;
 // each sweep (in a Graph, which the host cannot stop, every sweep is recorded instead).
 bool sweeps_in_one_dispatch(int64_t n, int64_t len) { return n <= 32 && len <= 64; }
 
+// Whether a sweep rotated nothing in any matrix (its rotation counts all zero).
+bool converged(const Tensor& counts) {
+  std::vector<uint32_t> values(counts.size());
+  counts.download(values.data(), counts.nbytes());
+  return std::all_of(values.begin(), values.end(), [](uint32_t c) { return c == 0; });
+}
+
 // One-sided Jacobi over the n rows (length len) of x [B, n, len], accumulating into vt [B, n, n]:
 // sweeps until one rotates nothing.
 void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor& vt, int64_t n,
@@ -254,10 +261,7 @@ void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor
     op.sequence().dispatch(kernel, {matrices(*device, batch, "a batch of Jacobi sweeps"), 1, 1},
                            bindings, push_bytes(push));
     op.run([rotations, unconverged] {
-      std::vector<uint32_t> counts(rotations.size());
-      rotations.download(counts.data(), rotations.nbytes());
-      if (std::any_of(counts.begin(), counts.end(), [](uint32_t c) { return c != 0; }))
-        throw LinAlgError(unconverged);
+      if (!converged(rotations)) throw LinAlgError(unconverged);
     });
     return;
   }
@@ -287,21 +291,15 @@ void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor
       sequence.dispatch(kernel, grid, bindings, push_bytes(push));
     }
   };
-  auto converged = [](const Tensor& counts) {
-    std::vector<uint32_t> values(counts.size());
-    counts.download(values.data(), counts.nbytes());
-    return std::all_of(values.begin(), values.end(), [](uint32_t c) { return c == 0; });
-  };
   if (device->recording_graph() != nullptr) {
     // Every sweep recorded; each skips the matrices that have converged, and the replay fails
     // where the last one still rotated.
-    const Tensor other = Tensor::empty(device, std::vector<int64_t>{batch}, DType::uint32);
+    const Tensor counts[] = {rotations,
+                             Tensor::empty(device, std::vector<int64_t>{batch}, DType::uint32)};
     Recorder op(device);
     for (int sweep = 0; sweep < kMostSweeps; ++sweep)
-      record_sweep(op.sequence(), sweep % 2 ? other : rotations,
-                   sweep == 0 ? nullptr : (sweep % 2 ? &rotations : &other));
-    const Tensor last = (kMostSweeps - 1) % 2 ? other : rotations;
-    op.run([last, unconverged, converged] {
+      record_sweep(op.sequence(), counts[sweep % 2], sweep == 0 ? nullptr : &counts[1 - sweep % 2]);
+    op.run([last = counts[(kMostSweeps - 1) % 2], unconverged] {
       if (!converged(last)) throw LinAlgError(unconverged);
     });
     return;
