@@ -70,7 +70,22 @@ def test_cholesky(rng, dtype, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n,order", [(100, 1), (100, 32), (100, 33), (100, 70), (20, 13)])
+@pytest.mark.parametrize(
+    "n,order",
+    # blocks factored by the panel step itself (1, 32), by the product before it (33, 64 by the
+    # second block's update, 65 and 129 by the trailing one), and within them (70, 97, 13)
+    [
+        (100, 1),
+        (100, 32),
+        (100, 33),
+        (100, 64),
+        (100, 65),
+        (100, 70),
+        (130, 97),
+        (130, 129),
+        (20, 13),
+    ],
+)
 def test_cholesky_names_the_first_failing_minor(rng, dtype, n, order):
     a = spd(rng, (2, n, n), dtype)
     a[1, order - 1, order - 1] = -1e3  # minors up to order - 1 stay positive definite
@@ -120,6 +135,34 @@ def test_a_tall_qr(rng):
     assert rel(q @ r, a) <= bound(np.float64, 1000) and orthonormal_error(q) <= bound(
         np.float64, 1000
     )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_batch_of_tall_qrs(rng, dtype):
+    """Panels of 128 rows or more are factored a column a dispatch over many workgroups, and the
+    products with V^T split their long K: both across a batch."""
+    a = rng.standard_normal((3, 700, 50)).astype(dtype)
+    q, r = linalg.qr(a)
+    assert rel(q @ r, a) <= bound(dtype, 700) and orthonormal_error(q) <= bound(dtype, 700)
+    expected = np.abs(np.diagonal(np.linalg.qr(a.astype(np.float64), mode="r"), axis1=1, axis2=2))
+    assert rel(np.abs(np.diagonal(r, axis1=1, axis2=2)), expected) <= 10 * bound(dtype, 700)
+    np.testing.assert_array_equal(linalg.qr(a, "r"), r)
+
+
+@pytest.mark.parametrize(
+    "dtype,values",
+    [
+        (np.float32, np.logspace(0, -6, 40)),  # condition 1e6
+        (np.float64, np.logspace(0, -12, 40)),  # condition 1e12
+        (np.float64, [4, 4, 4, 1] + [0] * 36),  # repeated, and rank 4 of 40
+    ],
+)
+def test_tall_qr_of_hard_matrices(rng, dtype, values):
+    a = with_singular_values(rng, 300, 40, values, dtype)
+    a[:, 7] = 0  # a zero column: no reflection (tau = 0)
+    q, r = linalg.qr(a)
+    assert rel(q @ r, a) <= bound(dtype, 300) and orthonormal_error(q) <= bound(dtype, 300)
+    assert (np.tril(r, -1) == 0).all()
 
 
 def _check_svd(a, dtype, full_matrices=True):
@@ -223,20 +266,23 @@ def test_tensors_in_and_out(rng):
     assert isinstance(x, bg.Tensor) and x.shape == (4, 6, 1)
 
 
-def test_cholesky_and_solve_record_in_a_graph(rng):
-    a = spd(rng, (2, 40, 40), np.float32)
+@pytest.mark.parametrize("n", [40, 150])  # 150: QR panels a column a dispatch
+def test_cholesky_and_solve_record_in_a_graph(rng, n):
+    a = spd(rng, (2, n, n), np.float32)
     graph = bg.Graph()
     with graph:
         given = graph.input("a", a.shape, np.float32)
         graph.output("l", linalg.cholesky(given))
-        graph.output(
-            "x", linalg.solve(given, bg.Tensor.from_numpy(np.ones((2, 40, 2), np.float32)))
-        )
+        graph.output("x", linalg.solve(given, bg.Tensor.from_numpy(np.ones((2, n, 2), np.float32))))
     for _ in range(2):
-        a = spd(rng, (2, 40, 40), np.float32)
+        a = spd(rng, (2, n, n), np.float32)
         result = graph.run(a=a, numpy=True)
         assert rel(result["l"], np.linalg.cholesky(a.astype(np.float64))) <= 10 * bound(
-            np.float32, 40
+            np.float32, n
+        )
+        assert (
+            rel(a.astype(np.float64) @ result["x"], np.ones((2, n, 2)))
+            <= 10 * bound(np.float32, n) * np.linalg.cond(a.astype(np.float64)).max()
         )
     with pytest.raises(linalg.LinAlgError, match="matrix 1 of the batch, order 3"):
         bad = a.copy()

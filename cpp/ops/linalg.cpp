@@ -1,6 +1,8 @@
 #include "ops/linalg.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,12 @@ namespace bitnet::ops {
 namespace {
 
 constexpr uint32_t kPanel = 32;  // columns a diagonal block or panel takes
+// A product splits its K over workgroups when it has fewer tiles than kSplitTiles, into splits of
+// at least kSplitDepth (docs/PERFORMANCE.md).
+constexpr int64_t kSplitTiles = 512, kSplitDepth = 256;
+// A QR panel of kSteppedRows rows or more is factored a column a dispatch, kStepRows rows a
+// workgroup (householder_step.comp); shorter ones by one workgroup (geqr2.comp).
+constexpr int64_t kSteppedRows = 128, kStepRows = 16;
 
 // A strided matrix operand (shaders/linalg/linalg_common.glsl's View), in elements.
 struct View {
@@ -62,25 +70,83 @@ struct Operand {
   View view;
 };
 
+// What gemm.comp's FACTOR variant needs to factor the diagonal block of order `order` at c's
+// corner once the product is done.
+struct CornerFactor {
+  BufferBinding diag;
+  View diag_view;
+  BufferBinding info;
+  uint32_t order, first;
+};
+
 // c = beta c + alpha a b, a [m, k] and b [k, n] (views), over `batch` matrices; lower: only c's
-// lower triangle.
+// lower triangle; factor: then the block at c's corner factored. A long k over few tiles of c
+// (V^T A of a QR panel: 32 rows of c, k the panel's rows) is split over workgroups into partial
+// products that sum_splits.comp adds up in order.
+
 void gemm(Sequence& sequence, const std::shared_ptr<Device>& device, DType dtype, int64_t m,
           int64_t n, int64_t k, float alpha, float beta, const Operand& a, const Operand& b,
-          const Operand& c, int64_t batch, bool lower = false) {
+          const Operand& c, int64_t batch, bool lower = false,
+          const CornerFactor* factor = nullptr) {
   if (m == 0 || n == 0) return;
+  const int64_t tiles = (m + 63) / 64 * ((n + 63) / 64) * batch;
+  int64_t splits = 1, chunk = std::max<int64_t>(k, 1);
+  if (!lower && k >= 2 * kSplitDepth && tiles < kSplitTiles) {
+    splits = std::min({(k + kSplitDepth - 1) / kSplitDepth, (kSplitTiles + tiles - 1) / tiles,
+                       int64_t{65535} / batch});
+    chunk = (k + splits - 1) / splits;
+    chunk = (chunk + 15) / 16 * 16;  // whole steps of gemm.comp's K loop
+    splits = (k + chunk - 1) / chunk;
+  }
+  const int64_t total = batch * m * n;
+  std::optional<Tensor> partial;
+  if (splits > 1) partial = Tensor::empty(device, std::vector<int64_t>{splits, batch, m, n}, dtype);
   struct {
     uint32_t m, n, k;
     float alpha, beta;
     View a, b, c;
-  } push{u32(m), u32(n), u32(k), alpha, beta, a.view, b.view, c.view};
-  Kernel kernel = Kernel::builtin(device, variant("gemm", dtype), {{0, lower}});
-  BufferBinding bindings[] = {a.buffer, b.buffer, c.buffer};
+    uint32_t splits, k_chunk, split_stride;
+    uint32_t order, first;  // FACTOR only
+    View diag;
+  } push{u32(m),
+         u32(n),
+         u32(k),
+         splits > 1 ? 1.0f : alpha,
+         splits > 1 ? 0.0f : beta,
+         a.view,
+         b.view,
+         splits > 1 ? matrix_view(m, n) : c.view,
+         u32(splits),
+         u32(chunk),
+         u32(total),
+         factor ? factor->order : 0,
+         factor ? factor->first : 0,
+         factor ? factor->diag_view : View{}};
+  Kernel kernel =
+      Kernel::builtin(device, variant("gemm", dtype) + (factor ? "_factor" : ""), {{0, lower}});
+  const BufferBinding bindings[] = {a.buffer, b.buffer, partial ? partial->binding() : c.buffer,
+                                    factor ? factor->diag : c.buffer,
+                                    factor ? factor->info : c.buffer};
   const auto grid =
       checked_grid(*device,
                    {static_cast<uint64_t>((n + 63) / 64), static_cast<uint64_t>((m + 63) / 64),
-                    static_cast<uint64_t>(batch)},
+                    static_cast<uint64_t>(batch * splits)},
                    "a product of " + std::to_string(m) + " x " + std::to_string(n) + " matrices");
-  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+  // The plain variant's push constants stop before the FACTOR fields.
+  const auto bytes = push_bytes(push);
+  sequence.dispatch(
+      kernel, grid, std::span(bindings, factor ? 5 : 3),
+      std::span(bytes).first(factor ? bytes.size() : offsetof(decltype(push), order)));
+  if (!partial) return;
+  struct {
+    uint32_t m, n, total, splits;
+    float alpha, beta;
+    View c;
+  } sum{u32(m), u32(n), u32(total), u32(splits), alpha, beta, c.view};
+  Kernel adder = Kernel::builtin(device, variant("sum_splits", dtype));
+  BufferBinding sum_bindings[] = {partial->binding(), c.buffer};
+  sequence.dispatch(adder, {workgroups(*device, static_cast<uint64_t>(total)), 1, 1}, sum_bindings,
+                    push_bytes(sum));
 }
 
 uint32_t matrices(const Device& device, int64_t batch, const char* what) {
@@ -126,6 +192,11 @@ Reflectors householder(Sequence& sequence, const std::shared_ptr<Device>& device
   Tensor w1 = Tensor::empty(device, std::vector<int64_t>{batch, kPanel, n}, dtype);
   Tensor w2 = Tensor::empty(device, std::vector<int64_t>{batch, kPanel, n}, dtype);
   const uint32_t groups = matrices(*device, batch, "a batch of QR factorizations");
+  // householder_step.comp's sums, [B, 2, row groups + 1, 32], for panels of kSteppedRows or more.
+  std::optional<Tensor> sums;
+  if (m >= kSteppedRows)
+    sums = Tensor::empty(
+        device, std::vector<int64_t>{batch, 2, (m + kStepRows - 1) / kStepRows + 1, kPanel}, dtype);
   const View whole = matrix_view(m, n);
   // A panel's workgroup: rows in groups of 32 invocations, up to 32 groups for tall panels (one
   // workgroup walks a whole panel, so more rows in flight is what makes it faster).
@@ -136,7 +207,18 @@ Reflectors householder(Sequence& sequence, const std::shared_ptr<Device>& device
     const int64_t j0 = panel * kPanel, w = std::min<int64_t>(kPanel, k - j0), rows = m - j0;
     const View v_view = matrix_view(m, out.k, j0, j0);  // rows from j0, the panel's columns
     const View t_view{u32(panel * kPanel * kPanel), u32(panels * kPanel * kPanel), kPanel, 1};
-    {
+    if (rows >= kSteppedRows) {  // a dispatch a column, the rows spread over workgroups
+      const uint32_t row_groups = u32((rows + kStepRows - 1) / kStepRows);
+      Kernel kernel = Kernel::builtin(device, variant("householder_step", dtype), {{0, kStepRows}});
+      BufferBinding bindings[] = {work.binding(), out.v.binding(), tau.binding(), sums->binding()};
+      for (int64_t step = 0; step <= w; ++step) {
+        struct {
+          uint32_t m, w, j0, step, tau_offset, tau_batch;
+          View a, v;
+        } push{u32(m), u32(w), u32(j0), u32(step), u32(j0), u32(out.k), whole, v_view};
+        sequence.dispatch(kernel, {row_groups, groups, 1}, bindings, push_bytes(push));
+      }
+    } else {  // one workgroup walks the panel
       struct {
         uint32_t m, w, j0, tau_offset, tau_batch;
         View a, v;
@@ -370,8 +452,9 @@ Tensor cholesky(const Tensor& a, bool upper, const std::optional<Tensor>& given)
   // The factored diagonal blocks, [B, N, 32]: block j0 in rows j0 .. j0 + 31.
   Tensor diag = Tensor::empty(device, std::vector<int64_t>{batch, n, kPanel}, dtype);
   const uint32_t groups = matrices(*device, batch, "a batch of Cholesky factorizations");
-  // Factors the w <= 32 columns from j0: their diagonal block, and the panel below it solved.
-  auto factor_columns = [&](int64_t j0, int64_t w) {
+  // Solves the panel of the w <= 32 columns from j0 against their diagonal block, factored here or
+  // (factored) by the product before.
+  auto factor_columns = [&](int64_t j0, int64_t w, bool factored) {
     const int64_t below = n - j0 - w;
     struct {
       uint32_t n, rows, first;
@@ -382,7 +465,7 @@ Tensor cholesky(const Tensor& a, bool upper, const std::optional<Tensor>& given)
            matrix_view(n, n, j0, j0),
            matrix_view(n, n, j0 + w, j0),
            matrix_view(n, kPanel, j0, 0)};
-    Kernel kernel = Kernel::builtin(device, variant("potrf_trsm", dtype));
+    Kernel kernel = Kernel::builtin(device, variant("potrf_trsm", dtype), {{0, factored}});
     BufferBinding bindings[] = {work.binding(), diag.binding(), info.binding()};
     // TILE in potrf_trsm.comp: the panel rows a workgroup solves.
     const int64_t tile = dtype == DType::float64 ? 64 : 128;
@@ -390,23 +473,30 @@ Tensor cholesky(const Tensor& a, bool upper, const std::optional<Tensor>& given)
                       bindings, push_bytes(push));
   };
   // The lower triangle of the `rows` x `cols` block at (r0, r0) minus L L^T of the k columns from
-  // c0 (A -= L21 L21^T of a blocked Cholesky).
-  auto update = [&](int64_t r0, int64_t rows, int64_t cols, int64_t c0, int64_t k) {
+  // c0 (A -= L21 L21^T of a blocked Cholesky); then the diagonal block of order `next` at (r0, r0)
+  // factored, for the step that follows.
+  auto update = [&](int64_t r0, int64_t rows, int64_t cols, int64_t c0, int64_t k, int64_t next) {
     const View l = matrix_view(n, n, r0, c0);
+    const CornerFactor factor{diag.binding(), matrix_view(n, kPanel, r0, 0), info.binding(),
+                              u32(next), u32(r0)};
     gemm(sequence, device, dtype, rows, cols, k, -1, 1, {work.binding(), l},
-         {work.binding(), transposed(l)}, {work.binding(), matrix_view(n, n, r0, r0)}, batch, true);
+         {work.binding(), transposed(l)}, {work.binding(), matrix_view(n, n, r0, r0)}, batch, true,
+         &factor);
   };
   // Two blocks of 32 columns a step, the second's columns updated by the first alone, then the
-  // trailing matrix by both (k = 64): it is read and written once every 64 columns, not 32.
+  // trailing matrix by both (k = 64): it is read and written once every 64 columns, not 32. Each
+  // product factors the diagonal block that comes next.
+  bool factored = false;  // whether the block at j0 was factored by the product before
   for (int64_t j0 = 0; j0 < n; j0 += 2 * kPanel) {
     const int64_t w1 = std::min<int64_t>(kPanel, n - j0), below1 = n - j0 - w1;
-    factor_columns(j0, w1);
+    factor_columns(j0, w1, factored);
     if (below1 == 0) break;
     const int64_t w2 = std::min<int64_t>(kPanel, below1), below = below1 - w2;
-    update(j0 + w1, below1, w2, j0, w1);
-    factor_columns(j0 + w1, w2);
+    update(j0 + w1, below1, w2, j0, w1, w2);
+    factor_columns(j0 + w1, w2, true);
     if (below == 0) break;
-    update(j0 + w1 + w2, below, below, j0, w1 + w2);
+    update(j0 + w1 + w2, below, below, j0, w1 + w2, std::min<int64_t>(kPanel, below));
+    factored = true;
   }
   {
     struct {
