@@ -216,6 +216,20 @@ def test_a_batch_of_small_matrices(rng):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [5, 8, 13])
+def test_batches_of_small_matrices_share_workgroups(rng, dtype, n):
+    """Up to 16 small matrices a workgroup, a batch that does not fill the last one: each matrix
+    its own values and vectors."""
+    x = rng.standard_normal((37, n, n))
+    a = (x + np.swapaxes(x, -1, -2)).astype(dtype)
+    w, v = linalg.eigh(a)
+    expected = np.linalg.eigvalsh(a.astype(np.float64))
+    assert np.abs(w - expected).max() <= bound(dtype, n) * n * np.abs(a).max()
+    assert orthonormal_error(v) <= bound(dtype, n)
+    _check_svd(x.astype(dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 5, 32, 60])
 def test_eigh(rng, dtype, n):
     x = rng.standard_normal((2, n, n))

@@ -308,9 +308,9 @@ void trapezoid(Sequence& sequence, const std::shared_ptr<Device>& device, const 
 
 constexpr int kMostSweeps = 40;
 
-// Whether jacobi() sweeps n vectors of length len in one dispatch (one workgroup a matrix, in
-// shared memory), checked once after it; longer ones take a dispatch a round, and the host checks
-// each sweep (in a Graph, which the host cannot stop, every sweep is recorded instead).
+// Whether jacobi() sweeps n vectors of length len in one dispatch (in shared memory, up to 16
+// matrices a workgroup), checked once after it; longer ones take a dispatch a round, and the host
+// checks each sweep (in a Graph, which the host cannot stop, every sweep is recorded instead).
 bool sweeps_in_one_dispatch(int64_t n, int64_t len) { return n <= 32 && len <= 64; }
 
 // Whether a sweep rotated nothing in any matrix (its rotation counts all zero).
@@ -331,17 +331,28 @@ void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor
   Tensor rotations = Tensor::empty(device, std::vector<int64_t>{batch}, DType::uint32);
   const std::string unconverged =
       std::string(what) + " did not converge in " + std::to_string(kMostSweeps) + " Jacobi sweeps";
-  if (sweeps_in_one_dispatch(n, len)) {  // one workgroup a matrix, every sweep in shared memory
+  if (sweeps_in_one_dispatch(n, len)) {  // every sweep in shared memory
+    // Invocations a pair: up to 16, at least two values each; matrices a workgroup: as many as
+    // its 256 invocations and jacobi_small.comp's shared arrays hold, up to 16.
+    const int64_t pairs = (n + 1) / 2;
+    int64_t parts = 16;
+    while (parts > 1 && 2 * parts > len) parts /= 2;
+    const int64_t mats =
+        std::min({int64_t{16}, 256 / (pairs * parts), 32 * 65 / std::max<int64_t>(1, n * (len + 1)),
+                  1184 / std::max<int64_t>(1, n * (n + 1))});
     struct {
       uint32_t n, len, sweeps;
       float tol;
       View x, v;
-    } push{u32(n), u32(len), kMostSweeps, tol, matrix_view(n, len), matrix_view(n, n)};
+      uint32_t batch, mats;
+    } push{u32(n),     u32(len), kMostSweeps, tol, matrix_view(n, len), matrix_view(n, n),
+           u32(batch), u32(mats)};
     Recorder op(device);
-    Kernel kernel = Kernel::builtin(device, variant("jacobi_small", x.dtype()));
+    Kernel kernel = Kernel::builtin(device, variant("jacobi_small", x.dtype()), {{0, parts}});
     BufferBinding bindings[] = {x.binding(), vt.binding(), rotations.binding()};
-    op.sequence().dispatch(kernel, {matrices(*device, batch, "a batch of Jacobi sweeps"), 1, 1},
-                           bindings, push_bytes(push));
+    op.sequence().dispatch(
+        kernel, {matrices(*device, (batch + mats - 1) / mats, "a batch of Jacobi sweeps"), 1, 1},
+        bindings, push_bytes(push));
     op.run([rotations, unconverged] {
       if (!converged(rotations)) throw LinAlgError(unconverged);
     });
