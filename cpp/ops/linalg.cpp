@@ -83,7 +83,6 @@ struct CornerFactor {
 // lower triangle; factor: then the block at c's corner factored. A long k over few tiles of c
 // (V^T A of a QR panel: 32 rows of c, k the panel's rows) is split over workgroups into partial
 // products that sum_splits.comp adds up in order.
-
 void gemm(Sequence& sequence, const std::shared_ptr<Device>& device, DType dtype, int64_t m,
           int64_t n, int64_t k, float alpha, float beta, const Operand& a, const Operand& b,
           const Operand& c, int64_t batch, bool lower = false,
