@@ -51,13 +51,8 @@ void main() {
     barrier();
     const SCALAR sigma = s_sigma;
     const SCALAR alpha = a[at(p.va, b, top, col)];
-    SCALAR tau = 0, beta = alpha, scale = 0;
-    if (sigma != SCALAR(0)) {
-      const SCALAR norm = sqrt(alpha * alpha + sigma);
-      beta = alpha <= SCALAR(0) ? norm : -norm;
-      tau = (beta - alpha) / beta;
-      scale = SCALAR(1) / (alpha - beta);
-    }
+    SCALAR tau, beta, scale;
+    reflector(alpha, sigma, beta, tau, scale);
     barrier();  // every invocation has read alpha
     for (uint r = top + 1 + t; r < p.m; r += THREADS) {
       const uint from = at(p.va, b, r, col);

@@ -55,13 +55,8 @@ void main() {
       sigma += s_dots[h][c];
     }
     const SCALAR alpha = sums[from + groups * 32 + c], top_k = sums[from + groups * 32 + lane];
-    SCALAR tau = 0, beta = alpha, scale = 0;
-    if (sigma != SCALAR(0)) {
-      const SCALAR norm = sqrt(alpha * alpha + sigma);
-      beta = alpha <= SCALAR(0) ? norm : -norm;
-      tau = (beta - alpha) / beta;
-      scale = SCALAR(1) / (alpha - beta);
-    }
+    SCALAR tau, beta, scale;
+    reflector(alpha, sigma, beta, tau, scale);
     const SCALAR vta = top_k + scale * dk;  // v^T a_k, for lanes k > c
     const bool later = lane > c && in_panel;
     [[unroll]] for (uint q = 0; q < PER; ++q) {

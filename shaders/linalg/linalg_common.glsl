@@ -16,3 +16,19 @@ struct View {
 };
 
 uint at(View v, uint b, uint i, uint j) { return v.offset + b * v.batch + i * v.rows + j * v.cols; }
+
+// A Householder reflection as LAPACK's dlarfg makes it, from a column's top value alpha and sigma,
+// the sum of squares below it: beta = -sign(alpha) sqrt(alpha^2 + sigma) (the new top value),
+// tau = (beta - alpha) / beta and scale = 1 / (alpha - beta) (v = x scale below v's 1); where
+// sigma = 0, no reflection (tau = 0, beta = alpha, scale = 0).
+void reflector(SCALAR alpha, SCALAR sigma, out SCALAR beta, out SCALAR tau, out SCALAR scale) {
+  beta = alpha;
+  tau = 0;
+  scale = 0;
+  if (sigma != SCALAR(0)) {
+    const SCALAR norm = sqrt(alpha * alpha + sigma);
+    beta = alpha <= SCALAR(0) ? norm : -norm;
+    tau = (beta - alpha) / beta;
+    scale = SCALAR(1) / (alpha - beta);
+  }
+}
