@@ -319,6 +319,33 @@ bool converged(const Tensor& counts) {
   return std::all_of(values.begin(), values.end(), [](uint32_t c) { return c == 0; });
 }
 
+// How jacobi_small.comp lays out a batch: invocations a pair (parts), matrices a workgroup (mats)
+// and whether a round waits on its subgroup alone.
+struct JacobiLayout {
+  int64_t parts, mats, threads;
+  bool subgroup_rounds;
+};
+
+// About 8 values of a row an invocation, and workgroups of about 64 invocations: a matrix's sweeps
+// stop only when all of its workgroup's matrices converge, so fewer matrices a workgroup measured
+// faster down to 64 invocations (docs/PERFORMANCE.md).
+JacobiLayout jacobi_layout(const Device& device, int64_t batch, int64_t n, int64_t len,
+                           DType dtype) {
+  const int64_t pairs = (n + 1) / 2, scalar = dtype == DType::float64 ? 8 : 4;
+  int64_t parts = 1;
+  while (len > 8 * parts) parts *= 2;  // len <= 64: at most 8, 128 invocations a matrix
+  // jacobi_small.comp's shared arrays for one matrix: rows len + 1 and n + 1 apart, a matrix
+  // moved by 16 where its size is a multiple of 32, and the pair's partial sums.
+  auto stride = [](int64_t size) { return size % 32 == 0 ? size + 16 : size; };
+  const int64_t per_matrix =
+      (stride(n * (len + 1)) + stride(n * (n + 1)) + 3 * pairs * parts) * scalar + 4;
+  const int64_t fit =
+      (static_cast<int64_t>(device.limits().maxComputeSharedMemorySize) - 4) / per_matrix;
+  const int64_t mats = std::max<int64_t>(1, std::min({fit, 64 / (pairs * parts), batch}));
+  const int64_t threads = mats * pairs * parts, subgroup = device.info().subgroup_size;
+  return {parts, mats, threads, subgroup % (pairs * parts) == 0 && threads % subgroup == 0};
+}
+
 // One-sided Jacobi over the n rows (length len) of x [B, n, len], accumulating into vt [B, n, n]:
 // sweeps until one rotates nothing.
 void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor& vt, int64_t n,
@@ -331,26 +358,26 @@ void jacobi(const std::shared_ptr<Device>& device, const Tensor& x, const Tensor
   const std::string unconverged =
       std::string(what) + " did not converge in " + std::to_string(kMostSweeps) + " Jacobi sweeps";
   if (sweeps_in_one_dispatch(n, len)) {  // every sweep in shared memory
-    // Invocations a pair: up to 16, at least two values each; matrices a workgroup: as many as
-    // its 256 invocations and jacobi_small.comp's shared arrays hold, up to 16.
-    const int64_t pairs = (n + 1) / 2;
-    int64_t parts = 16;
-    while (parts > 1 && 2 * parts > len) parts /= 2;
-    const int64_t mats =
-        std::min({int64_t{16}, 256 / (pairs * parts), 32 * 65 / std::max<int64_t>(1, n * (len + 1)),
-                  1184 / std::max<int64_t>(1, n * (n + 1))});
+    const JacobiLayout layout = jacobi_layout(*device, batch, n, len, x.dtype());
     struct {
-      uint32_t n, len, sweeps;
+      uint32_t sweeps;
       float tol;
       View x, v;
-      uint32_t batch, mats;
-    } push{u32(n),     u32(len), kMostSweeps, tol, matrix_view(n, len), matrix_view(n, n),
-           u32(batch), u32(mats)};
+      uint32_t batch;
+    } push{kMostSweeps, tol, matrix_view(n, len), matrix_view(n, n), u32(batch)};
     Recorder op(device);
-    Kernel kernel = Kernel::builtin(device, variant("jacobi_small", x.dtype()), {{0, parts}});
+    Kernel kernel = Kernel::builtin(device, variant("jacobi_small", x.dtype()),
+                                    {{0, layout.threads},
+                                     {1, n},
+                                     {2, len},
+                                     {3, layout.parts},
+                                     {4, layout.mats},
+                                     {5, layout.subgroup_rounds}});
     BufferBinding bindings[] = {x.binding(), vt.binding(), rotations.binding()};
     op.sequence().dispatch(
-        kernel, {matrices(*device, (batch + mats - 1) / mats, "a batch of Jacobi sweeps"), 1, 1},
+        kernel,
+        {matrices(*device, (batch + layout.mats - 1) / layout.mats, "a batch of Jacobi sweeps"), 1,
+         1},
         bindings, push_bytes(push));
     op.run([rotations, unconverged] {
       if (!converged(rotations)) throw LinAlgError(unconverged);
