@@ -85,8 +85,8 @@ struct CornerFactor {
 // products that sum_splits.comp adds up in order.
 void gemm(Sequence& sequence, const std::shared_ptr<Device>& device, DType dtype, int64_t m,
           int64_t n, int64_t k, float alpha, float beta, const Operand& a, const Operand& b,
-          const Operand& c, int64_t batch, bool lower = false,
-          const CornerFactor* factor = nullptr) {
+          const Operand& c, int64_t batch, bool lower = false, const CornerFactor* factor = nullptr,
+          const BufferBinding* c_source = nullptr) {
   if (m == 0 || n == 0) return;
   const int64_t tiles = (m + 63) / 64 * ((n + 63) / 64) * batch;
   int64_t splits = 1, chunk = std::max<int64_t>(k, 1);
@@ -123,7 +123,10 @@ void gemm(Sequence& sequence, const std::shared_ptr<Device>& device, DType dtype
          factor ? factor->diag_view : View{}};
   Kernel kernel =
       Kernel::builtin(device, variant("gemm", dtype) + (factor ? "_factor" : ""), {{0, lower}});
-  const BufferBinding bindings[] = {a.buffer, b.buffer, partial ? partial->binding() : c.buffer,
+  const BufferBinding bindings[] = {a.buffer,
+                                    b.buffer,
+                                    partial ? partial->binding() : c.buffer,
+                                    c_source ? *c_source : c.buffer,
                                     factor ? factor->diag : c.buffer,
                                     factor ? factor->info : c.buffer};
   const auto grid =
@@ -134,7 +137,7 @@ void gemm(Sequence& sequence, const std::shared_ptr<Device>& device, DType dtype
   // The plain variant's push constants stop before the FACTOR fields.
   const auto bytes = push_bytes(push);
   sequence.dispatch(
-      kernel, grid, std::span(bindings, factor ? 5 : 3),
+      kernel, grid, std::span(bindings, factor ? 6 : 4),
       std::span(bytes).first(factor ? bytes.size() : offsetof(decltype(push), order)));
   if (!partial) return;
   struct {
@@ -485,7 +488,10 @@ Tensor cholesky(const Tensor& a, bool upper, const std::optional<Tensor>& given)
     op.run([info] { raise_if_failed(info, "Matrix is not positive definite"); });
     return out;
   }
-  Tensor work = copy_of(sequence, device, a);
+  // The first step reads a itself and writes the work matrix, so that a needs no copy: every
+  // element of work's lower triangle that triangle.comp reads is written by the first step.
+  Tensor work = Tensor::empty(device, a.shape(), dtype);
+  auto source = [&](int64_t j0) { return j0 == 0 ? a.binding() : work.binding(); };
   // The factored diagonal blocks, [B, N, 32]: block j0 in rows j0 .. j0 + 31.
   Tensor diag = Tensor::empty(device, std::vector<int64_t>{batch, n, kPanel}, dtype);
   const uint32_t groups = matrices(*device, batch, "a batch of Cholesky factorizations");
@@ -503,9 +509,8 @@ Tensor cholesky(const Tensor& a, bool upper, const std::optional<Tensor>& given)
            matrix_view(n, n, j0 + w, j0),
            matrix_view(n, kPanel, j0, 0)};
     Kernel kernel = Kernel::builtin(device, variant("potrf_trsm", dtype), {{0, factored}});
-    BufferBinding bindings[] = {work.binding(), diag.binding(), info.binding()};
-    // TILE in potrf_trsm.comp: the panel rows a workgroup solves.
-    const int64_t tile = dtype == DType::float64 ? 64 : 128;
+    const int64_t tile = 64;  // TILE in potrf_trsm.comp: the panel rows a workgroup solves
+    BufferBinding bindings[] = {work.binding(), diag.binding(), info.binding(), source(j0)};
     sequence.dispatch(kernel, {u32(std::max<int64_t>(1, (below + tile - 1) / tile)), groups, 1},
                       bindings, push_bytes(push));
   };
@@ -516,9 +521,10 @@ Tensor cholesky(const Tensor& a, bool upper, const std::optional<Tensor>& given)
     const View l = matrix_view(n, n, r0, c0);
     const CornerFactor factor{diag.binding(), matrix_view(n, kPanel, r0, 0), info.binding(),
                               u32(next), u32(r0)};
+    const BufferBinding from = source(c0);
     gemm(sequence, device, dtype, rows, cols, k, -1, 1, {work.binding(), l},
          {work.binding(), transposed(l)}, {work.binding(), matrix_view(n, n, r0, r0)}, batch, true,
-         &factor);
+         &factor, &from);
   };
   // Two blocks of 32 columns a step, the second's columns updated by the first alone, then the
   // trailing matrix by both (k = 64): it is read and written once every 64 columns, not 32. Each

@@ -4,12 +4,13 @@
 //! variant f32_factor FACTOR
 //! variant f64_factor FLOAT64 FACTOR
 // C = beta C + alpha A B for matrices A [M, K], B [K, N] and C [M, N] given as strided views
-// (linalg_common.glsl). A workgroup of 16 x 16 invocations takes a TILE x TILE tile of C, each
-// invocation PER x PER of it, K in steps of 16 through shared memory. gl_WorkGroupID.z is batch *
-// splits + split: with splits > 1 (a long K and few tiles), split s sums K from s * k_chunk only
-// and writes its partial C (alpha 1, beta 0) at vc's offset + s * split_stride, for
-// sum_splits.comp to add up. LOWER: only tiles that reach C's lower triangle (row >= column) are
-// computed, and only its lower triangle is written (the trailing update of a blocked Cholesky).
+// (linalg_common.glsl), beta C read from c_in (C's buffer, or another of the same layout). A
+// workgroup of 16 x 16 invocations takes a TILE x TILE tile of C, each invocation PER x PER of
+// it, K in steps of 16 through shared memory. gl_WorkGroupID.z is batch * splits + split: with
+// splits > 1 (a long K and few tiles), split s sums K from s * k_chunk only and writes its partial
+// C (alpha 1, beta 0) at vc's offset + s * split_stride, for sum_splits.comp to add up. LOWER:
+// only tiles that reach C's lower triangle (row >= column) are computed, and only its lower
+// triangle is written (the trailing update of a blocked Cholesky).
 // FACTOR (with LOWER): the workgroup of tile (0, 0) then factors the updated diagonal block of
 // order fn <= 32 at C's corner (cholesky_block.glsl) into diag (view vl), or sets info[b] = first +
 // the order of the first failing minor, so that the next potrf_trsm.comp step finds it factored:
@@ -22,6 +23,9 @@ layout(constant_id = 0) const bool LOWER = false;
 layout(std430, binding = 0) readonly buffer A { SCALAR a[]; };
 layout(std430, binding = 1) readonly buffer B { SCALAR b[]; };
 layout(std430, binding = 2) buffer C { SCALAR c[]; };
+// Where beta C is read from: C itself, or a Cholesky's input in its first step (which then needs
+// no copy of it).
+layout(std430, binding = 3) readonly buffer CIn { SCALAR c_in[]; };
 layout(push_constant) uniform Push {
   uint m; uint n; uint k; float alpha; float beta; View va; View vb; View vc;
   uint splits; uint k_chunk; uint split_stride;
@@ -35,8 +39,8 @@ shared SCALAR s_a[16][TILE + 1];
 shared SCALAR s_b[16][TILE + 1];
 
 #ifdef FACTOR
-layout(std430, binding = 3) writeonly buffer Diag { SCALAR diag[]; };
-layout(std430, binding = 4) buffer Info { int info[]; };
+layout(std430, binding = 4) writeonly buffer Diag { SCALAR diag[]; };
+layout(std430, binding = 5) buffer Info { int info[]; };
 const uint LD = 33;
 shared SCALAR s[32 * LD];
 #include "cholesky_block.glsl"
@@ -118,7 +122,7 @@ void main() {
       const uint col = col0 + tx + 16 * j;
       if (row < p.m && col < p.n && (!LOWER || col <= row)) {
         const uint to = at(p.vc, batch, row, col) + split * p.split_stride;
-        c[to] = (beta == SCALAR(0) ? SCALAR(0) : beta * c[to]) + alpha * acc[i][j];
+        c[to] = (beta == SCALAR(0) ? SCALAR(0) : beta * c_in[to]) + alpha * acc[i][j];
       }
     }
   }

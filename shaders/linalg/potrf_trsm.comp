@@ -18,17 +18,16 @@
 #include "linalg_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool FACTORED = false;
-layout(std430, binding = 0) buffer A { SCALAR a[]; };
+layout(std430, binding = 0) writeonly buffer A { SCALAR a[]; };
 layout(std430, binding = 1) buffer Diag { SCALAR diag[]; };
 layout(std430, binding = 2) buffer Info { int info[]; };
+// Where the block and the panel are read from: a's buffer, or a copy-free first step's input.
+layout(std430, binding = 3) readonly buffer Source { SCALAR source[]; };
 layout(push_constant) uniform Push { uint n; uint rows; uint first; View vd; View vp; View vl; } p;
 
 const uint NB = 32, LD = 33;  // LD: shared row stride, one of skew against bank conflicts
-#ifdef FLOAT64
-const uint TILE = 64;  // panel rows a workgroup: its shared memory within 32 KiB (lavapipe's)
-#else
-const uint TILE = 128;
-#endif
+// Panel rows a workgroup: 64 spreads a 4096-row panel over 64 workgroups (docs/PERFORMANCE.md).
+const uint TILE = 64;
 shared SCALAR s[NB * LD];
 shared SCALAR s_panel[TILE * LD];
 #include "cholesky_block.glsl"
@@ -42,12 +41,12 @@ void main() {
     const uint e = t + 256 * q, i = e / NB, j = e % NB;
     s[i * LD + j] = i >= n || j > i ? SCALAR(0)
                     : FACTORED     ? diag[at(p.vl, b, i, j)]
-                                   : a[at(p.vd, b, i, j)];
+                                   : source[at(p.vd, b, i, j)];
   }
   const uint first = gl_WorkGroupID.x * TILE;
   [[unroll]] for (uint q = 0; q < TILE * NB / 256; ++q) {
     const uint e = t + 256 * q, r = e / NB, c = e % NB, row = first + r;
-    s_panel[r * LD + c] = c < n && row < p.rows ? a[at(p.vp, b, row, c)] : SCALAR(0);
+    s_panel[r * LD + c] = c < n && row < p.rows ? source[at(p.vp, b, row, c)] : SCALAR(0);
   }
   barrier();
   const uint failed = FACTORED ? 0 : factor_block(n);
