@@ -96,6 +96,7 @@ def main():
     torch = torch_cuda()
     shapes = SMALL if device.info.type == "cpu" else SHAPES
     tensor_cores = device.info.features.get("cooperative_matrix_int8", False)
+    khr_tensor_cores = device.info.features.get("cooperative_matrix_khr_int8", False)
     coopmat2 = device.info.features.get("cooperative_matrix2_int8", False)
     rng = np.random.default_rng(0)
     results = {
@@ -156,6 +157,11 @@ def main():
                         )[0]
 
                     row["variants"][f"coopmat {tile}"] = with_settings({"coopmat_tile": tile}, run)
+            if khr_tensor_cores:  # the same kernel through VK_KHR_cooperative_matrix
+                row["coopmat_khr_parity"] = {"default": parity(x, q, "coopmat_khr")}
+                row["variants"]["coopmat_khr"] = gpu_time(
+                    device, lambda: bg.bitlinear(x, q, algorithm="coopmat_khr"), args.repeats
+                )[0]
             if coopmat2:
                 for tile in COOPMAT2_TILES:
 
@@ -257,7 +263,7 @@ def main():
             f"{'exact' if r['accumulators_exact'] else 'DIFF':>5s}"
         )
     for r in results["rows"]:
-        for kind in ("coopmat", "coopmat2"):
+        for kind in ("coopmat", "coopmat_khr", "coopmat2"):
             for tile, (rel, exact) in r.get(f"{kind}_parity", {}).items():
                 print(
                     f"  {kind} parity {tuple(r['shape'])} tile {tile}: y rel {rel:.1e}, "

@@ -28,6 +28,10 @@ def coopmat2(device):
     return device.info.features.get("cooperative_matrix2_int8", False)
 
 
+def khr_tensor_cores(device):
+    return device.info.features.get("cooperative_matrix_khr_int8", False)
+
+
 def paths(device, m):
     """Every (algorithm, hardware dot) this device runs for m rows; the tensor-core paths ignore
     the dot flag."""
@@ -36,6 +40,7 @@ def paths(device, m):
     return (
         [(a, d) for a in algorithms for d in dots]
         + ([("coopmat", None)] if tensor_cores(device) else [])
+        + ([("coopmat_khr", None)] if khr_tensor_cores(device) else [])
         + ([("coopmat2", None)] if coopmat2(device) else [])
     )
 
@@ -360,6 +365,9 @@ def test_bitlinear_errors(device, rng):
     if not tensor_cores(device):
         with pytest.raises(bg.UnsupportedError, match="coopmat.*cooperative matri"):
             bg.bitlinear(x, q, algorithm="coopmat")
+    if not khr_tensor_cores(device):
+        with pytest.raises(bg.UnsupportedError, match="coopmat_khr.*VK_KHR_cooperative_matrix"):
+            bg.bitlinear(x, q, algorithm="coopmat_khr")
     if not coopmat2(device):
         with pytest.raises(bg.UnsupportedError, match="coopmat2.*cooperative matrices 2"):
             bg.bitlinear(x, q, algorithm="coopmat2")
@@ -485,7 +493,7 @@ def test_int8_times_ternary_is_exact(device, rng):
         if algorithm != "matvec":
             out = bg.mixed_precision_matmul(a, q, algorithm=algorithm, _hardware_dot=hardware)
             assert np.array_equal(out, a.astype(np.int32) @ q.unpack().astype(np.int32).T)
-    with pytest.raises(bg.ArgumentError, match="'tiled', 'coopmat' or 'coopmat2'"):
+    with pytest.raises(bg.ArgumentError, match="'tiled', 'coopmat', 'coopmat_khr' or 'coopmat2'"):
         bg.mixed_precision_matmul(a, q, algorithm="matvec")
 
 
@@ -528,6 +536,27 @@ def test_tensor_core_path_every_tile(device, rng, tune, tile, m, k, n):
     """The cooperative-matrix kernel (GPU only): edges of every tile size, exact accumulators."""
     tune(coopmat_tile=tile)
     check_tensor_cores(rng, m, k, n)
+
+
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_khr_int8')")
+@pytest.mark.parametrize(
+    "tile,subgroup_rows,depth",
+    [
+        ("128x128", 2, 2),
+        ("256x128", 4, 2),
+        ("64x128", 2, 1),
+        ("128x128x128", 4, 1),
+        ("64x256x128", 1, 2),
+    ],
+)
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 16, 1), (33, 4097, 65), (70, 200, 130), (300, 2560, 700), (256, 256, 256)]
+)
+def test_khr_tensor_core_path(device, rng, tune, tile, subgroup_rows, depth, m, k, n):
+    """The same kernel through VK_KHR_cooperative_matrix (GPU only): tiles, subgroup layouts and
+    steps ahead, edges and whole tiles (FULL_TILES); exact accumulators."""
+    tune(coopmat_tile=tile, coopmat_subgroup_rows=subgroup_rows, coopmat_depth=depth)
+    check_tensor_cores(rng, m, k, n, "coopmat_khr")
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")

@@ -93,9 +93,11 @@ void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, in
                  bias, out);
 }
 
+// khr: through VK_KHR_cooperative_matrix (bitlinear_coopmat_khr.comp), else the NV extension.
 void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m,
                     int64_t n, int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
-                    const std::optional<Tensor>& bias, bool residual, const TiledOutputs& out) {
+                    const std::optional<Tensor>& bias, bool residual, const TiledOutputs& out,
+                    bool khr) {
   const auto& device = b.device_ptr();
   const CoopmatTile tile = coopmat_tile(*device, m, n);
   const uint32_t tile_m = tile.m, tile_n = tile.n, blocks = tile.k / 16;
@@ -110,7 +112,7 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
   // (every binding starts at its buffer's start). FULL_TILES: no partial tile or K step.
   const bool vector_rows = n % 4 == 0;
   const bool full_tiles = m % tile_m == 0 && n % tile_n == 0 && (padded(k) / 16) % blocks == 0;
-  Kernel kernel = Kernel::builtin(device, "bitlinear_coopmat",
+  Kernel kernel = Kernel::builtin(device, khr ? "bitlinear_coopmat_khr" : "bitlinear_coopmat",
                                   {{0, ternary},
                                    {1, bias.has_value()},
                                    {2, out.y.has_value()},
@@ -151,8 +153,9 @@ void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
                    const PreparedRows& a, int64_t m, int64_t n, int64_t k, bool ternary,
                    const Tensor& scales, const Tensor& gamma, const std::optional<Tensor>& bias,
                    bool residual, const TiledOutputs& out, bool hardware) {
-  if (path == BitLinearAlgorithm::coopmat)
-    record_coopmat(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out);
+  if (path == BitLinearAlgorithm::coopmat || path == BitLinearAlgorithm::coopmat_khr)
+    record_coopmat(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out,
+                   path == BitLinearAlgorithm::coopmat_khr);
   else if (path == BitLinearAlgorithm::coopmat2)
     record_coopmat2(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out);
   else

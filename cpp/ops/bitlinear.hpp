@@ -9,10 +9,11 @@
 namespace bitnet::ops {
 
 // automatic: matvec for up to kMatvecMaxRows rows; above, coopmat (int8 tensor cores through
-// VK_NV_cooperative_matrix) where the device has the "cooperative_matrix_int8" feature, else tiled
-// (integer dot products). coopmat2 (VK_NV_cooperative_matrix2, "cooperative_matrix2_int8") only
-// when asked for: slower on the H100.
-enum class BitLinearAlgorithm { automatic, matvec, tiled, coopmat, coopmat2 };
+// VK_NV_cooperative_matrix) where the device has the "cooperative_matrix_int8" feature, else
+// coopmat_khr (the same kernel through VK_KHR_cooperative_matrix, "cooperative_matrix_khr_int8"),
+// else tiled (integer dot products). coopmat2 (VK_NV_cooperative_matrix2,
+// "cooperative_matrix2_int8") only when asked for: slower on the H100.
+enum class BitLinearAlgorithm { automatic, matvec, tiled, coopmat, coopmat_khr, coopmat2 };
 
 // Rows up to this many use the matvec kernel when the algorithm is automatic.
 inline constexpr int64_t kMatvecMaxRows = 8;
@@ -45,7 +46,7 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
                                     bool gated_output = false);
 
 // int8 [M, K] x int8 [K, N] -> int32 [M, N], exactly.
-// algorithm: automatic, tiled, coopmat or coopmat2 (matvec is taken as automatic).
+// algorithm: automatic, tiled, coopmat, coopmat_khr or coopmat2 (matvec is taken as automatic).
 Tensor int8_matmul(const Tensor& a, const Tensor& b,
                    BitLinearAlgorithm algorithm = BitLinearAlgorithm::automatic,
                    std::optional<bool> hardware_dot = std::nullopt);

@@ -12,6 +12,9 @@ namespace bitnet::ops {
 namespace {
 
 bool has_tensor_cores(const Device& device) { return device.feature("cooperative_matrix_int8"); }
+bool has_khr_tensor_cores(const Device& device) {
+  return device.feature("cooperative_matrix_khr_int8");
+}
 bool has_coopmat2(const Device& device) { return device.feature("cooperative_matrix2_int8"); }
 
 // An m x n tile with K steps of k, its subgroups 4 x 2 from 128 tile rows (else 2 x 4), loading
@@ -44,6 +47,11 @@ BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requeste
         "(VK_NV_cooperative_matrix, 16x16x32 int8, subgroups of 32), which "
         "device '" +
         device.info().name + "' does not have");
+  if (requested == BitLinearAlgorithm::coopmat_khr && !has_khr_tensor_cores(device))
+    throw UnsupportedError(
+        "algorithm='coopmat_khr' needs int8 cooperative matrices (VK_KHR_cooperative_matrix, "
+        "16x16x32 int8, subgroups of 32, Vulkan 1.3), which device '" +
+        device.info().name + "' does not have");
   if (requested == BitLinearAlgorithm::coopmat2 && !has_coopmat2(device))
     throw UnsupportedError(
         "algorithm='coopmat2' needs int8 cooperative matrices 2 (VK_NV_cooperative_matrix2 with "
@@ -54,7 +62,9 @@ BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requeste
   // the NV cooperative-matrix one on the H100 (docs/PERFORMANCE.md), and every device with them
   // has that one too.
   if (requested == BitLinearAlgorithm::automatic || requested == BitLinearAlgorithm::matvec)
-    return has_tensor_cores(device) ? BitLinearAlgorithm::coopmat : BitLinearAlgorithm::tiled;
+    return has_tensor_cores(device)       ? BitLinearAlgorithm::coopmat
+           : has_khr_tensor_cores(device) ? BitLinearAlgorithm::coopmat_khr
+                                          : BitLinearAlgorithm::tiled;
   return requested;
 }
 

@@ -19,6 +19,19 @@ struct CooperativeMatrixFeaturesKhr {
   VkBool32 cooperativeMatrixRobustBufferAccess = VK_FALSE;
 };
 
+// VkCooperativeMatrixPropertiesKHR; the component types and scopes have the values of their NV
+// counterparts in the older headers.
+struct CooperativeMatrixPropertiesKhr {
+  VkStructureType sType = static_cast<VkStructureType>(1000506001);
+  void* pNext = nullptr;
+  uint32_t MSize = 0, NSize = 0, KSize = 0;
+  VkComponentTypeNV AType{}, BType{}, CType{}, ResultType{};
+  VkBool32 saturatingAccumulation = VK_FALSE;
+  VkScopeNV scope{};
+};
+using GetCooperativeMatrixProperties = VkResult(VKAPI_PTR*)(VkPhysicalDevice, uint32_t*,
+                                                            CooperativeMatrixPropertiesKhr*);
+
 // VkPhysicalDeviceCooperativeMatrix2FeaturesNV
 struct CooperativeMatrix2FeaturesNv {
   VkStructureType sType = static_cast<VkStructureType>(1000593000);

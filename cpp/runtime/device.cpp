@@ -124,14 +124,20 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     want.pNext = &coopmat;
   }
 
-  // Cooperative matrices 2 build on the KHR extension; the BitLinear kernel's decode function
-  // takes a buffer device address.
+  // The KHR BitLinear kernel, and cooperative matrices 2, which build on the KHR extension; the
+  // BitLinear kernel of the latter takes a buffer device address in its decode function.
   CooperativeMatrixFeaturesKhr coopmat_khr;
   CooperativeMatrix2FeaturesNv coopmat2;
-  if (info_.features["cooperative_matrix2_int8"] || info_.features["cooperative_matrix2_float16"]) {
+  const bool with_coopmat2 =
+      info_.features["cooperative_matrix2_int8"] || info_.features["cooperative_matrix2_float16"];
+  if (with_coopmat2 || info_.features["cooperative_matrix_khr_int8"]) {
     extensions.push_back(kKhrCooperativeMatrix);
-    extensions.push_back(kNvCooperativeMatrix2);
     coopmat_khr.cooperativeMatrix = VK_TRUE;
+    coopmat_khr.pNext = want.pNext;
+    want.pNext = &coopmat_khr;
+  }
+  if (with_coopmat2) {
+    extensions.push_back(kNvCooperativeMatrix2);
     coopmat2.cooperativeMatrixWorkgroupScope = VK_TRUE;
     coopmat2.cooperativeMatrixFlexibleDimensions = VK_TRUE;
     coopmat2.cooperativeMatrixConversions = VK_TRUE;
@@ -140,8 +146,7 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     coopmat2.cooperativeMatrixReductions = VK_TRUE;
     want12.bufferDeviceAddress = info_.features["cooperative_matrix2_int8"];
     coopmat2.pNext = want.pNext;
-    coopmat_khr.pNext = &coopmat2;
-    want.pNext = &coopmat_khr;
+    want.pNext = &coopmat2;
   }
 
   VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{

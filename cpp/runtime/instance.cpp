@@ -45,6 +45,8 @@ uint32_t layer_version(const char* name) {
 // The validation layers from Vulkan 1.4.304 on know cooperative matrices 2; older ones (Debian
 // bookworm's 1.3.239) reject their structures, so under those the kernels are not offered.
 constexpr uint32_t kCoopmat2ValidationVersion = VK_MAKE_API_VERSION(0, 1, 4, 304);
+// The first validation layer that knows VK_KHR_cooperative_matrix.
+constexpr uint32_t kKhrCoopmatValidationVersion = VK_MAKE_API_VERSION(0, 1, 3, 255);
 
 std::string version_string(uint32_t version) {
   return std::to_string(VK_API_VERSION_MAJOR(version)) + "." +
@@ -86,6 +88,18 @@ bool has_extension(VkPhysicalDevice physical, const char* name) {
   });
 }
 
+// The structures a vkGetPhysicalDevice*Properties{NV,KHR} call lists for `physical` (`blank`
+// carries each one's sType).
+template <typename T, typename Call>
+std::vector<T> listed(Call properties_of, VkPhysicalDevice physical, const char* name,
+                      const T& blank = T{}) {
+  uint32_t count = 0;
+  check(properties_of(physical, &count, nullptr), name);
+  std::vector<T> items(count, blank);
+  check(properties_of(physical, &count, items.data()), name);
+  return items;
+}
+
 // Whether the NV cooperative-matrix extension offers the int8 x int8 -> int32, 16 x 16 x 32,
 // subgroup-scope multiply that shaders/bitlinear/bitlinear_coopmat.comp is written for.
 bool has_int8_cooperative_matrix(VkPhysicalDevice physical) {
@@ -93,18 +107,40 @@ bool has_int8_cooperative_matrix(VkPhysicalDevice physical) {
       reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(vkGetInstanceProcAddr(
           Instance::get()->handle(), "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
   if (!properties_of) return false;
-  uint32_t count = 0;
-  check(properties_of(physical, &count, nullptr),
-        "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
-  std::vector<VkCooperativeMatrixPropertiesNV> shapes(
-      count, VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
-  check(properties_of(physical, &count, shapes.data()),
-        "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+  const auto shapes =
+      listed(properties_of, physical, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
+             VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
   return std::any_of(shapes.begin(), shapes.end(), [](const VkCooperativeMatrixPropertiesNV& s) {
     return s.MSize == 16 && s.NSize == 16 && s.KSize == 32 &&
            s.AType == VK_COMPONENT_TYPE_SINT8_NV && s.BType == VK_COMPONENT_TYPE_SINT8_NV &&
            s.CType == VK_COMPONENT_TYPE_SINT32_NV && s.DType == VK_COMPONENT_TYPE_SINT32_NV &&
            s.scope == VK_SCOPE_SUBGROUP_NV;
+  });
+}
+
+// Whether VK_KHR_cooperative_matrix offers the same multiply (not saturating), on Vulkan 1.3 (the
+// KHR kernel's SPIR-V is 1.6), for shaders/bitlinear/bitlinear_coopmat_khr.comp.
+bool has_int8_cooperative_matrix_khr(VkPhysicalDevice physical, bool vulkan13) {
+  const auto instance = Instance::get();
+  if (instance->validation_enabled() &&
+      instance->validation_layer_version() < kKhrCoopmatValidationVersion)
+    return false;
+  if (!vulkan13 || !has_extension(physical, kKhrCooperativeMatrix)) return false;
+  CooperativeMatrixFeaturesKhr coopmat;
+  VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  features.pNext = &coopmat;
+  vkGetPhysicalDeviceFeatures2(physical, &features);
+  if (!coopmat.cooperativeMatrix) return false;
+  auto properties_of = reinterpret_cast<GetCooperativeMatrixProperties>(vkGetInstanceProcAddr(
+      instance->handle(), "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
+  if (!properties_of) return false;
+  const auto shapes = listed<CooperativeMatrixPropertiesKhr>(
+      properties_of, physical, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+  return std::any_of(shapes.begin(), shapes.end(), [](const CooperativeMatrixPropertiesKhr& s) {
+    return s.MSize == 16 && s.NSize == 16 && s.KSize == 32 &&
+           s.AType == VK_COMPONENT_TYPE_SINT8_NV && s.BType == VK_COMPONENT_TYPE_SINT8_NV &&
+           s.CType == VK_COMPONENT_TYPE_SINT32_NV && s.ResultType == VK_COMPONENT_TYPE_SINT32_NV &&
+           s.scope == VK_SCOPE_SUBGROUP_NV && !s.saturatingAccumulation;
   });
 }
 
@@ -140,12 +176,9 @@ bool has_coopmat2(VkPhysicalDevice physical, bool vulkan13, const Coopmat2Shape&
   auto properties_of = reinterpret_cast<GetFlexibleDimensionsProperties>(vkGetInstanceProcAddr(
       instance->handle(), "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"));
   if (!properties_of) return false;
-  uint32_t count = 0;
-  check(properties_of(physical, &count, nullptr),
-        "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
-  std::vector<FlexibleDimensionsPropertiesNv> shapes(count);
-  check(properties_of(physical, &count, shapes.data()),
-        "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+  const auto shapes = listed<FlexibleDimensionsPropertiesNv>(
+      properties_of, physical,
+      "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
   return std::any_of(shapes.begin(), shapes.end(), [&](const FlexibleDimensionsPropertiesNv& s) {
     return s.AType == shape.a && s.BType == shape.a && s.CType == shape.c &&
            s.ResultType == shape.c && s.scope == VK_SCOPE_WORKGROUP_NV &&
@@ -386,6 +419,10 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       {"cooperative_matrix_int8",
        nv_coopmat && subgroup.subgroupSize == 32 && f12.shaderInt8 == VK_TRUE &&
            f12.vulkanMemoryModel == VK_TRUE && has_int8_cooperative_matrix(physical)},
+      // The same multiply through VK_KHR_cooperative_matrix.
+      {"cooperative_matrix_khr_int8", subgroup.subgroupSize == 32 && f12.shaderInt8 == VK_TRUE &&
+                                          f12.vulkanMemoryModel == VK_TRUE &&
+                                          has_int8_cooperative_matrix_khr(physical, vulkan13)},
       // The same on cooperative matrices 2 (workgroup scope, tensor addressing; the ternary codes
       // decoded in the load), with buffer device addresses (the decode function's argument).
       {"cooperative_matrix2_int8",

@@ -38,10 +38,12 @@ def bitlinear(
     scale or one per group along K: then y = sum_g gamma[:, g] * acc_g / s, on a kernel of its own
     (a subgroup per output row; algorithm must stay None).
     algorithm: None (automatic: 'matvec' for up to 8 rows; above, 'coopmat' where the device has
-    int8 tensor cores (device.info.features['cooperative_matrix_int8']), else 'tiled'), or one of
-    'matvec', 'tiled', 'coopmat', 'coopmat2' (UnsupportedError where not available). 'coopmat2'
-    runs on VK_NV_cooperative_matrix2 ('cooperative_matrix2_int8'), 2.3 to 3.5 times slower than
-    'coopmat' on the H100.
+    int8 tensor cores through VK_NV_cooperative_matrix (device.info.features
+    ['cooperative_matrix_int8']), else 'coopmat_khr' where it has them through
+    VK_KHR_cooperative_matrix ('cooperative_matrix_khr_int8'), else 'tiled'), or one of 'matvec',
+    'tiled', 'coopmat', 'coopmat_khr', 'coopmat2' (UnsupportedError where not available).
+    'coopmat2' runs on VK_NV_cooperative_matrix2 ('cooperative_matrix2_int8'), 2.3 to 3.5 times
+    slower than 'coopmat' on the H100.
     return_accumulator=True also returns the int32 accumulators.
     out: the target for y (a NumPy array or a Tensor), or (y, accumulators) with
     return_accumulator=True; filled and returned.
@@ -86,8 +88,8 @@ def bitlinear_backward_input(grad_y, w):
 
 def mixed_precision_matmul(a, b, *, algorithm=None, _hardware_dot=None):
     """Exact int32 products: int8 [M, K] @ int8 [K, N], or int8 [M, K] @ W_q^T for TernaryWeights
-    b of shape [N, K]. algorithm: None (tensor cores where available), 'tiled', 'coopmat' or
-    'coopmat2'."""
+    b of shape [N, K]. algorithm: None (tensor cores where available), 'tiled', 'coopmat',
+    'coopmat_khr' or 'coopmat2'."""
     ta, as_tensor = _tensor(a, "a", None, [np.int8])
     if isinstance(b, TernaryWeights):
         return _out(

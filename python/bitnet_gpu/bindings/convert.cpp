@@ -240,9 +240,10 @@ ops::BitLinearAlgorithm parse_algorithm(const std::string& name, bool matvec) {
   if (name == "matvec" && matvec) return ops::BitLinearAlgorithm::matvec;
   if (name == "tiled") return ops::BitLinearAlgorithm::tiled;
   if (name == "coopmat") return ops::BitLinearAlgorithm::coopmat;
+  if (name == "coopmat_khr") return ops::BitLinearAlgorithm::coopmat_khr;
   if (name == "coopmat2") return ops::BitLinearAlgorithm::coopmat2;
   throw ArgumentError(std::string("algorithm: expected None, ") + (matvec ? "'matvec', " : "") +
-                      "'tiled', 'coopmat' or 'coopmat2', got '" + name + "'");
+                      "'tiled', 'coopmat', 'coopmat_khr' or 'coopmat2', got '" + name + "'");
 }
 
 }  // namespace bitnet::binding
