@@ -124,12 +124,16 @@ bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
 std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n,
                                          size_t weights) {
   const Device& device = x.device();
-  // For one or two rows of 6912 to 16384 values, one round of large workgroups quantizing the rows
-  // once beats many small ones each quantizing them again.
-  const bool long_rows =
-      device.info().multiprocessors && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384;
+  // For one or two rows of 6912 to 16384 values, or of fewer for 8192 outputs or more, one round
+  // of large workgroups quantizing the rows once beats many small ones each quantizing them again
+  // (docs/PERFORMANCE.md).
+  const bool known = device.info().multiprocessors != 0;
+  const bool long_rows = known && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384;
+  const bool many_rows = known && m <= 2 && padded(k) < 6912 && n >= kStridedOutputs;
   const uint32_t local_size =
-      tuning().matvec_strided.value_or(long_rows ? (padded(k) >= 12288 ? 1024 : 512) : 0);
+      tuning().matvec_strided.value_or(long_rows   ? (padded(k) >= 12288 ? 1024 : 512)
+                                       : many_rows ? 256
+                                                   : 0);
   if (local_size == 0 || weights != 1 || !fused_matvec_fits(x, m, k, local_size))
     return std::nullopt;
   const uint32_t per_multiprocessor = tuning().matvec_strided_groups.value_or(1024 / local_size);

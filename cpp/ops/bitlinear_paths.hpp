@@ -32,6 +32,8 @@ BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requeste
 // (the pre-passes' and the fused matvec's CACHED), and the most they hold in registers.
 int64_t lane_vectors(int64_t k, int64_t local_size = 256);
 inline constexpr int64_t kMostLaneVectors = 16;
+// Outputs from which one or two short rows of x take the strided matvec (local size 256).
+inline constexpr int64_t kStridedOutputs = 8192;
 // Whether the pre-pass can fuse relu(x)^2 * up and an RMS norm in front of the quantization.
 bool can_fuse_input(int64_t k);
 // Whether the pre-pass for a few long rows is spread over chunks of rows (two dispatches).
