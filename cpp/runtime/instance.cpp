@@ -100,8 +100,17 @@ std::vector<T> listed(Call properties_of, VkPhysicalDevice physical, const char*
   return items;
 }
 
-// Whether the NV cooperative-matrix extension offers the int8 x int8 -> int32, 16 x 16 x 32,
-// subgroup-scope multiply that shaders/bitlinear/bitlinear_coopmat.comp is written for.
+// Whether a listed multiply (NV or KHR properties; the result type is D in NV's, ResultType in
+// KHR's) is the int8 x int8 -> int32, 16 x 16 x 32, subgroup-scope one that
+// shaders/bitlinear/bitlinear_coopmat.glsl is written for.
+template <typename Properties>
+bool int8_16x16x32(const Properties& s, VkComponentTypeNV result) {
+  return s.MSize == 16 && s.NSize == 16 && s.KSize == 32 && s.AType == VK_COMPONENT_TYPE_SINT8_NV &&
+         s.BType == VK_COMPONENT_TYPE_SINT8_NV && s.CType == VK_COMPONENT_TYPE_SINT32_NV &&
+         result == VK_COMPONENT_TYPE_SINT32_NV && s.scope == VK_SCOPE_SUBGROUP_NV;
+}
+
+// Whether the NV cooperative-matrix extension offers that multiply.
 bool has_int8_cooperative_matrix(VkPhysicalDevice physical) {
   auto properties_of =
       reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(vkGetInstanceProcAddr(
@@ -111,10 +120,7 @@ bool has_int8_cooperative_matrix(VkPhysicalDevice physical) {
       listed(properties_of, physical, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
              VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
   return std::any_of(shapes.begin(), shapes.end(), [](const VkCooperativeMatrixPropertiesNV& s) {
-    return s.MSize == 16 && s.NSize == 16 && s.KSize == 32 &&
-           s.AType == VK_COMPONENT_TYPE_SINT8_NV && s.BType == VK_COMPONENT_TYPE_SINT8_NV &&
-           s.CType == VK_COMPONENT_TYPE_SINT32_NV && s.DType == VK_COMPONENT_TYPE_SINT32_NV &&
-           s.scope == VK_SCOPE_SUBGROUP_NV;
+    return int8_16x16x32(s, s.DType);
   });
 }
 
@@ -137,10 +143,7 @@ bool has_int8_cooperative_matrix_khr(VkPhysicalDevice physical, bool vulkan13) {
   const auto shapes = listed<CooperativeMatrixPropertiesKhr>(
       properties_of, physical, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
   return std::any_of(shapes.begin(), shapes.end(), [](const CooperativeMatrixPropertiesKhr& s) {
-    return s.MSize == 16 && s.NSize == 16 && s.KSize == 32 &&
-           s.AType == VK_COMPONENT_TYPE_SINT8_NV && s.BType == VK_COMPONENT_TYPE_SINT8_NV &&
-           s.CType == VK_COMPONENT_TYPE_SINT32_NV && s.ResultType == VK_COMPONENT_TYPE_SINT32_NV &&
-           s.scope == VK_SCOPE_SUBGROUP_NV && !s.saturatingAccumulation;
+    return int8_16x16x32(s, s.ResultType) && !s.saturatingAccumulation;
   });
 }
 

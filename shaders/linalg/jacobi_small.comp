@@ -18,7 +18,7 @@ layout(constant_id = 1) const uint N = 32;
 layout(constant_id = 2) const uint LEN = 32;
 layout(constant_id = 3) const uint PARTS = 1;  // invocations a pair: a power of two
 layout(constant_id = 4) const uint MATS = 1;
-// Whether a round's barrier may be the subgroup's: each matrix's invocations are one subgroup's.
+// Whether a round's barrier may be the subgroup's: each matrix's invocations lie in one subgroup.
 layout(constant_id = 5) const bool SUBGROUP_ROUNDS = false;
 layout(std430, binding = 0) buffer X { SCALAR x[]; };
 layout(std430, binding = 1) buffer VT { SCALAR vt[]; };
