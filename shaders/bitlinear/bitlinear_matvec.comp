@@ -18,9 +18,9 @@
 // STRIDED (FUSED, one weight): the grid is one round of workgroups sized to fill the GPU (any
 // local size), and rows are dealt to its subgroups in turn, ROWS at a time, across workgroups
 // first (so that idle subgroups, where the rows run out, are spread over the workgroups):
-// each workgroup quantizes the rows once for many output rows (long rows, where quantizing them
-// again in every workgroup of 32 rows costs more than the separate pre-pass), and every
-// multiprocessor gets the same share of rows whatever their count.
+// each workgroup quantizes the rows once for many output rows (where quantizing them again in
+// every small workgroup costs more: long rows, or many output rows), and every multiprocessor
+// gets the same share of rows whatever their count.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #ifdef FUSED
