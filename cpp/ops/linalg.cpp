@@ -310,9 +310,10 @@ void trapezoid(Sequence& sequence, const std::shared_ptr<Device>& device, const 
 
 constexpr int kMostSweeps = 40;
 
-// Whether jacobi() sweeps n vectors of length len in one dispatch (in shared memory, up to 16
-// matrices a workgroup), checked once after it; longer ones take a dispatch a round, and the host
-// checks each sweep (in a Graph, which the host cannot stop, every sweep is recorded instead).
+// Whether jacobi() sweeps n vectors of length len in one dispatch (in shared memory, small matrices
+// sharing a workgroup: jacobi_layout), checked once after it; longer ones take a dispatch a round,
+// and the host checks each sweep (in a Graph, which the host cannot stop, every sweep is recorded
+// instead).
 bool sweeps_in_one_dispatch(int64_t n, int64_t len) { return n <= 32 && len <= 64; }
 
 // Whether a sweep rotated nothing in any matrix (its rotation counts all zero).
