@@ -541,6 +541,188 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   return finish(outputs);
 }
 
+namespace {
+
+// Polls of a counter before bitlinear_chain.comp counts a timeout: far above a phase's wait on
+// any device that keeps the grid resident (a few thousand polls on the H100), small enough that a
+// grid that is not resident fails in well under a second.
+constexpr uint32_t kChainMostPolls = 1u << 22;
+
+std::vector<const QuantizedWeights*> tail_weights(const DecoderTail& layer) {
+  std::vector<const QuantizedWeights*> weights = {layer.o, layer.gate, layer.up, layer.down};
+  if (layer.q || layer.k || layer.v) weights.insert(weights.end(), {layer.q, layer.k, layer.v});
+  return weights;
+}
+
+void check_tail(const Tensor& a, const Tensor& x, const DecoderTail& layer) {
+  require_float(a, "a");
+  require_float(x, "x");
+  for (const QuantizedWeights* w : tail_weights(layer))
+    if (!w) throw ArgumentError("decoder_tail: q, k and v come together (or none of them)");
+  if (layer.next_input_norm.has_value() != (layer.q != nullptr))
+    throw ArgumentError("decoder_tail: the next layer's input norm comes with its q, k and v");
+  const int64_t hidden = layer.o->cols, inter = layer.down->cols;
+  if (a.shape().empty() || a.shape().back() != hidden || x.shape() != a.shape())
+    throw ShapeError("decoder_tail: a " + shape_text(a.shape()) + " and x " +
+                     shape_text(x.shape()) + " must both be [..., " + std::to_string(hidden) + "]");
+  auto expect = [](const QuantizedWeights& w, int64_t rows, int64_t cols, const char* name) {
+    if ((rows >= 0 && w.rows != rows) || w.cols != cols)
+      throw ShapeError(std::string("decoder_tail: ") + name + " has shape (" +
+                       std::to_string(w.rows) + ", " + std::to_string(w.cols) + "), expected " +
+                       (rows >= 0 ? std::to_string(rows) : std::string("any")) + " x " +
+                       std::to_string(cols));
+  };
+  expect(*layer.o, hidden, hidden, "o");
+  expect(*layer.gate, inter, hidden, "gate");
+  expect(*layer.up, inter, hidden, "up");
+  expect(*layer.down, hidden, inter, "down");
+  if (layer.q) {
+    expect(*layer.q, -1, hidden, "q");
+    expect(*layer.k, -1, hidden, "k");
+    expect(*layer.v, layer.k->rows, hidden, "v");
+  }
+}
+
+}  // namespace
+
+// decoder_tail's local size: 1024 invocations (32 subgroups a multiprocessor on the H100) where
+// the device allows, the pre-pass on the first 256 of them.
+uint32_t chain_local_size(const Device& device) {
+  return tuning().chain_local_size.value_or(
+      device.limits().maxComputeWorkGroupInvocations >= 1024 ? 1024 : 256);
+}
+
+uint32_t decoder_tail_workgroups(const Tensor& x, const DecoderTail& layer) {
+  check_tail(x, x, layer);
+  const Device& device = x.device();
+  const int64_t hidden = layer.o->cols, inter = layer.down->cols;
+  const int64_t m = static_cast<int64_t>(x.size()) / hidden;
+  const auto& features = device.info().features;
+  const auto has = [&](const char* name) {
+    const auto found = features.find(name);
+    return found != features.end() && found->second;
+  };
+  bool fits = m >= 1 && m <= 2 && hidden % 64 == 0 && inter % 64 == 0 &&
+              (!layer.q || (layer.q->rows % 2 == 0 && layer.k->rows % 2 == 0)) &&
+              has("vulkan_memory_model") && fused_matvec_fits(x, m, hidden, 256) &&
+              fused_matvec_fits(x, m, inter, 256) &&
+              fused_matvec_fits(x, m, inter, chain_local_size(device)) &&
+              device.limits().maxPerStageDescriptorStorageBuffers >= 32;
+  for (const QuantizedWeights* w : tail_weights(layer))
+    fits = fits && !w->binary && w->group_size == 0 && &w->packed.device() == &device;
+  if (!fits) return 0;
+  return tuning().chain_workgroups.value_or(device.info().multiprocessors);
+}
+
+std::vector<Tensor> decoder_tail(const Tensor& a, const Tensor& x, const DecoderTail& layer,
+                                 double norm_eps) {
+  check_tail(a, x, layer);
+  const uint32_t groups = decoder_tail_workgroups(x, layer);
+  if (groups == 0 || !tuning().fused_matvec.value_or(true)) {  // the same ops one by one
+    Tensor x1 = bitlinear_group(a, std::nullopt, layer.attn_sub_norm, norm_eps, {layer.o}, {x})[0];
+    Tensor f = bitlinear_group(x1, std::nullopt, layer.post_attention_norm, norm_eps,
+                               {layer.gate, layer.up}, {std::nullopt, std::nullopt}, true)[0];
+    Tensor x2 =
+        bitlinear_group(f, std::nullopt, layer.ffn_sub_norm, norm_eps, {layer.down}, {x1})[0];
+    std::vector<Tensor> out = {x2};
+    if (layer.q)
+      for (Tensor& t :
+           bitlinear_group(x2, std::nullopt, layer.next_input_norm, norm_eps,
+                           {layer.q, layer.k, layer.v}, {std::nullopt, std::nullopt, std::nullopt}))
+        out.push_back(std::move(t));
+    return out;
+  }
+  const auto& device = x.device_ptr();
+  const int64_t hidden = layer.o->cols, inter = layer.down->cols;
+  const int64_t m = static_cast<int64_t>(x.size()) / hidden;
+  const bool next = layer.q != nullptr;
+  const uint32_t phases = next ? 4 : 3;
+  std::vector<int64_t> rows_shape(x.shape().begin(), x.shape().end() - 1);
+  auto shaped = [&](int64_t n) {
+    std::vector<int64_t> shape = rows_shape;
+    shape.push_back(n);
+    return Tensor::empty(device, shape, DType::float32);
+  };
+  Tensor x1 = shaped(hidden), f = shaped(inter), x2 = shaped(hidden);
+  std::vector<Tensor> out = {x2};
+  if (next)
+    for (const QuantizedWeights* w : {layer.q, layer.k, layer.v}) out.push_back(shaped(w->rows));
+  const uint32_t subgroup_size = std::max<uint32_t>(1, device->info().subgroup_size);
+  const uint32_t vectors = static_cast<uint32_t>(hidden / 64);
+  const bool hardware = use_hardware_dot(*device, std::nullopt);
+  Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_chain", hardware),
+                                  {{0, m},
+                                   {2, m * std::max(hidden, inter) / 4},
+                                   {3, int64_t{chain_local_size(*device)}},
+                                   {4, lane_vectors(std::max(hidden, inter), 256)},
+                                   {5, int64_t{matvec_unroll(std::clamp<uint32_t>(
+                                           (vectors + subgroup_size - 1) / subgroup_size, 1, 4))}},
+                                   {6, matvec_masked_codes(m, false)}});
+  struct {
+    uint32_t hidden, inter, n_q, n_kv;
+    float norm_eps, eps;
+    uint32_t most_polls, phases;
+  } push{static_cast<uint32_t>(hidden),
+         static_cast<uint32_t>(inter),
+         static_cast<uint32_t>(next ? layer.q->rows : 0),
+         static_cast<uint32_t>(next ? layer.k->rows : 0),
+         static_cast<float>(norm_eps),
+         static_cast<float>(kEps),
+         kChainMostPolls,
+         phases};
+  // A counter for each of the 4 phases and one for the end, 32 words apart, that the last
+  // workgroup out zeroes again.
+  Tensor counters = self_resetting_counters(device, 32 * 5);
+  Tensor nonfinite = zeroed_counter(device), timeouts = zeroed_counter(device);
+  const QuantizedWeights& q = *(next ? layer.q : layer.o);
+  const QuantizedWeights& k = *(next ? layer.k : layer.o);
+  const QuantizedWeights& v = *(next ? layer.v : layer.o);
+  const Tensor& next_norm = next ? *layer.next_input_norm : layer.attn_sub_norm;
+  BufferBinding bindings[] = {layer.o->packed.binding(),
+                              layer.o->scales.binding(),
+                              layer.gate->packed.binding(),
+                              layer.gate->scales.binding(),
+                              layer.up->packed.binding(),
+                              layer.up->scales.binding(),
+                              layer.down->packed.binding(),
+                              layer.down->scales.binding(),
+                              q.packed.binding(),
+                              q.scales.binding(),
+                              k.packed.binding(),
+                              k.scales.binding(),
+                              v.packed.binding(),
+                              v.scales.binding(),
+                              layer.attn_sub_norm.binding(),
+                              layer.post_attention_norm.binding(),
+                              layer.ffn_sub_norm.binding(),
+                              next_norm.binding(),
+                              a.binding(),
+                              x.binding(),
+                              x1.binding(),
+                              x1.binding(),
+                              f.binding(),
+                              f.binding(),
+                              x2.binding(),
+                              x2.binding(),
+                              (next ? out[1] : x2).binding(),
+                              (next ? out[2] : x2).binding(),
+                              (next ? out[3] : x2).binding(),
+                              counters.binding(),
+                              nonfinite.binding(),
+                              timeouts.binding()};
+  Recorder op(device);
+  op.sequence().dispatch(kernel, checked_grid(*device, {groups, 1, 1}, "chain_workgroups"),
+                         bindings, push_bytes(push));
+  op.run([nonfinite, timeouts, groups] {
+    if (read_counter(timeouts))
+      throw DeviceError("decoder_tail: its " + std::to_string(groups) +
+                        " workgroups were not all resident at once (a wait timed out); set "
+                        "chain_workgroups lower, or 0 to run the ops one by one");
+    raise_if_nonfinite(nonfinite, "x");
+  });
+  return out;
+}
+
 BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w,
                           const std::optional<Tensor>& bias, bool with_accumulators,
                           BitLinearAlgorithm algorithm, std::optional<bool> hardware_dot,
