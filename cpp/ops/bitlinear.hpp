@@ -45,34 +45,6 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
                                     const std::vector<std::optional<Tensor>>& residuals,
                                     bool gated_output = false);
 
-// A decoder layer's weights from attention's output to the next layer's q, k and v.
-struct DecoderTail {
-  const QuantizedWeights* o = nullptr;
-  const QuantizedWeights* gate = nullptr;
-  const QuantizedWeights* up = nullptr;
-  const QuantizedWeights* down = nullptr;
-  Tensor attn_sub_norm, post_attention_norm, ffn_sub_norm;  // float32 [hidden], [hidden], [inter]
-  // The next layer's projections and input norm, or none for the last layer.
-  const QuantizedWeights* q = nullptr;
-  const QuantizedWeights* k = nullptr;
-  const QuantizedWeights* v = nullptr;
-  std::optional<Tensor> next_input_norm;
-};
-
-// The workgroups decoder_tail runs for `rows` rows of x on its device, or 0 where it cannot:
-// tuning's chain_workgroups where set, else one a multiprocessor where the device says how many
-// it has (each workgroup must be resident while the others wait for it; docs/TUNING.md).
-uint32_t decoder_tail_workgroups(const Tensor& x, const DecoderTail& layer);
-
-// A decode step from one layer's attention output a (float32 [rows, hidden]) and its input x (the
-// residual stream, the same shape) to the next layer's q, k and v, in one persistent dispatch
-// (bitlinear_chain.comp) where decoder_tail_workgroups allows, else as bitlinear_group calls:
-//   x1 = x + o(rms_norm(a)); f = relu(gate(h))^2 * up(h), h = rms_norm(x1);
-//   x2 = x1 + down(rms_norm(f)); q, k, v = q/k/v(rms_norm(x2)) with the next layer's weights.
-// Returns {x2} or {x2, q, k, v}, bit for bit what those bitlinear_group calls give.
-std::vector<Tensor> decoder_tail(const Tensor& a, const Tensor& x, const DecoderTail& layer,
-                                 double norm_eps);
-
 // int8 [M, K] x int8 [K, N] -> int32 [M, N], exactly.
 // algorithm: automatic, tiled, coopmat, coopmat_khr or coopmat2 (matvec is taken as automatic).
 Tensor int8_matmul(const Tensor& a, const Tensor& b,

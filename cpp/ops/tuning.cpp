@@ -35,8 +35,6 @@ std::vector<Knob> make_knobs() {
       {"matvec_strided", nullptr, &Tuning::matvec_strided, 0, 0, {0, 256, 512, 1024}},
       {"matvec_strided_groups", nullptr, &Tuning::matvec_strided_groups, 1, 8},
       {"prepare_split", &Tuning::prepare_split},
-      {"chain_workgroups", nullptr, &Tuning::chain_workgroups, 0, 4096},
-      {"chain_local_size", nullptr, &Tuning::chain_local_size, 0, 0, {256, 512, 1024}},
       {"coopmat_tile", nullptr, nullptr, 0, 0, {}, &Tuning::coopmat_tile, {64, 128}},
       {"coopmat_subgroup_rows", nullptr, &Tuning::coopmat_subgroup_rows, 0, 0, {1, 2, 4, 8}},
       {"coopmat_depth", nullptr, &Tuning::coopmat_depth, 1, 2},

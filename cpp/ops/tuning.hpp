@@ -28,8 +28,6 @@ struct Tuning {
   std::optional<uint32_t> matvec_strided;     // strided grid's local size (0: never)
   std::optional<uint32_t> matvec_strided_groups;  // strided grid's workgroups a multiprocessor
   std::optional<bool> prepare_split;              // spread the pre-pass over chunks of rows
-  std::optional<uint32_t> chain_workgroups;       // decoder_tail's persistent grid (0: never)
-  std::optional<uint32_t> chain_local_size;       // its workgroups' invocations
   // BitLinear, many activation rows (bitlinear_coopmat.comp).
   std::optional<TileSetting> coopmat_tile;
   std::optional<uint32_t> coopmat_subgroup_rows;

@@ -440,9 +440,6 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
            f12.vulkanMemoryModel == VK_TRUE && f13.maintenance4 == VK_TRUE &&
            has_coopmat2(physical, vulkan13,
                         {VK_COMPONENT_TYPE_FLOAT16_NV, VK_COMPONENT_TYPE_FLOAT32_NV, 32, 32, 16})},
-      // Device-scope acquire and release (the persistent decoder_tail's waits).
-      {"vulkan_memory_model",
-       f12.vulkanMemoryModel == VK_TRUE && f12.vulkanMemoryModelDeviceScope == VK_TRUE},
       {"external_memory_host", external_host},
       // 64-bit integers with atomics on storage buffers (top-p sampling's mass sums).
       {"int64_atomics",

@@ -886,11 +886,10 @@ class BitNetModel:
         rows = batch * tokens
         eps = c.rms_norm_eps
         x = _core.embedding(self.embed, ids)
-        qkv = None  # the next layer's q, k and v where the decode step's tail computed them
-        for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, caches)):
+        for layer, (k_cache, v_cache) in zip(self.layers, caches):
             w, norms = layer.proj, layer.norms
             # norm + int8 pre-pass once, then q, k and v (bitlinear_group fuses them).
-            q, k, v = qkv or _core.bitlinear_group(
+            q, k, v = _core.bitlinear_group(
                 x,
                 None,
                 norms["input_layernorm"],
@@ -908,29 +907,11 @@ class BitNetModel:
                 a = _core.decode_attention(
                     q, k, v, self._cos, self._sin, start, k_cache, v_cache, split_keys
                 )
-                # o_proj, the FFN and the next layer's q, k, v: one persistent dispatch where
-                # the device allows (decoder_tail), else the same ops one by one.
-                weights = [w[name]._core for name in ("o", "gate", "up", "down")]
-                tail_norms = [
-                    norms[name]
-                    for name in (
-                        "self_attn.attn_sub_norm",
-                        "post_attention_layernorm",
-                        "mlp.ffn_sub_norm",
-                    )
-                ]
-                if i + 1 < len(self.layers):
-                    after = self.layers[i + 1]
-                    weights += [after.proj[name]._core for name in ("q", "k", "v")]
-                    tail_norms.append(after.norms["input_layernorm"])
-                x, *qkv = _core.decoder_tail(
-                    a.reshape(rows, c.hidden_size), x, weights, tail_norms, eps
+            else:
+                q = _core.rope_append(q, k, v, self._cos, self._sin, start, k_cache, v_cache)
+                a = _core.attention_cached(
+                    q, k_cache, v_cache, start, True, None, self._prefill_float16 and tokens > 8
                 )
-                continue
-            q = _core.rope_append(q, k, v, self._cos, self._sin, start, k_cache, v_cache)
-            a = _core.attention_cached(
-                q, k_cache, v_cache, start, True, None, self._prefill_float16 and tokens > 8
-            )
             (x,) = _core.bitlinear_group(
                 a.reshape(rows, c.hidden_size),
                 None,
@@ -939,17 +920,31 @@ class BitNetModel:
                 [w["o"]._core],
                 [x],
             )
-            g, u = _core.bitlinear_group(
-                x,
-                None,
-                norms["post_attention_layernorm"],
-                eps,
-                [w["gate"]._core, w["up"]._core],
-                [None, None],
-            )
-            (x,) = _core.bitlinear_group(
-                g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x]
-            )
+            if tokens == 1:  # decode: the gate/up dispatch writes relu(gate)^2 * up itself
+                (f,) = _core.bitlinear_group(
+                    x,
+                    None,
+                    norms["post_attention_layernorm"],
+                    eps,
+                    [w["gate"]._core, w["up"]._core],
+                    [None, None],
+                    True,
+                )
+                (x,) = _core.bitlinear_group(
+                    f, None, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x]
+                )
+            else:
+                g, u = _core.bitlinear_group(
+                    x,
+                    None,
+                    norms["post_attention_layernorm"],
+                    eps,
+                    [w["gate"]._core, w["up"]._core],
+                    [None, None],
+                )
+                (x,) = _core.bitlinear_group(
+                    g, u, norms["mlp.ffn_sub_norm"], eps, [w["down"]._core], [x]
+                )
         x = rms_norm(x, self.norm, eps)
         if gather is not None:
             x = _core.embedding(x, gather)  # each sequence's last row

@@ -30,7 +30,6 @@
 #include "bitlinear_common.glsl"
 layout(local_size_x = 256, local_size_x_id = 14) in;
 const uint WG_SIZE = gl_WorkGroupSize.x;
-const uint PREPASS_SIZE = WG_SIZE;
 layout(constant_id = 0) const uint M = 1;
 layout(constant_id = 1) const uint ROWS = 4;
 layout(constant_id = 2) const bool HAS_BIAS = false;
@@ -45,7 +44,9 @@ layout(constant_id = 13) const bool PREFETCH = false;
 layout(constant_id = 8) const bool GATED = false;   // FUSED: quantize relu(x)^2 * up
 layout(constant_id = 9) const uint SHARED_WORDS = 1;  // FUSED: M * Kp / 4
 layout(constant_id = 15) const bool STRIDED = false;
-// VECTORS: the codes masked in place (matvec_dot.glsl's dot_word).
+// VECTORS: each part i of a weight word masked in place (codes times 4^i, one AND) instead of
+// shifted down and masked, multiplied as unsigned bytes (OpSUDot) into an accumulator of its own,
+// the scaled sums shifted down (exactly: sums of multiples of 4^i) and added after the row.
 layout(constant_id = 16) const bool MASKED_CODES = false;
 layout(std430, binding = 0) readonly buffer Weights { uint w[]; };
 layout(std430, binding = 1) readonly buffer Weights4 { uvec4 w4[]; };  // the same tensor
@@ -92,10 +93,107 @@ layout(push_constant) uniform Push { uint n; uint words_per_row; uint rows_per_g
 #include "prepare_common.glsl"
 // Vectors per invocation held in registers: ceil(Kp / 4 / WG_SIZE), at most 16.
 layout(constant_id = 10) const uint CACHED = 16;
-#define INPUT4(source, index) input4[index]
-#define UP4(index) up4[index]
-#define NORM_WEIGHT4(source, index) norm_weight4[index]
-#include "matvec_fused.glsl"
+// The quantized rows, interleaved as bitlinear_prepare writes them, a 16-value block a uvec4.
+shared uvec4 s_x4[(SHARED_WORDS + 3) / 4];
+int row_sums[M];      // each row's sum and scale, the same in every invocation
+float row_scales[M];
+shared float s_reduce[256];
+shared float s_reduce_max[256];
+shared int s_reduce_int[256];
+shared uint s_bad[256];
+shared uint s_sink[WG_SIZE];
+
+// The workgroup's sum (float, fixed order) or max of one value per invocation. One barrier each:
+// the sum, the max and the rows' integer sums use scratch of their own, and each is written again
+// (the next row) only after a later barrier that every invocation reaches after reading it.
+float workgroup_sum(float v) {
+  v = subgroupAdd(v);
+  if (subgroupElect()) s_reduce[gl_SubgroupID] = v;
+  barrier();
+  float total = 0.0;
+  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce[s];
+  return total;
+}
+
+// The max and the rows' integer sums, whose order does not matter: in workgroups of more than 16
+// subgroups (the strided grid's 1024 invocations on the H100; lavapipe's subgroups of 8 from 256)
+// the subgroups' values are read by the lanes of every subgroup (every gl_SubgroupSize-th value a
+// lane) and reduced by subgroup operations, instead of a loop in every invocation over every
+// subgroup's value: faster from 32 subgroups a workgroup, not at 16 (docs/PERFORMANCE.md).
+bool subgroup_reductions() { return gl_NumSubgroups > 16; }
+float workgroup_max(float v) {
+  v = subgroupMax(v);
+  if (subgroupElect()) s_reduce_max[gl_SubgroupID] = v;
+  barrier();
+  float result = 0.0;
+  if (subgroup_reductions()) {
+    for (uint s = gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize)
+      result = max(result, s_reduce_max[s]);
+    return subgroupMax(result);
+  }
+  for (uint s = 0; s < gl_NumSubgroups; ++s) result = max(result, s_reduce_max[s]);
+  return result;
+}
+
+// The total of the subgroups' integer sums in s_reduce_int (after a barrier).
+int workgroup_int_total() {
+  int total = 0;
+  if (subgroup_reductions()) {
+    for (uint s = gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize)
+      total += s_reduce_int[s];
+    return subgroupAdd(total);
+  }
+  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce_int[s];
+  return total;
+}
+
+// sink: a value made of the prefetched weights (PREFETCH), stored once the rows are requested so
+// that the weights are waited for while the rows' loads are in flight, not after the pre-pass.
+void quantize_rows(uint sink) {
+  const uint lane = gl_LocalInvocationID.x;
+  const uint vectors = p.k / 4, padded_vectors = p.words_per_row * 4;
+  uint bad = 0;
+  for (uint m = 0; m < M; ++m) {
+    vec4 cache[CACHED];
+    [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+      const uint v = lane + c * WG_SIZE;
+      cache[c] = v < vectors ? input4[m * vectors + v] : vec4(0.0);
+      if (GATED && v < vectors) {
+        const vec4 g = max(cache[c], vec4(0.0));
+        cache[c] = g * g * up4[m * vectors + v];
+      }
+    }
+    if (PREFETCH && m == 0) s_sink[lane] = sink;
+    if (NORM) {
+      float squares = 0.0;
+      [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[c], cache[c]);
+      const float r = 1.0 / sqrt(workgroup_sum(squares) / float(p.k) + p.norm_eps);
+      [[unroll]] for (uint c = 0; c < CACHED; ++c)
+        if (lane + c * WG_SIZE < vectors)
+          cache[c] = cache[c] * r * norm_weight4[lane + c * WG_SIZE];
+    }
+    float absmax = 0.0;
+    [[unroll]] for (uint c = 0; c < CACHED; ++c)
+      if (lane + c * WG_SIZE < vectors)
+        [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(cache[c][e], absmax, bad);
+    const float scale = divide(127.0, max(workgroup_max(absmax), p.eps));
+    int sum = 0;
+    [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+      const uint v = lane + c * WG_SIZE;
+      if (c * WG_SIZE < padded_vectors) {  // uniform: whole quads stay together
+        const uint word = interleaved_word(cache[c], scale, sum);
+        if (v < padded_vectors) s_x4[(m * padded_vectors + v) >> 2][v & 3u] = word;
+      }
+    }
+    sum = subgroupAdd(sum);  // integer sums: exact in any order
+    if (subgroupElect()) s_reduce_int[gl_SubgroupID] = sum;
+    barrier();  // s_x4 and the subgroups' sums are written
+    row_sums[m] = workgroup_int_total();
+    row_scales[m] = scale;
+  }
+  bad = subgroupAdd(bad);
+  if (gl_WorkGroupID.x == 0 && subgroupElect() && bad > 0) atomicAdd(nonfinite_total, bad);
+}
 
 uvec4 activation_vector(uint index) { return s_x4[index]; }  // block `index` of the quantized rows
 #define ACTIVATIONS(index) activation_vector(index)
@@ -120,7 +218,10 @@ uint row_of(uint first, uint r) { return GATED_OUT ? first : first + r; }
 uint weight_of(uint which, uint r) { return GATED_OUT ? r : which; }
 const uint ROW_STEP = GATED_OUT ? 1 : ROWS;  // output rows a subgroup takes at a time
 
-#include "matvec_dot.glsl"
+int dot16(uvec4 xv, uint word) {
+  return dot4(xv.x, codes(word, 0)) + dot4(xv.y, codes(word, 1)) + dot4(xv.z, codes(word, 2)) +
+         dot4(xv.w, codes(word, 3));
+}
 
 // The UNROLL vectors from c0 of the subgroup's ROWS rows at `first` (whole 16-byte vectors).
 void load_weights(out uvec4 wv[UNROLL][ROWS], uint which, uint first, uint c0, uint vectors,
@@ -168,15 +269,13 @@ void main() {
       [[unroll]] for (uint r = 0; r < ROWS; ++r)
         sink ^= early[u][r].x ^ early[u][r].y ^ early[u][r].z ^ early[u][r].w;
   }
-  const uint bad =
-      quantize_rows(0, p.k, p.words_per_row, p.norm_eps, p.eps, PREFETCH, sink);
-  if (gl_WorkGroupID.x == 0 && subgroupElect() && bad > 0) atomicAdd(nonfinite_total, bad);
+  quantize_rows(sink);
 #endif
   for (uint first = subgroup_first; first < group_end; first += subgroup_step) {
     int acc[M * ROWS];
     [[unroll]] for (uint i = 0; i < M * ROWS; ++i) acc[i] = 0;
-    ivec3 scaled_acc[M * ROWS];  // MASKED_CODES: 4, 16 and 64 times the sums of parts 1, 2 and 3
-    [[unroll]] for (uint i = 0; i < M * ROWS; ++i) scaled_acc[i] = ivec3(0);
+    int scaled_acc[M * ROWS][3];  // MASKED_CODES: 4, 16 and 64 times the sums of parts 1, 2 and 3
+    [[unroll]] for (uint i = 0; i < M * ROWS; ++i) scaled_acc[i] = int[3](0, 0, 0);
     if (VECTORS) {
       const uint vectors = words / 4;
       for (uint c0 = lane; c0 < vectors; c0 += width * UNROLL) {
@@ -195,14 +294,22 @@ void main() {
             [[unroll]] for (uint j = 0; j < 4; ++j) {
               const uvec4 xv = ACTIVATIONS(m * words + c * 4 + j);  // one uvec4 per 16-weight block
               [[unroll]] for (uint r = 0; r < ROWS; ++r) {
-                const uint i = m * ROWS + r;
-                dot_word(acc[i], scaled_acc[i], xv, wv[u][r][j], MASKED_CODES);
+                if (MASKED_CODES) {
+                  const uint word = wv[u][r][j];
+                  acc[m * ROWS + r] += sudot4(xv.x, word & 0x03030303u);
+                  scaled_acc[m * ROWS + r][0] += sudot4(xv.y, word & 0x0C0C0C0Cu);
+                  scaled_acc[m * ROWS + r][1] += sudot4(xv.z, word & 0x30303030u);
+                  scaled_acc[m * ROWS + r][2] += sudot4(xv.w, word & 0xC0C0C0C0u);
+                } else {
+                  acc[m * ROWS + r] += dot16(xv, wv[u][r][j]);
+                }
               }
             }
         }
       }
       if (MASKED_CODES)
-        [[unroll]] for (uint i = 0; i < M * ROWS; ++i) acc[i] += unscaled(scaled_acc[i]);
+        [[unroll]] for (uint i = 0; i < M * ROWS; ++i)
+          acc[i] += (scaled_acc[i][0] >> 2) + (scaled_acc[i][1] >> 4) + (scaled_acc[i][2] >> 6);
     } else {
       for (uint c = lane; c < words; c += width) {
         uint wv[ROWS];

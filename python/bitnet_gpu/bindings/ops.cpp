@@ -110,39 +110,6 @@ void bind_ops(py::module_& m) {
   m.def("bitlinear_group", &ops::bitlinear_group, py::arg("x"), py::arg("up"),
         py::arg("norm_weight"), py::arg("norm_eps"), py::arg("weights"), py::arg("residuals"),
         py::arg("gated_output") = false, release);
-  // weights: o, gate, up, down (and the next layer's q, k, v); norms: attn_sub, post_attention,
-  // ffn_sub (and the next layer's input norm).
-  auto tail = [](const std::vector<const ops::QuantizedWeights*>& weights,
-                 const std::vector<Tensor>& norms) {
-    const bool next = weights.size() == 7;
-    if ((weights.size() != 4 && !next) || norms.size() != (next ? 4u : 3u))
-      throw ArgumentError(
-          "decoder_tail: expected weights o, gate, up, down (and q, k, v) and "
-          "their norms attn_sub, post_attention, ffn_sub (and the next input's)");
-    ops::DecoderTail layer{weights[0], weights[1], weights[2], weights[3],
-                           norms[0],   norms[1],   norms[2]};
-    if (next) {
-      layer.q = weights[4];
-      layer.k = weights[5];
-      layer.v = weights[6];
-      layer.next_input_norm = norms[3];
-    }
-    return layer;
-  };
-  m.def(
-      "decoder_tail",
-      [tail](const Tensor& a, const Tensor& x,
-             const std::vector<const ops::QuantizedWeights*>& weights,
-             const std::vector<Tensor>& norms,
-             double eps) { return ops::decoder_tail(a, x, tail(weights, norms), eps); },
-      py::arg("a"), py::arg("x"), py::arg("weights"), py::arg("norms"), py::arg("eps"), release);
-  m.def(
-      "decoder_tail_workgroups",
-      [tail](const Tensor& x, const std::vector<const ops::QuantizedWeights*>& weights,
-             const std::vector<Tensor>& norms) {
-        return ops::decoder_tail_workgroups(x, tail(weights, norms));
-      },
-      py::arg("x"), py::arg("weights"), py::arg("norms"), release);
   m.def("copy_rows", &ops::copy_rows, py::arg("rows"), py::arg("destination"), py::arg("first_row"),
         release);
   py::enum_<ops::BinaryOp>(m, "BinaryOp")
