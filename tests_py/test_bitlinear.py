@@ -107,8 +107,9 @@ def test_matvec_with_and_without_its_own_pre_pass(device, rng, tune, fused, m, k
 def test_strided_matvec(device, rng, tune, local_size, m, k, n):
     """The fused matvec on one round of large workgroups dealing the rows out subgroup by subgroup
     (matvec_strided, the local size): exact, bit for bit the separate pre-pass's y,
-    with bias, accumulators, bitlinear_group's gated input and residual, and a NaN count. (Not
-    with a fused norm, whose sum of squares would add in another order.)"""
+    with bias, accumulators, bitlinear_group's gated input and residual, and a NaN count. (A fused
+    norm takes it only at 256 invocations, where its sum of squares adds in the pre-pass's order:
+    test_matvec_masked_codes.)"""
     x, q, bias = case(rng, m, k, n)
     tune(fused_matvec=False)
     separate = bg.bitlinear(x, q, bias, return_accumulator=True)
@@ -198,6 +199,8 @@ def fused_matches_separate(rng, tune, x, q, bias, settings):
         (1, 64, 1, 0),
         (1, 8192, 40, 512),
         (2, 6912, 33, 0),
+        (1, 2560, 70, 256),
+        (2, 1000, 33, 256),
     ],
 )
 def test_matvec_masked_codes(device, rng, tune, masked, m, k, n, strided):

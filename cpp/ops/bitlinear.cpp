@@ -506,16 +506,14 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
       weights.size() == 1 ||
       (weights.size() <= 3 && std::none_of(residuals.begin(), residuals.end(),
                                            [](const auto& r) { return r.has_value(); }));
-  // Not with a fused norm: its sum of squares adds in an order that follows the local size, and
-  // the fused norm stays bit for bit the pre-pass's.
-  const auto strided =
-      algorithm == BitLinearAlgorithm::matvec && !gated_output && !fused.norm_weight
-          ? strided_matvec(input, m, k, weights[0]->rows, weights.size())
-          : std::nullopt;
+  // gated_output with whole 16-byte weight vectors: the dispatch writes relu(gate)^2 * up itself.
+  const bool gated_out = gated_output && padded(k) % 64 == 0;
+  const auto strided = algorithm == BitLinearAlgorithm::matvec && gated_output == gated_out
+                           ? strided_matvec(input, m, k, weights[0]->rows, weights.size(),
+                                            gated_out, fused.norm_weight != nullptr)
+                           : std::nullopt;
   if (algorithm == BitLinearAlgorithm::matvec && (strided || can_fuse_matvec(input, m, k)) &&
       one_dispatch && tuning().fused_matvec.value_or(true)) {
-    // gated_output with whole 16-byte weight vectors: the dispatch writes relu(gate)^2 * up itself.
-    const bool gated_out = gated_output && padded(k) % 64 == 0;
     std::vector<Tensor> outputs = allocate(gated_out ? 1 : weights.size());
     Tensor nonfinite = zeroed_counter(device);
     record_matvec_fused(sequence, weights, input, fused, m, residuals[0], residuals[0].has_value(),

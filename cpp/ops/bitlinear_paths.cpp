@@ -122,26 +122,33 @@ bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
 }
 
 std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n,
-                                         size_t weights) {
+                                         size_t weights, bool gated_out, bool norm) {
   const Device& device = x.device();
-  // For one or two rows of 6912 to 16384 values, or of fewer for 8192 outputs or more, one round
-  // of large workgroups quantizing the rows once beats many small ones each quantizing them again
-  // (docs/PERFORMANCE.md).
+  // For one or two rows of 6912 to 16384 values, or of fewer for 8192 rows of weights or more,
+  // one round of large workgroups quantizing the rows once beats many small ones each quantizing
+  // them again (docs/PERFORMANCE.md).
   const bool known = device.info().multiprocessors != 0;
+  const int64_t weight_rows = gated_out ? 2 * n : n;
   const bool long_rows = known && m <= 2 && padded(k) >= 6912 && padded(k) <= 16384;
-  const bool many_rows = known && m <= 2 && padded(k) < 6912 && n >= kStridedOutputs;
+  const bool many_rows = known && m <= 2 && padded(k) < 6912 && weight_rows >= kStridedWeightRows;
   const uint32_t local_size =
       tuning().matvec_strided.value_or(long_rows   ? (padded(k) >= 12288 ? 1024 : 512)
                                        : many_rows ? 256
                                                    : 0);
-  if (local_size == 0 || weights != 1 || !fused_matvec_fits(x, m, k, local_size))
+  // A fused norm's sum of squares adds in an order that follows the local size: only at the
+  // ordinary grid's 256 is it bit for bit the pre-pass's.
+  if (local_size == 0 || weights != (gated_out ? 2u : 1u) || (norm && local_size != 256) ||
+      !fused_matvec_fits(x, m, k, local_size))
     return std::nullopt;
   const uint32_t per_multiprocessor = tuning().matvec_strided_groups.value_or(1024 / local_size);
   // Where the multiprocessor count is unknown (lavapipe), a few workgroups.
   const uint64_t multiprocessors =
       device.info().multiprocessors ? device.info().multiprocessors : 4;
   const uint64_t fill = multiprocessors * per_multiprocessor;
-  const uint64_t rows_per_round = uint64_t{matvec_rows(m, k, n)} * subgroups_in(device, local_size);
+  // A subgroup takes matvec_rows rows at a time, or with gated_out one output (a gate and an up
+  // row).
+  const uint64_t rows_per_round =
+      uint64_t{gated_out ? 1 : matvec_rows(m, k, n)} * subgroups_in(device, local_size);
   const uint64_t needed = (static_cast<uint64_t>(n) + rows_per_round - 1) / rows_per_round;
   return MatvecGrid{local_size,
                     static_cast<uint32_t>(std::max<uint64_t>(1, std::min(fill, needed)))};

@@ -32,8 +32,8 @@ BitLinearAlgorithm matmul_path(const Device& device, BitLinearAlgorithm requeste
 // (the pre-passes' and the fused matvec's CACHED), and the most they hold in registers.
 int64_t lane_vectors(int64_t k, int64_t local_size = 256);
 inline constexpr int64_t kMostLaneVectors = 16;
-// Outputs from which one or two short rows of x take the strided matvec (local size 256).
-inline constexpr int64_t kStridedOutputs = 8192;
+// Rows of weights from which one or two short rows of x take the strided matvec (local size 256).
+inline constexpr int64_t kStridedWeightRows = 8192;
 // Whether the pre-pass can fuse relu(x)^2 * up and an RMS norm in front of the quantization.
 bool can_fuse_input(int64_t k);
 // Whether the pre-pass for a few long rows is spread over chunks of rows (two dispatches).
@@ -60,9 +60,10 @@ struct MatvecGrid {
 bool fused_matvec_fits(const Tensor& x, int64_t m, int64_t k, uint32_t local_size);
 // Whether every matvec workgroup quantizes x itself rather than a separate pre-pass doing it once.
 bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k);
-// The strided grid for one weight and a few long rows, or nullopt for the ordinary one.
+// The strided grid for one weight (or a gate/up pair with gated_out: n outputs from 2n rows) and
+// a few long rows, or nullopt for the ordinary one; norm: with a fused norm.
 std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, int64_t n,
-                                         size_t weights);
+                                         size_t weights, bool gated_out = false, bool norm = false);
 
 // The cooperative-matrix kernel's shape: its m x n output tile and K step, how its 8 subgroups
 // split the tile (subgroup_rows x (8 / subgroup_rows) parts) and how many K steps it loads ahead.
