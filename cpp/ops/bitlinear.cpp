@@ -508,7 +508,7 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
                                            [](const auto& r) { return r.has_value(); }));
   // gated_output with whole 16-byte weight vectors: the dispatch writes relu(gate)^2 * up itself.
   const bool gated_out = gated_output && padded(k) % 64 == 0;
-  const auto strided = algorithm == BitLinearAlgorithm::matvec && gated_output == gated_out
+  const auto strided = algorithm == BitLinearAlgorithm::matvec && (!gated_output || gated_out)
                            ? strided_matvec(input, m, k, weights[0]->rows, weights.size(),
                                             gated_out, fused.norm_weight != nullptr)
                            : std::nullopt;
