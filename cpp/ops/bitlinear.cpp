@@ -318,9 +318,7 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
                                    {15, grid_shape.groups > 0},
                                    {16, matvec_masked_codes(m, gated_out)}});
   const uint32_t subgroups = subgroups_in(*device, grid_shape.local_size);
-  // A subgroup takes `rows` rows at a time, or with gated_out one output row (a gate and an up
-  // row).
-  const uint32_t rows_per_group = gated_out ? subgroups : rows * subgroups;
+  const uint32_t rows_per_group = subgroup_outputs(m, k, w.rows, gated_out) * subgroups;
   auto groups_of = [&](size_t i) {
     if (gated_out && i > 0) return uint64_t{0};
     return i < weights.size()

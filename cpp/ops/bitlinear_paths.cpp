@@ -88,6 +88,10 @@ uint32_t matvec_rows(int64_t m, int64_t k, int64_t n) {
   return tuning().matvec_rows.value_or(four ? 4 : 2);
 }
 
+uint32_t subgroup_outputs(int64_t m, int64_t k, int64_t n, bool gated_out) {
+  return gated_out ? 1 : matvec_rows(m, k, n);
+}
+
 uint32_t matvec_unroll(uint32_t fallback) { return tuning().matvec_unroll.value_or(fallback); }
 
 bool matvec_prefetch(int64_t k, bool gated_out) {
@@ -145,10 +149,8 @@ std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, 
   const uint64_t multiprocessors =
       device.info().multiprocessors ? device.info().multiprocessors : 4;
   const uint64_t fill = multiprocessors * per_multiprocessor;
-  // A subgroup takes matvec_rows rows at a time, or with gated_out one output (a gate and an up
-  // row).
   const uint64_t rows_per_round =
-      uint64_t{gated_out ? 1 : matvec_rows(m, k, n)} * subgroups_in(device, local_size);
+      uint64_t{subgroup_outputs(m, k, n, gated_out)} * subgroups_in(device, local_size);
   const uint64_t needed = (static_cast<uint64_t>(n) + rows_per_round - 1) / rows_per_round;
   return MatvecGrid{local_size,
                     static_cast<uint32_t>(std::max<uint64_t>(1, std::min(fill, needed)))};

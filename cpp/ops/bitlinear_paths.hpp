@@ -41,6 +41,9 @@ bool split_prepare(int64_t k, BitLinearAlgorithm algorithm);
 
 // Output rows a matvec subgroup computes together, and vectors of a row a lane requests at once.
 uint32_t matvec_rows(int64_t m, int64_t k, int64_t n);
+// Outputs a fused matvec subgroup takes at a time: matvec_rows, or with gated_out one (a gate and
+// an up row).
+uint32_t subgroup_outputs(int64_t m, int64_t k, int64_t n, bool gated_out);
 uint32_t matvec_unroll(uint32_t fallback = 1);
 // Whether a fused matvec requests its first weights before its pre-pass.
 bool matvec_prefetch(int64_t k, bool gated_out);
