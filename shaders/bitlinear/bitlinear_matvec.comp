@@ -15,12 +15,12 @@
 // bitlinear_prepare does (optionally relu(x)^2 * up, then an RMS norm, then absmax int8 in the
 // interleaved layout): the rows are a few KiB read from cache, and the decode step saves a
 // dependent dispatch. Workgroup 0 alone counts NaN/Inf values.
-// STRIDED (FUSED, one weight): the grid is one round of workgroups sized to fill the GPU (any
-// local size), and rows are dealt to its subgroups in turn, ROWS at a time, across workgroups
-// first (so that idle subgroups, where the rows run out, are spread over the workgroups):
-// each workgroup quantizes the rows once for many output rows (where quantizing them again in
-// every small workgroup costs more: long rows, or many output rows), and every multiprocessor
-// gets the same share of rows whatever their count.
+// STRIDED (FUSED, one weight or a GATED_OUT pair): the grid is one round of workgroups sized to
+// fill the GPU (any local size), and rows are dealt to its subgroups in turn, ROW_STEP at a time,
+// across workgroups first (so that idle subgroups, where the rows run out, are spread over the
+// workgroups): each workgroup quantizes the rows once for many output rows (where quantizing them
+// again in every small workgroup costs more: long rows, or many output rows), and every
+// multiprocessor gets the same share of rows whatever their count.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #ifdef FUSED
