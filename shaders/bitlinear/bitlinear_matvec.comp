@@ -153,6 +153,13 @@ void quantize_rows(uint sink) {
   const uint lane = gl_LocalInvocationID.x;
   const uint vectors = p.k / 4, padded_vectors = p.words_per_row * 4;
   uint bad = 0;
+  // The norm's weights requested with the rows, not after the sum of squares' barrier.
+  vec4 norm_weights[NORM ? CACHED : 1];
+  if (NORM)
+    [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+      const uint v = lane + c * WG_SIZE;
+      norm_weights[c] = v < vectors ? norm_weight4[v] : vec4(0.0);
+    }
   for (uint m = 0; m < M; ++m) {
     vec4 cache[CACHED];
     [[unroll]] for (uint c = 0; c < CACHED; ++c) {
@@ -170,7 +177,7 @@ void quantize_rows(uint sink) {
       const float r = 1.0 / sqrt(workgroup_sum(squares) / float(p.k) + p.norm_eps);
       [[unroll]] for (uint c = 0; c < CACHED; ++c)
         if (lane + c * WG_SIZE < vectors)
-          cache[c] = cache[c] * r * norm_weight4[lane + c * WG_SIZE];
+          cache[c] = cache[c] * r * norm_weights[c];
     }
     float absmax = 0.0;
     [[unroll]] for (uint c = 0; c < CACHED; ++c)
