@@ -110,11 +110,10 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   // One dispatch for one new token a sequence, D % 4 == 0, D <= 256, up to 8 query heads a KV head
   // and the shared memory it needs; otherwise the two ops it fuses.
   // Its shared memory (shaders/ops/decode_attention.comp): s_q and s_part (256 a head each), s_p,
-  // s_m, s_k_new, s_v_new and s_reduce (256 each), the merge's vec2 and vec4 (256 each) and a flag.
+  // s_k_new and s_v_new (256 each), the merge's vec2 and vec4 (256 each) and a flag.
   const int64_t split_keys = decode_split_keys(heads_per_kv, requested_split);
   const int64_t shared_bytes =
-      4 * (2 * heads_per_kv * 256 + heads_per_kv * split_keys + heads_per_kv + 3 * 256) +
-      (8 + 16) * 256 + 16;
+      4 * (2 * heads_per_kv * 256 + heads_per_kv * split_keys + 2 * 256) + (8 + 16) * 256 + 16;
   const bool fused = shape.rows == shape.batch && shape.d % 4 == 0 && shape.d <= 256 &&
                      heads_per_kv >= 1 && heads_per_kv <= 8 &&
                      shared_bytes <= device->limits().maxComputeSharedMemorySize &&

@@ -17,6 +17,7 @@
 // G * SPLIT <= 256.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "rope_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint G = 1;  // query heads a KV head serves
@@ -61,25 +62,9 @@ shared float s_k_new[256];
 shared float s_v_new[256];
 shared float s_part[G * 256];
 shared vec4 s_p4[G * SPLIT / 4];  // G rows of SPLIT scores, then weights (SPLIT % 4 == 0)
-shared float s_m[G];
-shared float s_reduce[256];
 shared vec2 s_merge_stats[256];  // the merge's (m, l) and value sums of each invocation's splits
 shared vec4 s_merge_sums[256];
 shared bool s_last;
-
-// For each head h < G, the max (or sum) of s_reduce[h * SEGMENT + i] over i < SEGMENT (a power
-// of two), by halving: deterministic, and in s_reduce[h * SEGMENT] afterwards.
-void segment_reduce(uint segment, bool take_max) {
-  const uint lane = gl_LocalInvocationID.x, i = lane % segment;
-  for (uint stride = segment / 2; stride > 0; stride /= 2) {
-    barrier();
-    if (lane < G * segment && i < stride) {
-      const float a = s_reduce[lane], b = s_reduce[lane + stride];
-      s_reduce[lane] = take_max ? max(a, b) : a + b;
-    }
-  }
-  barrier();
-}
 
 // Output vector `i` (dimensions 4i .. 4i + 3) of row `row` (sequence b, head h: b * HQ + h).
 void store_output(uint row, uint i, vec4 value) {
@@ -170,31 +155,35 @@ void main() {
     s_part[head * 256 + lane] = s;
   }
   barrier();
-  if (lane < G * SPLIT) {
-    const uint head = lane / SPLIT, key = lane % SPLIT;
-    float total = 0.0;
-    for (uint t = 0; t < PARTS; ++t) total += s_part[head * 256 + key * PARTS + t];
-    s_p4[lane / 4][lane % 4] = key < count ? total * p.scale : LOWEST;
-  }
-  barrier();
-  // Softmax weights of each head over this split's keys.
-  if (lane < G * SPLIT) s_reduce[lane] = s_p4[lane / 4][lane % 4];
-  segment_reduce(SPLIT, true);
-  if (lane < G) s_m[lane] = s_reduce[lane * SPLIT];
-  if (lane < G * SPLIT) {
-    const uint head = lane / SPLIT, key = lane % SPLIT;
-    s_p4[lane / 4][lane % 4] =
-        key < count ? exp(s_p4[lane / 4][lane % 4] - s_reduce[head * SPLIT]) : 0.0;
-  }
-  barrier();
-  if (lane < G * SPLIT) s_reduce[lane] = s_p4[lane / 4][lane % 4];
-  segment_reduce(SPLIT, false);
+  // Softmax weights of each head over this split's keys, a subgroup a head (no barrier between the
+  // steps: a lane reads back only the scores it wrote): each key's PARTS parts added in order, the
+  // max and the sum of exp(score - max) by subgroup operations.
   const uint record_stride = p.splits * (d + 4);
   const uint record0 = ((b * p.hq + g * G) * p.splits + split) * (d + 4);  // head 0 of the group
-  if (lane < G) {
-    partial[record0 + lane * record_stride] = s_m[lane];
-    partial[record0 + lane * record_stride + 1] = s_reduce[lane * SPLIT];
+  for (uint head = gl_SubgroupID; head < G; head += gl_NumSubgroups) {
+    float top = LOWEST;
+    for (uint key = gl_SubgroupInvocationID; key < SPLIT; key += gl_SubgroupSize) {
+      float total = 0.0;
+      for (uint t = 0; t < PARTS; ++t) total += s_part[head * 256 + key * PARTS + t];
+      const float score = key < count ? total * p.scale : LOWEST;
+      s_p4[(head * SPLIT + key) / 4][key % 4] = score;
+      top = max(top, score);
+    }
+    top = subgroupMax(top);
+    float sum = 0.0;
+    for (uint key = gl_SubgroupInvocationID; key < SPLIT; key += gl_SubgroupSize) {
+      const uint at = head * SPLIT + key;
+      const float w = key < count ? exp(s_p4[at / 4][at % 4] - top) : 0.0;
+      s_p4[at / 4][at % 4] = w;
+      sum += w;
+    }
+    sum = subgroupAdd(sum);
+    if (subgroupElect()) {
+      partial[record0 + head * record_stride] = top;
+      partial[record0 + head * record_stride + 1] = sum;
+    }
   }
+  barrier();
   // Value sums: invocation (subset, e) takes VALUE_SLOTS keys from subset * VALUE_SLOTS of
   // dimension e (weights and values past the split's keys are zero), their weights four at a time
   // where VALUE_SLOTS % 4 == 0.
