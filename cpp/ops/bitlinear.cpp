@@ -295,10 +295,14 @@ void record_matvec_fused(Sequence& sequence, const std::vector<const QuantizedWe
   const uint32_t rows = gated_out ? 2 : matvec_rows(m, k, w.rows);
   const uint32_t subgroup_size = std::max<uint32_t>(1, device->info().subgroup_size);
   // With the first weights requested before the pre-pass, a lane requests all of its vectors of
-  // a row at once (up to 4).
+  // a row at once (up to 4); without, up to 2 of each of two rows (the decode step's gate/up pair
+  // and down_proj, docs/PERFORMANCE.md), and one of each where a subgroup takes more rows.
   const bool prefetch = matvec_prefetch(k, gated_out) && words % 4 == 0;
-  const uint32_t unroll = matvec_unroll(
-      prefetch ? std::clamp<uint32_t>((words / 4 + subgroup_size - 1) / subgroup_size, 1, 4) : 1);
+  const uint32_t row_vectors =  // a lane's vectors of a row
+      std::clamp<uint32_t>((words / 4 + subgroup_size - 1) / subgroup_size, 1, 4);
+  const uint32_t unroll = matvec_unroll(prefetch    ? row_vectors
+                                        : rows == 2 ? std::min<uint32_t>(row_vectors, 2)
+                                                    : 1);
   Kernel kernel = Kernel::builtin(device, dot_variant("bitlinear_matvec", hardware) + "_fused",
                                   {{0, int64_t{m}},
                                    {1, int64_t{rows}},
