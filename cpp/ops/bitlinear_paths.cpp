@@ -107,13 +107,15 @@ bool matvec_masked_codes(int64_t m, bool gated_out) {
 bool fused_matvec_fits(const Tensor& x, int64_t m, int64_t k, uint32_t local_size) {
   const Device& device = x.device();
   const auto& limits = device.limits();
-  // The reduction scratch: four arrays of 256 words, indexed by subgroup, and a word an invocation.
-  const int64_t scratch = 4 * 256 * 4 + 4 * int64_t{local_size};
-  return x.dtype() == DType::float32 && k % 4 == 0 &&
-         lane_vectors(k, local_size) <= kMostLaneVectors &&
+  // The reduction scratch (bitlinear_matvec.comp): three arrays of local_size / 4 words (a word a
+  // subgroup of 4 or more) for each row of x quantized at once, and a word an invocation.
+  const int64_t cached = lane_vectors(k, local_size);
+  const int64_t rows_at_once = std::min<int64_t>(m, cached <= 8 ? 8 / cached : 1);
+  const int64_t scratch = 3 * rows_at_once * (local_size / 4) * 4 + 4 * int64_t{local_size};
+  return x.dtype() == DType::float32 && k % 4 == 0 && cached <= kMostLaneVectors &&
          local_size <= limits.maxComputeWorkGroupInvocations &&
          local_size <= limits.maxComputeWorkGroupSize[0] &&
-         subgroups_in(device, local_size) <= 256 &&
+         subgroups_in(device, local_size) <= local_size / 4 &&
          m * padded(k) + scratch <= limits.maxComputeSharedMemorySize &&
          limits.maxPerStageDescriptorStorageBuffers >= 18;
 }

@@ -97,21 +97,28 @@ layout(constant_id = 10) const uint CACHED = 16;
 shared uvec4 s_x4[(SHARED_WORDS + 3) / 4];
 int row_sums[M];      // each row's sum and scale, the same in every invocation
 float row_scales[M];
-shared float s_reduce[256];
-shared float s_reduce_max[256];
-shared int s_reduce_int[256];
-shared uint s_bad[256];
+// Rows of x quantized together: their values requested at once and each reduction one barrier for
+// all of them, as many as keep ROWS_AT_ONCE * CACHED <= 8 vectors in registers.
+const uint ROWS_LIMIT = CACHED <= 8 ? 8 / CACHED : 1;
+const uint ROWS_AT_ONCE = ROWS_LIMIT < M ? ROWS_LIMIT : M;
+// Scratch slots a row: one a subgroup (subgroups of 4 invocations or more; the host checks).
+const uint SLOTS = WG_SIZE / 4;
+shared float s_reduce[ROWS_AT_ONCE * SLOTS];
+shared float s_reduce_max[ROWS_AT_ONCE * SLOTS];
+shared int s_reduce_int[ROWS_AT_ONCE * SLOTS];
 shared uint s_sink[WG_SIZE];
 
-// The workgroup's sum (float, fixed order) or max of one value per invocation. One barrier each:
-// the sum, the max and the rows' integer sums use scratch of their own, and each is written again
-// (the next row) only after a later barrier that every invocation reaches after reading it.
-float workgroup_sum(float v) {
+// Each subgroup's share of the workgroup's sum (float, fixed order: lanes, then subgroup by
+// subgroup), max or integer sum of row slot g, one value an invocation; the totals after a
+// barrier. The three use scratch of their own, and each is written again (the next rows) only
+// after a later barrier that every invocation reaches after reading it.
+void publish_sum(uint g, float v) {
   v = subgroupAdd(v);
-  if (subgroupElect()) s_reduce[gl_SubgroupID] = v;
-  barrier();
+  if (subgroupElect()) s_reduce[g * SLOTS + gl_SubgroupID] = v;
+}
+float total_sum(uint g) {
   float total = 0.0;
-  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce[s];
+  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce[g * SLOTS + s];
   return total;
 }
 
@@ -121,29 +128,32 @@ float workgroup_sum(float v) {
 // lane) and reduced by subgroup operations, instead of a loop in every invocation over every
 // subgroup's value: faster from 32 subgroups a workgroup, not at 16 (docs/PERFORMANCE.md).
 bool subgroup_reductions() { return gl_NumSubgroups > 16; }
-float workgroup_max(float v) {
+void publish_max(uint g, float v) {
   v = subgroupMax(v);
-  if (subgroupElect()) s_reduce_max[gl_SubgroupID] = v;
-  barrier();
+  if (subgroupElect()) s_reduce_max[g * SLOTS + gl_SubgroupID] = v;
+}
+float total_max(uint g) {
   float result = 0.0;
   if (subgroup_reductions()) {
     for (uint s = gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize)
-      result = max(result, s_reduce_max[s]);
+      result = max(result, s_reduce_max[g * SLOTS + s]);
     return subgroupMax(result);
   }
-  for (uint s = 0; s < gl_NumSubgroups; ++s) result = max(result, s_reduce_max[s]);
+  for (uint s = 0; s < gl_NumSubgroups; ++s) result = max(result, s_reduce_max[g * SLOTS + s]);
   return result;
 }
-
-// The total of the subgroups' integer sums in s_reduce_int (after a barrier).
-int workgroup_int_total() {
+void publish_int(uint g, int v) {
+  v = subgroupAdd(v);  // integer sums: exact in any order
+  if (subgroupElect()) s_reduce_int[g * SLOTS + gl_SubgroupID] = v;
+}
+int total_int(uint g) {
   int total = 0;
   if (subgroup_reductions()) {
     for (uint s = gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize)
-      total += s_reduce_int[s];
+      total += s_reduce_int[g * SLOTS + s];
     return subgroupAdd(total);
   }
-  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce_int[s];
+  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_reduce_int[g * SLOTS + s];
   return total;
 }
 
@@ -160,43 +170,62 @@ void quantize_rows(uint sink) {
       const uint v = lane + c * WG_SIZE;
       norm_weights[c] = v < vectors ? norm_weight4[v] : vec4(0.0);
     }
-  for (uint m = 0; m < M; ++m) {
-    vec4 cache[CACHED];
-    [[unroll]] for (uint c = 0; c < CACHED; ++c) {
-      const uint v = lane + c * WG_SIZE;
-      cache[c] = v < vectors ? input4[m * vectors + v] : vec4(0.0);
-      if (GATED && v < vectors) {
-        const vec4 g = max(cache[c], vec4(0.0));
-        cache[c] = g * g * up4[m * vectors + v];
+  for (uint first = 0; first < M; first += ROWS_AT_ONCE) {
+    vec4 cache[ROWS_AT_ONCE][CACHED];  // row first + g in slot g; zeros past M
+    [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
+      const uint m = first + g;
+      [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+        const uint v = lane + c * WG_SIZE;
+        const bool inside = m < M && v < vectors;
+        cache[g][c] = inside ? input4[m * vectors + v] : vec4(0.0);
+        if (GATED && inside) {
+          const vec4 x = max(cache[g][c], vec4(0.0));
+          cache[g][c] = x * x * up4[m * vectors + v];
+        }
       }
     }
-    if (PREFETCH && m == 0) s_sink[lane] = sink;
+    if (PREFETCH && first == 0) s_sink[lane] = sink;
     if (NORM) {
-      float squares = 0.0;
-      [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[c], cache[c]);
-      const float r = 1.0 / sqrt(workgroup_sum(squares) / float(p.k) + p.norm_eps);
+      [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
+        float squares = 0.0;
+        [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[g][c], cache[g][c]);
+        publish_sum(g, squares);
+      }
+      barrier();
+      [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
+        const float r = 1.0 / sqrt(total_sum(g) / float(p.k) + p.norm_eps);
+        [[unroll]] for (uint c = 0; c < CACHED; ++c)
+          if (lane + c * WG_SIZE < vectors)
+            cache[g][c] = cache[g][c] * r * norm_weights[c];
+      }
+    }
+    [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
+      float absmax = 0.0;
       [[unroll]] for (uint c = 0; c < CACHED; ++c)
         if (lane + c * WG_SIZE < vectors)
-          cache[c] = cache[c] * r * norm_weights[c];
+          [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(cache[g][c][e], absmax, bad);
+      publish_max(g, absmax);
     }
-    float absmax = 0.0;
-    [[unroll]] for (uint c = 0; c < CACHED; ++c)
-      if (lane + c * WG_SIZE < vectors)
-        [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(cache[c][e], absmax, bad);
-    const float scale = divide(127.0, max(workgroup_max(absmax), p.eps));
-    int sum = 0;
-    [[unroll]] for (uint c = 0; c < CACHED; ++c) {
-      const uint v = lane + c * WG_SIZE;
-      if (c * WG_SIZE < padded_vectors) {  // uniform: whole quads stay together
-        const uint word = interleaved_word(cache[c], scale, sum);
-        if (v < padded_vectors) s_x4[(m * padded_vectors + v) >> 2][v & 3u] = word;
+    barrier();
+    [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
+      const uint m = first + g;
+      const float scale = divide(127.0, max(total_max(g), p.eps));
+      int sum = 0;
+      if (m < M) {  // uniform
+        [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+          const uint v = lane + c * WG_SIZE;
+          if (c * WG_SIZE < padded_vectors) {  // uniform: whole quads stay together
+            const uint word = interleaved_word(cache[g][c], scale, sum);
+            if (v < padded_vectors) s_x4[(m * padded_vectors + v) >> 2][v & 3u] = word;
+          }
+        }
+        row_scales[m] = scale;
       }
+      publish_int(g, sum);
     }
-    sum = subgroupAdd(sum);  // integer sums: exact in any order
-    if (subgroupElect()) s_reduce_int[gl_SubgroupID] = sum;
     barrier();  // s_x4 and the subgroups' sums are written
-    row_sums[m] = workgroup_int_total();
-    row_scales[m] = scale;
+    [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g)
+      if (first + g < M) row_sums[first + g] = total_int(g);
   }
   bad = subgroupAdd(bad);
   if (gl_WorkGroupID.x == 0 && subgroupElect() && bad > 0) atomicAdd(nonfinite_total, bad);
