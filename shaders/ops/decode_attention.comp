@@ -166,7 +166,8 @@ void main() {
       float total = 0.0;
       for (uint t = 0; t < PARTS; ++t) total += s_part[head * 256 + key * PARTS + t];
       const float score = key < count ? total * p.scale : LOWEST;
-      s_p4[(head * SPLIT + key) / 4][key % 4] = score;
+      const uint at = head * SPLIT + key;
+      s_p4[at / 4][at % 4] = score;
       top = max(top, score);
     }
     top = subgroupMax(top);
