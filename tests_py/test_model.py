@@ -56,7 +56,7 @@ def test_forward_with_tied_float16_embedding():
     assert model.lm_head is model.embed
 
 
-@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix2_float16')")
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_khr_float16')")
 def test_float16_prefill_attention_stays_near_float32():
     """prefill_attention="float16" (GPU only): a 40-token prefill's logits within 2e-2 of the
     float32 model's (the attention outputs move by about 1e-3 of |v|; the int8 quantization of
@@ -75,7 +75,9 @@ def test_float16_prefill_attention_stays_near_float32():
 
 def test_prefill_attention_is_checked():
     features = bg.default_device().info.features
-    match = "head dim 16" if features.get("cooperative_matrix2_float16") else "matrices 2"
+    match = (
+        "head dim 16" if features.get("cooperative_matrix_khr_float16") else "float16 cooperative"
+    )
     with pytest.raises(bg.UnsupportedError, match=match):
         BitNetModel(_tiny(), prefill_attention="float16")
     with pytest.raises(bg.ArgumentError, match="precision"):

@@ -81,19 +81,22 @@ struct KeyLayout {
   const Tensor* start = nullptr;
 };
 
-// The float16 tensor-core path's query rows a workgroup (BR in attention_coopmat2.comp): 64
-// measured faster than 32 and 128 at 2048 tokens of D = 128 on the H100 (docs/PERFORMANCE.md).
-constexpr int64_t kCoopmat2Rows = 64;
+// The float16 tensor-core path's invocations a workgroup (INVOCATIONS in attention_coopmat.comp,
+// which takes 16 query rows a subgroup of 32) for `queries` query rows a sequence: 256 from
+// kWideFromQueries (each key tile staged once for 128 rows), else 128 (more workgroups for short
+// sequences). The fastest measured on the H100 (docs/PERFORMANCE.md).
+constexpr int64_t kWideFromQueries = 1024;
+int64_t coopmat_invocations(int64_t queries) { return queries >= kWideFromQueries ? 256 : 128; }
 
 // Checks that the device and head dimension d allow attention in float16 on tensor cores.
 void require_float16_attention(const Device& device, int64_t d) {
-  if (!device.feature("cooperative_matrix2_float16"))
+  if (!device.feature("cooperative_matrix_khr_float16"))
     throw UnsupportedError(
-        "attention in float16 needs float16 cooperative matrices 2 (VK_NV_cooperative_matrix2 "
-        "with workgroup scope, tensor addressing and reductions, Vulkan 1.3), which device '" +
+        "attention in float16 needs float16 cooperative matrices (VK_KHR_cooperative_matrix with "
+        "16 x 16 x 16 float16 products and float32 sums in subgroups of 32, Vulkan 1.3), which "
+        "device '" +
         device.info().name + "' does not have");
-  // Above 128 its matrices outgrow the registers: D = 256 ran 2.7 times slower than float32 on
-  // the H100, after a minute and a half building the pipeline.
+  // Past 128 its staged keys and values outgrow 48 KiB of shared memory.
   if (d % 32 != 0 || d > 128)
     throw UnsupportedError("attention in float16: head dim " + std::to_string(d) +
                            ": expected 32, 64, 96 or 128");
@@ -146,12 +149,14 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
   }
   // Many queries a sequence and D <= 256: blocks of 32 queries (64 for long ones) share each key
   // tile (attention_tiled.comp, where the device shuffles within subgroups of 8 or more); in
-  // float16, blocks of kCoopmat2Rows (attention_coopmat2.comp). block_rows 0: a workgroup a query.
+  // float16, blocks of 64 or 128 (attention_coopmat.comp). block_rows 0: a workgroup a query.
   const auto [kernel, block_rows] = [&]() -> std::pair<Kernel, int64_t> {
-    if (float16)
-      return {Kernel::builtin(device, float_variant("attention_coopmat2", q.dtype()),
-                              {{0, causal}, {1, from_start}, {2, kCoopmat2Rows}, {3, d}}),
-              kCoopmat2Rows};
+    if (float16) {
+      const int64_t invocations = coopmat_invocations(keys.seq_tokens);
+      return {Kernel::builtin(device, float_variant("attention_coopmat", q.dtype()),
+                              {{0, causal}, {1, from_start}, {2, d}, {3, invocations}}),
+              invocations / 2};
+    }
     const uint32_t tile_keys = tiled_keys(*device, d, keys.seq_tokens);
     const bool tiled = d <= kTiledMostD && tile_keys > 0 &&
                        device->info().features.at("subgroup_shuffle8") &&

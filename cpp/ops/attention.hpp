@@ -11,7 +11,8 @@ namespace bitnet::ops {
 // (only their first `kv_length` rows are read: a KV cache), HQ a multiple of HKV, D <= 256.
 // causal: query i sits at position L - TQ + i and sees keys up to it (needs L >= TQ).
 // float16: q, k, v and the softmax weights rounded to float16 for the products, on tensor cores
-// (attention_coopmat2.comp; the device feature "cooperative_matrix2_float16", D 32, 64, 96 or 128).
+// (attention_coopmat.comp; the device feature "cooperative_matrix_khr_float16", D 32, 64, 96 or
+// 128).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                  std::optional<int64_t> kv_length, const std::optional<Tensor>& out = {},
                  bool float16 = false);

@@ -124,13 +124,14 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     want.pNext = &coopmat;
   }
 
-  // The KHR BitLinear kernel, and cooperative matrices 2, which build on the KHR extension; the
-  // BitLinear kernel of the latter takes a buffer device address in its decode function.
+  // The KHR BitLinear and attention kernels, and cooperative matrices 2, which build on the KHR
+  // extension; the BitLinear kernel of the latter takes a buffer device address in its decode
+  // function.
   CooperativeMatrixFeaturesKhr coopmat_khr;
   CooperativeMatrix2FeaturesNv coopmat2;
-  const bool with_coopmat2 =
-      info_.features["cooperative_matrix2_int8"] || info_.features["cooperative_matrix2_float16"];
-  if (with_coopmat2 || info_.features["cooperative_matrix_khr_int8"]) {
+  const bool with_coopmat2 = info_.features["cooperative_matrix2_int8"];
+  if (with_coopmat2 || info_.features["cooperative_matrix_khr_int8"] ||
+      info_.features["cooperative_matrix_khr_float16"]) {
     extensions.push_back(kKhrCooperativeMatrix);
     coopmat_khr.cooperativeMatrix = VK_TRUE;
     coopmat_khr.pNext = want.pNext;

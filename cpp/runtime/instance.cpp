@@ -124,26 +124,43 @@ bool has_int8_cooperative_matrix(VkPhysicalDevice physical) {
   });
 }
 
-// Whether VK_KHR_cooperative_matrix offers the same multiply (not saturating), on Vulkan 1.3 (the
-// KHR kernel's SPIR-V is 1.6), for shaders/bitlinear/bitlinear_coopmat_khr.comp.
-bool has_int8_cooperative_matrix_khr(VkPhysicalDevice physical, bool vulkan13) {
+// The multiplies VK_KHR_cooperative_matrix lists for `physical` (none before Vulkan 1.3, whose
+// SPIR-V 1.6 the KHR kernels need, or under a validation layer too old for the extension).
+std::vector<CooperativeMatrixPropertiesKhr> khr_cooperative_matrices(VkPhysicalDevice physical,
+                                                                     bool vulkan13) {
   const auto instance = Instance::get();
   if (instance->validation_enabled() &&
       instance->validation_layer_version() < kKhrCoopmatValidationVersion)
-    return false;
-  if (!vulkan13 || !has_extension(physical, kKhrCooperativeMatrix)) return false;
+    return {};
+  if (!vulkan13 || !has_extension(physical, kKhrCooperativeMatrix)) return {};
   CooperativeMatrixFeaturesKhr coopmat;
   VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   features.pNext = &coopmat;
   vkGetPhysicalDeviceFeatures2(physical, &features);
-  if (!coopmat.cooperativeMatrix) return false;
+  if (!coopmat.cooperativeMatrix) return {};
   auto properties_of = reinterpret_cast<GetCooperativeMatrixProperties>(vkGetInstanceProcAddr(
       instance->handle(), "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
-  if (!properties_of) return false;
-  const auto shapes = listed<CooperativeMatrixPropertiesKhr>(
+  if (!properties_of) return {};
+  return listed<CooperativeMatrixPropertiesKhr>(
       properties_of, physical, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+}
+
+// Whether VK_KHR_cooperative_matrix offers the int8 multiply (not saturating), for
+// shaders/bitlinear/bitlinear_coopmat_khr.comp.
+bool has_int8_cooperative_matrix_khr(const std::vector<CooperativeMatrixPropertiesKhr>& shapes) {
   return std::any_of(shapes.begin(), shapes.end(), [](const CooperativeMatrixPropertiesKhr& s) {
     return int8_16x16x32(s, s.ResultType) && !s.saturatingAccumulation;
+  });
+}
+
+// Whether it offers float16 x float16 -> float32 at 16 x 16 x 16 in subgroups, for
+// shaders/ops/attention_coopmat.comp.
+bool has_float16_cooperative_matrix_khr(const std::vector<CooperativeMatrixPropertiesKhr>& shapes) {
+  return std::any_of(shapes.begin(), shapes.end(), [](const CooperativeMatrixPropertiesKhr& s) {
+    return s.MSize == 16 && s.NSize == 16 && s.KSize == 16 &&
+           s.AType == VK_COMPONENT_TYPE_FLOAT16_NV && s.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+           s.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+           s.ResultType == VK_COMPONENT_TYPE_FLOAT32_NV && s.scope == VK_SCOPE_SUBGROUP_NV;
   });
 }
 
@@ -157,8 +174,7 @@ struct Coopmat2Shape {
 // Whether the device offers cooperative matrices 2 with workgroup scope, tensor addressing,
 // per-element operations, conversions and reductions, and the products of `shape`, on Vulkan 1.3
 // (their SPIR-V is 1.6): what shaders/bitlinear/bitlinear_coopmat2.comp (int8, tiles of multiples
-// of 32) and shaders/ops/attention_coopmat2.comp (float16, multiples of 32 x 32 x 16) are written
-// for.
+// of 32) is written for.
 bool has_coopmat2(VkPhysicalDevice physical, bool vulkan13, const Coopmat2Shape& shape) {
   const auto instance = Instance::get();
   if (instance->validation_enabled() &&
@@ -406,6 +422,7 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
 
   const bool nv_coopmat = has_extension(physical, "VK_NV_cooperative_matrix");
   const bool khr_coopmat = has_extension(physical, "VK_KHR_cooperative_matrix");
+  const auto khr_shapes = khr_cooperative_matrices(physical, vulkan13);
   info.features = {
       {"float16", f12.shaderFloat16 == VK_TRUE},
       {"float64", features.features.shaderFloat64 == VK_TRUE},
@@ -425,7 +442,15 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       // The same multiply through VK_KHR_cooperative_matrix.
       {"cooperative_matrix_khr_int8", subgroup.subgroupSize == 32 && f12.shaderInt8 == VK_TRUE &&
                                           f12.vulkanMemoryModel == VK_TRUE &&
-                                          has_int8_cooperative_matrix_khr(physical, vulkan13)},
+                                          has_int8_cooperative_matrix_khr(khr_shapes)},
+      // Float16 products with float32 sums in subgroups of 32 (with shuffles): prefill attention
+      // in float16.
+      {"cooperative_matrix_khr_float16",
+       subgroup.subgroupSize == 32 && f12.shaderFloat16 == VK_TRUE &&
+           f12.vulkanMemoryModel == VK_TRUE &&
+           (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 &&
+           (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_VOTE_BIT) != 0 &&
+           has_float16_cooperative_matrix_khr(khr_shapes)},
       // The same on cooperative matrices 2 (workgroup scope, tensor addressing; the ternary codes
       // decoded in the load), with buffer device addresses (the decode function's argument).
       {"cooperative_matrix2_int8",
@@ -434,12 +459,6 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
            f13.maintenance4 == VK_TRUE &&
            has_coopmat2(physical, vulkan13,
                         {VK_COMPONENT_TYPE_SINT8_NV, VK_COMPONENT_TYPE_SINT32_NV, 32, 32, 32})},
-      // Float16 products with float32 sums on them: prefill attention in float16.
-      {"cooperative_matrix2_float16",
-       f12.shaderFloat16 == VK_TRUE && f11.storageBuffer16BitAccess == VK_TRUE &&
-           f12.vulkanMemoryModel == VK_TRUE && f13.maintenance4 == VK_TRUE &&
-           has_coopmat2(physical, vulkan13,
-                        {VK_COMPONENT_TYPE_FLOAT16_NV, VK_COMPONENT_TYPE_FLOAT32_NV, 32, 32, 16})},
       {"external_memory_host", external_host},
       // 64-bit integers with atomics on storage buffers (top-p sampling's mass sums).
       {"int64_atomics",

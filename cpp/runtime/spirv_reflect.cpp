@@ -13,6 +13,7 @@ namespace {
 enum : uint32_t {
   OpEntryPoint = 15,
   OpExecutionMode = 16,
+  OpExecutionModeId = 331,
   OpTypeBool = 20,
   OpTypeInt = 21,
   OpTypeFloat = 22,
@@ -49,6 +50,7 @@ enum : uint32_t {
   StoragePushConstant = 9,
   StorageStorageBuffer = 12,
   ModeLocalSize = 17,
+  ModeLocalSizeId = 38,
   ModelGLCompute = 5,
 };
 
@@ -141,6 +143,7 @@ KernelInterface reflect_spirv(std::span<const uint32_t> words, std::string_view 
   KernelInterface interface;
   std::optional<uint32_t> entry_id;
   std::unordered_map<uint32_t, std::array<uint32_t, 3>> local_sizes;
+  std::unordered_map<uint32_t, std::array<uint32_t, 3>> local_size_ids;  // SPIR-V 1.6's form
 
   for (size_t i = 5; i < words.size();) {
     const uint32_t opcode = words[i] & 0xffffu;
@@ -161,6 +164,9 @@ KernelInterface reflect_spirv(std::span<const uint32_t> words, std::string_view 
         break;
       case OpExecutionMode:
         if (count >= 6 && op[2] == ModeLocalSize) local_sizes[op[1]] = {op[3], op[4], op[5]};
+        break;
+      case OpExecutionModeId:
+        if (count >= 6 && op[2] == ModeLocalSizeId) local_size_ids[op[1]] = {op[3], op[4], op[5]};
         break;
       case OpTypeBool:
         m.types[op[1]] = Type{opcode};
@@ -237,12 +243,9 @@ KernelInterface reflect_spirv(std::span<const uint32_t> words, std::string_view 
                                                  : SpecType::uint32;
     interface.spec_constants[decos->second.at(DecorationSpecId)] = {kind, spec.second};
   }
-  // local_size_x_id and friends: a spec-constant composite decorated BuiltIn WorkgroupSize.
-  for (const auto& [id, parts] : m.composites) {
-    auto decos = m.decorations.find(id);
-    if (decos == m.decorations.end() || !decos->second.count(DecorationBuiltIn) ||
-        decos->second.at(DecorationBuiltIn) != BuiltInWorkgroupSize || parts.size() != 3)
-      continue;
+  // local_size_x_id and friends: a spec-constant composite decorated BuiltIn WorkgroupSize
+  // (SPIR-V before 1.6), or the entry point's LocalSizeId execution mode (1.6).
+  const auto sized_by = [&](const std::vector<uint32_t>& parts) {
     for (int axis = 0; axis < 3; ++axis) {
       if (auto constant = m.constants.find(parts[axis]); constant != m.constants.end())
         interface.local_size[axis] = constant->second;
@@ -252,7 +255,16 @@ KernelInterface reflect_spirv(std::span<const uint32_t> words, std::string_view 
         interface.local_size[axis] = m.spec.at(parts[axis]).second;
       }
     }
+  };
+  for (const auto& [id, parts] : m.composites) {
+    auto decos = m.decorations.find(id);
+    if (decos == m.decorations.end() || !decos->second.count(DecorationBuiltIn) ||
+        decos->second.at(DecorationBuiltIn) != BuiltInWorkgroupSize || parts.size() != 3)
+      continue;
+    sized_by(parts);
   }
+  if (auto ids = local_size_ids.find(*entry_id); ids != local_size_ids.end())
+    sized_by({ids->second.begin(), ids->second.end()});
 
   std::map<uint32_t, bool> bindings;
   for (const auto& [pointer_type, id] : m.variables) {

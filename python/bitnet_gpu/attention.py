@@ -58,7 +58,7 @@ def attention(q, k, v, causal=True, *, kv_length=None, precision="float32", out=
     precision: "float32" (the products in float32), or "float16": q, k, v and the softmax weights
     rounded to float16 for the products, float32 sums, on tensor cores (PyTorch's float16 SDPA
     rounds the same way; docs/NUMERICS.md). "float16" needs the device feature
-    "cooperative_matrix2_float16" and D of 32, 64, 96 or 128 (UnsupportedError otherwise)."""
+    "cooperative_matrix_khr_float16" and D of 32, 64, 96 or 128 (UnsupportedError otherwise)."""
     tq, as_tensor = _tensor(q, "q", None, _FLOATS)
     tk, tv = _like(k, tq.device, "k"), _like(v, tq.device, "v")
     outputs = _Outputs(out, [("out", tuple(tq.shape), np.dtype(tq.dtype))])

@@ -431,8 +431,8 @@ class BitNetModel:
         stream() yields a chunk's ids as it arrives); 1 replays the graph once a token.
         prefill_attention: "float32", or "float16": attention over more than 8 new tokens a
         sequence (prefill) with q, k, v and the weights rounded to float16 on tensor cores
-        (bitnet_gpu.attention's precision; 1.9 times faster at 2048 tokens on the H100; the device
-        feature "cooperative_matrix2_float16" and a head dim of 32 to 128, UnsupportedError
+        (bitnet_gpu.attention's precision; 4.3 times faster at 2048 tokens on the H100; the device
+        feature "cooperative_matrix_khr_float16" and a head dim of 32 to 128, UnsupportedError
         otherwise). Decode steps keep float32."""
         from . import default_device
 
