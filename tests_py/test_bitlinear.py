@@ -229,6 +229,8 @@ def test_matvec_masked_codes(device, rng, tune, masked, m, k, n, strided):
         (1, 4096, "fused"),
         (2, 4096, "fused"),
         (3, 4096, "pre-pass"),
+        (3, 2560, "pre-pass"),
+        (4, 1024, "pre-pass"),
         (4, 8192, "pre-pass"),
         (1, 16400, "pre-pass"),
     ],
@@ -236,14 +238,14 @@ def test_matvec_masked_codes(device, rng, tune, masked, m, k, n, strided):
 def test_matvec_default_grid(device, rng, m, k, expected):
     """Which matvec runs by default: strided (one fused dispatch) for one or two float32 rows of
     6912 to 16384 values where the multiprocessor count is known (the H100), else the ordinary
-    fused matvec up to 8192 values of x (16384 for two rows), else a separate pre-pass (the split
+    fused matvec for one or two rows up to 16384 values of x, else a separate pre-pass (the split
     one from K = 12288)."""
     x, q, _ = case(rng, m, k, 64)
     with bg.profile(device) as p:
         bg.bitlinear(x, q)
     kernels = [name for name, _ in p.timings if name.startswith("bitlinear")]  # not the copies back
     if expected == "strided" and not device.info.multiprocessors:
-        expected = "fused" if m * k <= (16384 if m <= 2 else 8192) else "pre-pass"
+        expected = "fused" if m <= 2 and m * k <= 16384 else "pre-pass"
     if expected == "pre-pass":
         assert kernels[-1].startswith("bitlinear_matvec") and not kernels[-1].endswith("_fused")
         assert (
@@ -258,9 +260,9 @@ def test_matvec_default_grid(device, rng, m, k, expected):
 
 
 def test_fused_matvec_limit_setting(device, rng, tune):
-    """fused_matvec_most moves the 8192 values of x up to which every matvec
-    workgroup quantizes x itself: (4, 2560) takes the pre-pass by default, one fused dispatch
-    under 16384, exact either way; a value out of range raises naming it."""
+    """fused_matvec_most moves the values of x up to which every matvec workgroup quantizes x
+    itself (none from three rows by default): (4, 2560) takes the pre-pass by default, one fused
+    dispatch under 16384, exact either way; a value out of range raises naming it."""
     x, q, bias = case(rng, 4, 2560, 40)
     for most, fused in [(None, False), (16384, True)]:
         tune(fused_matvec_most=most)

@@ -121,9 +121,9 @@ bool fused_matvec_fits(const Tensor& x, int64_t m, int64_t k, uint32_t local_siz
 }
 
 bool can_fuse_matvec(const Tensor& x, int64_t m, int64_t k) {
-  // Past 8192 values of x (16384 for two rows) every workgroup quantizing them again costs more
-  // than the separate pre-pass's dispatch.
-  const int64_t most = tuning().fused_matvec_most.value_or(m <= 2 ? 16384 : 8192);
+  // One or two rows of up to 16384 values: past that every workgroup quantizing x again costs
+  // more than the separate pre-pass's dispatch, as it did from three rows (docs/PERFORMANCE.md).
+  const int64_t most = tuning().fused_matvec_most.value_or(m <= 2 ? 16384 : 0);
   return m * padded(k) <= most && fused_matvec_fits(x, m, k, 256);
 }
 
