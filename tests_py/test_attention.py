@@ -82,11 +82,14 @@ def check_float16_attention(q, k, v, out, causal=True, kv_length=None):
         (100, 300, 4, 4, 96, True),
         (64, 64, 3, 1, 128, True),
         (20, 513, 2, 2, 128, False),
+        (1030, 1030, 4, 1, 96, True),
+        (1100, 1200, 2, 2, 32, False),
     ],
 )
 def test_float16_attention_on_tensor_cores(device, rng, tq, l, hq, hkv, d, causal):
     """precision="float16" (GPU only): partial query blocks and key tiles, keys past the queries,
-    grouped heads, every head dimension; float32 and float16 tensors."""
+    grouped heads, every head dimension, workgroups of 64 and (from 1024 queries) 128 query rows;
+    float32 and float16 tensors."""
     q, k, v = qkv(rng, tq, l, hq, hkv, d)
     out = np.full(q.shape, np.nan, np.float32)
     assert bg.attention(q, k, v, causal, precision="float16", out=out) is out
