@@ -76,8 +76,8 @@ layout(push_constant) uniform Push {
 // q's rows while they are staged, then a tile's keys (BC rows) and values (BC rows).
 shared uvec4 rows_of[STAGED_ROWS * STRIDE];
 const uint VALUES = BC * STRIDE;
-// Each matrix type has its own array: on the H100, float32 matrices stored into and loaded from a
-// uvec4 array, and float16 ones from a vec4 array, were wrong.
+// The float32 matrices (scores, corrections, output) and the float16 weights, each in an array of
+// its own element type.
 shared float scratch[SUBGROUPS * SCRATCH];
 shared uvec4 weights[SUBGROUPS * 16 * P_STRIDE];
 
