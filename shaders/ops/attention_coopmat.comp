@@ -44,6 +44,10 @@ const uint KV_VECTORS = BC * VECTORS;                          // a tile's keys 
 const uint KV_LOADS = (KV_VECTORS + INVOCATIONS - 1) / INVOCATIONS;
 const uint FRAGMENTS = D / 16;
 
+// Eight float32 values as float16, in one uvec4.
+uvec4 halves_of(const vec4 a, const vec4 b) {
+  return uvec4(packHalf2x16(a.xy), packHalf2x16(a.zw), packHalf2x16(b.xy), packHalf2x16(b.zw));
+}
 #ifdef INPUT_F16
 layout(std430, binding = 0) readonly buffer Q { uvec4 q8[]; };  // [TQ, HQ, D]
 layout(std430, binding = 1) readonly buffer K { uvec4 k8[]; };  // [>= L, HKV, D]
@@ -62,10 +66,7 @@ layout(std430, binding = 3) writeonly buffer O { vec4 o4[]; };
 struct Raw { vec4 a, b; };
 #define LOAD_RAW(array, index) Raw(array##4[2 * (index)], array##4[2 * (index) + 1])
 #define ZERO_RAW Raw(vec4(0.0), vec4(0.0))
-uvec4 halves(const Raw r) {
-  return uvec4(packHalf2x16(r.a.xy), packHalf2x16(r.a.zw), packHalf2x16(r.b.xy),
-               packHalf2x16(r.b.zw));
-}
+uvec4 halves(const Raw r) { return halves_of(r.a, r.b); }
 #endif
 layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] or [B] with FROM_START
 layout(push_constant) uniform Push {
@@ -227,21 +228,19 @@ void main() {
     coopMatStore(sums[t], scratch, mine, S_STRIDE, gl_CooperativeMatrixLayoutRowMajor);
     subgroupMemoryBarrierShared();
     subgroupBarrier();
-    float values[8];
-    [[unroll]] for (uint i = 0; i < 8; ++i) {
-      const float o = scratch[mine + row * S_STRIDE + 8 * half_of_row + i];
-      values[i] = row_sum > 0.0 ? o / row_sum : 0.0;
+    vec4 low, high;
+    [[unroll]] for (uint i = 0; i < 4; ++i) {
+      const uint at = mine + row * S_STRIDE + 8 * half_of_row + i;
+      low[i] = row_sum > 0.0 ? scratch[at] / row_sum : 0.0;
+      high[i] = row_sum > 0.0 ? scratch[at + 4] / row_sum : 0.0;
     }
     if (my_row < rows) {
       const uint at = (out_row * p.hq + h) * VECTORS + 2 * t + half_of_row;  // in 8 values
 #ifdef INPUT_F16
-      o8[at] = uvec4(packHalf2x16(vec2(values[0], values[1])),
-                     packHalf2x16(vec2(values[2], values[3])),
-                     packHalf2x16(vec2(values[4], values[5])),
-                     packHalf2x16(vec2(values[6], values[7])));
+      o8[at] = halves_of(low, high);
 #else
-      o4[2 * at] = vec4(values[0], values[1], values[2], values[3]);
-      o4[2 * at + 1] = vec4(values[4], values[5], values[6], values[7]);
+      o4[2 * at] = low;
+      o4[2 * at + 1] = high;
 #endif
     }
     subgroupBarrier();
