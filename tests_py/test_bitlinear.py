@@ -532,7 +532,19 @@ def test_coopmat2_every_tile(device, rng, tune, tile, m, k, n):
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
 @pytest.mark.parametrize(
     "tile",
-    ["128x128", "64x64", "64x128", "128x256", "256x128", "64x128x128", "128x128x128", "64x256x128"],
+    [
+        "128x128",
+        "64x64",
+        "64x128",
+        "128x256",
+        "256x128",
+        "64x128x128",
+        "128x128x128",
+        "64x256x128",
+        "160x128x128",
+        "128x96x128",
+        "96x128x128",
+    ],
 )
 @pytest.mark.parametrize(
     "m,k,n", [(1, 16, 1), (33, 4097, 65), (300, 2560, 700), (2048, 2560, 6912)]
@@ -552,6 +564,8 @@ def test_tensor_core_path_every_tile(device, rng, tune, tile, m, k, n):
         ("64x128", 2, 1),
         ("128x128x128", 4, 1),
         ("64x256x128", 1, 2),
+        ("160x128x128", 2, 2),
+        ("128x96x128", 4, 1),
     ],
 )
 @pytest.mark.parametrize(
@@ -608,13 +622,14 @@ def test_tensor_core_loads_steps_ahead(device, rng, tune, depth, tile, m, k, n):
         (1030, 77, 129),
         (1030, 77, 2600),
         (100, 77, 17000),
+        (2048, 300, 2560),
         (256, 256, 256),
     ],
 )
 def test_tensor_core_automatic_tile(device, rng, m, k, n):
     """The tile chosen from the multiprocessor count (GPU only; on the H100 these shapes take the
-    64, 128 and 256-row tiles, (100, 77, 17000) the 128 x 128 tile with K steps of 64, two
-    workgroups a multiprocessor, and (256, 256, 256) whole tiles, FULL_TILES): exact
+    64, 128 and 256-row tiles, (512, 300, 2560) and (100, 77, 17000) 128 x 96 tiles, (2048, 300,
+    2560) 160 x 128 tiles with partial tiles, and (256, 256, 256) whole tiles, FULL_TILES): exact
     accumulators."""
     check_tensor_cores(rng, m, k, n)
 
@@ -627,7 +642,13 @@ def test_coopmat_tile_setting_is_checked(device, rng, tune):
     tune(coopmat_tile=(256, 256, 128))  # over 48 KiB of shared memory
     with pytest.raises(bg.UnsupportedError, match="shared memory"):
         bg.bitlinear(x, q, algorithm="coopmat")
-    tune(coopmat_tile="64x128")
+    tune(coopmat_tile="96x96x128")  # 2 x 4 subgroups: 24 columns each
+    with pytest.raises(bg.ArgumentError, match="coopmat_tile=96x96x128: its 8 subgroups"):
+        bg.bitlinear(x, q, algorithm="coopmat")
+    tune(coopmat_subgroup_rows=1)  # 96 x 12: refused too
+    with pytest.raises(bg.ArgumentError, match="coopmat_subgroup_rows=1"):
+        bg.bitlinear(x, q, algorithm="coopmat")
+    tune(coopmat_tile="64x128", coopmat_subgroup_rows=None)
     with pytest.raises(bg.ArgumentError, match="coopmat_subgroup_rows=3"):  # not a power of two
         tune(coopmat_subgroup_rows=3)
     tune(coopmat_subgroup_rows=8)  # 64 rows in 8 parts of 8: refused where the tile is known

@@ -17,10 +17,10 @@ bool has_khr_tensor_cores(const Device& device) {
 }
 bool has_coopmat2(const Device& device) { return device.feature("cooperative_matrix2_int8"); }
 
-// An m x n tile with K steps of k, its subgroups 4 x 2 from 128 tile rows (else 2 x 4), loading
-// two steps ahead.
+// An m x n tile with K steps of k, its subgroups 4 x 2 from 128 tile rows where the rows are whole
+// multiples of 64 (else 2 x 4), loading two steps ahead.
 CoopmatTile default_layout(uint32_t m, uint32_t n, uint32_t k) {
-  return {m, n, k, m >= 128 ? 4u : 2u, 2};
+  return {m, n, k, m >= 128 && m % 64 == 0 ? 4u : 2u, 2};
 }
 
 }  // namespace
@@ -170,10 +170,10 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
       uint32_t per_multiprocessor;
       double cost_per_value;
     };
-    const Candidate candidates[] = {{{256, 128, 64, 4, 2}, 1, 1.0},
-                                    {{128, 128, 128, 4, 2}, 1, 1.05},
-                                    {{64, 128, 128, 2, 2}, 1, 1.5},
-                                    {{128, 128, 64, 2, 1}, 2, 2.05}};
+    const Candidate candidates[] = {
+        {{256, 128, 64, 4, 2}, 1, 1.0},   {{128, 128, 128, 4, 2}, 1, 1.05},
+        {{64, 128, 128, 2, 2}, 1, 1.5},   {{128, 128, 64, 2, 1}, 2, 2.05},
+        {{160, 128, 128, 2, 2}, 1, 1.11}, {{128, 96, 128, 4, 2}, 1, 1.3}};
     double best = 0.0;
     for (size_t i = 0; i < std::size(candidates); ++i) {
       const auto& c = candidates[i];
@@ -192,12 +192,18 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
   if (knobs.coopmat_tile)
     tile = default_layout(knobs.coopmat_tile->m, knobs.coopmat_tile->n, knobs.coopmat_tile->k);
   if (knobs.coopmat_depth) tile.depth = *knobs.coopmat_depth;
-  if (const auto r = knobs.coopmat_subgroup_rows) {
-    if (tile.m % (16 * *r) || tile.n % (16 * (8 / *r)))
-      throw ArgumentError("coopmat_subgroup_rows=" + std::to_string(*r) +
-                          ": expected 1, 2, 4 or 8 splitting the " + std::to_string(tile.m) + "x" +
-                          std::to_string(tile.n) + " tile into multiples of 16");
-    tile.subgroup_rows = *r;
+  if (knobs.coopmat_subgroup_rows) tile.subgroup_rows = *knobs.coopmat_subgroup_rows;
+  const uint32_t r = tile.subgroup_rows;
+  if (tile.m % (16 * r) || tile.n % (16 * (8 / r))) {
+    const std::string shape = std::to_string(tile.m) + "x" + std::to_string(tile.n);
+    if (knobs.coopmat_subgroup_rows)
+      throw ArgumentError("coopmat_subgroup_rows=" + std::to_string(r) +
+                          ": expected 1, 2, 4 or 8 splitting the " + shape +
+                          " tile into multiples of 16");
+    throw ArgumentError("coopmat_tile=" + shape + "x" + std::to_string(tile.k) +
+                        ": its 8 subgroups split it " + std::to_string(r) + " x " +
+                        std::to_string(8 / r) +
+                        ", in parts that are not multiples of 16; set coopmat_subgroup_rows too");
   }
   return tile;
 }

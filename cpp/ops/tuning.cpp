@@ -22,6 +22,9 @@ struct Knob {
   std::optional<TileSetting> Tuning::*tile = nullptr;  // a tile MxN[xK], K one of tile_k
   std::vector<uint32_t> tile_k = {};
   uint32_t tile_step = 64;  // M and N: multiples of this up to 256
+  // M x K and N x K multiples of 4096: each of a workgroup's 256 invocations loads whole 16-byte
+  // vectors of a K step's tiles (the tensor-core BitLinear kernel).
+  bool tile_whole_vectors = false;
 };
 
 std::vector<Knob> make_knobs() {
@@ -35,7 +38,7 @@ std::vector<Knob> make_knobs() {
       {"matvec_strided", nullptr, &Tuning::matvec_strided, 0, 0, {0, 256, 512, 1024}},
       {"matvec_strided_groups", nullptr, &Tuning::matvec_strided_groups, 1, 8},
       {"prepare_split", &Tuning::prepare_split},
-      {"coopmat_tile", nullptr, nullptr, 0, 0, {}, &Tuning::coopmat_tile, {64, 128}},
+      {"coopmat_tile", nullptr, nullptr, 0, 0, {}, &Tuning::coopmat_tile, {64, 128}, 32, true},
       {"coopmat_subgroup_rows", nullptr, &Tuning::coopmat_subgroup_rows, 0, 0, {1, 2, 4, 8}},
       {"coopmat_depth", nullptr, &Tuning::coopmat_depth, 1, 2},
       {"coopmat2_tile", nullptr, nullptr, 0, 0, {}, &Tuning::coopmat2_tile, {32, 64, 128}, 32},
@@ -74,6 +77,9 @@ std::string one_of(const std::vector<uint32_t>& values) {
 
 std::string values_of(const Knob& knob) {
   if (knob.flag) return "0 or 1";
+  if (knob.tile && knob.tile_whole_vectors)
+    return "MxN or MxNxK (M and N multiples of 64 up to 256, or of 32 with K 128; K " +
+           one_of(knob.tile_k) + ")";
   if (knob.tile)
     return "MxN or MxNxK (M and N multiples of " + std::to_string(knob.tile_step) +
            " up to 256, K " + one_of(knob.tile_k) + ")";
@@ -95,7 +101,8 @@ std::optional<TileSetting> parse_tile(const std::string& text, const Knob& knob)
   const int fields = std::sscanf(text.c_str(), "%ux%ux%u%c", &m, &n, &k, &extra);
   const uint32_t step = knob.tile_step;
   if (fields < 2 || fields > 3 || m == 0 || m % step || m > 256 || n == 0 || n % step || n > 256 ||
-      std::find(knob.tile_k.begin(), knob.tile_k.end(), k) == knob.tile_k.end())
+      std::find(knob.tile_k.begin(), knob.tile_k.end(), k) == knob.tile_k.end() ||
+      (knob.tile_whole_vectors && ((m * k) % 4096 || (n * k) % 4096)))
     return std::nullopt;
   return TileSetting{m, n, k};
 }

@@ -21,8 +21,10 @@ layout(constant_id = 0) const bool TERNARY = true;
 layout(constant_id = 1) const bool HAS_BIAS = false;
 layout(constant_id = 2) const bool WITH_OUTPUT = true;
 layout(constant_id = 3) const bool WITH_ACCUMULATOR = false;
-layout(constant_id = 4) const uint TILE_M = 128;  // multiples of 64: each of the 256 invocations
-layout(constant_id = 5) const uint TILE_N = 128;  // loads whole vectors of both tiles
+// TILE_M * BLOCKS and TILE_N * BLOCKS multiples of 256: each of the 256 invocations loads whole
+// vectors of both tiles.
+layout(constant_id = 4) const uint TILE_M = 128;
+layout(constant_id = 5) const uint TILE_N = 128;
 layout(constant_id = 6) const uint BLOCKS = 4;    // blocks of 16 int8 (one uvec4) per K step, even
 
 const uint STRIDE = BLOCKS + 1;     // uvec4 per shared row, one of skew against bank conflicts
