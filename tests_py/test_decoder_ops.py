@@ -360,13 +360,14 @@ def test_the_residual_is_added_bit_for_bit(m, k, n):
     np.testing.assert_array_equal(summed.numpy(), plain.numpy() + residual)
 
 
-@pytest.mark.parametrize("m", [1, 3, 9])
+@pytest.mark.parametrize("m", [1, 3, 9, 300])
 @pytest.mark.parametrize("k", [64, 33, 20000])
 @pytest.mark.parametrize("gated", [False, True])
 def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
     """One pre-pass for several projections: v = relu(x)^2 * up (gated), then rms_norm, then
     bitlinear per weight plus a residual; the same as the separate ops (fused where K % 4 == 0
-    and K <= 16384, run as separate ops otherwise)."""
+    and K <= 16384, run as separate ops otherwise). From 9 rows the weights' matmuls share one
+    tensor-core tile, chosen for their outputs together."""
     x = rng.standard_normal((m, k)).astype(np.float32)
     up = rng.standard_normal((m, k)).astype(np.float32)
     norm_w = rng.uniform(0.5, 1.5, k).astype(np.float32)

@@ -94,12 +94,13 @@ void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, in
 }
 
 // khr: through VK_KHR_cooperative_matrix (bitlinear_coopmat_khr.comp), else the NV extension.
+// tile_cols: the output columns the tile is chosen for (record_matmul).
 void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m,
                     int64_t n, int64_t k, bool ternary, const Tensor& scales, const Tensor& gamma,
                     const std::optional<Tensor>& bias, bool residual, const TiledOutputs& out,
-                    bool khr) {
+                    bool khr, int64_t tile_cols) {
   const auto& device = b.device_ptr();
-  const CoopmatTile tile = coopmat_tile(*device, m, n);
+  const CoopmatTile tile = coopmat_tile(*device, m, tile_cols);
   const uint32_t tile_m = tile.m, tile_n = tile.n, blocks = tile.k / 16;
   const uint64_t shared_bytes = uint64_t{tile_m + tile_n} * (blocks + 1) * 16;
   if (shared_bytes > device->limits().maxComputeSharedMemorySize)
@@ -148,14 +149,16 @@ void record_coopmat2(Sequence& sequence, const Tensor& b, const PreparedRows& a,
                  scales, gamma, bias, out);
 }
 
-// bias: [N], or with `residual` an [M, N] residual added element by element.
+// bias: [N], or with `residual` an [M, N] residual added element by element. group_cols: the
+// output columns of all the matmuls recorded together with this one (0: n alone), which run at
+// once on the GPU (no barrier between them), so the tensor-core tile is chosen for them all.
 void record_matmul(BitLinearAlgorithm path, Sequence& sequence, const Tensor& b,
                    const PreparedRows& a, int64_t m, int64_t n, int64_t k, bool ternary,
                    const Tensor& scales, const Tensor& gamma, const std::optional<Tensor>& bias,
-                   bool residual, const TiledOutputs& out, bool hardware) {
+                   bool residual, const TiledOutputs& out, bool hardware, int64_t group_cols = 0) {
   if (path == BitLinearAlgorithm::coopmat || path == BitLinearAlgorithm::coopmat_khr)
     record_coopmat(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out,
-                   path == BitLinearAlgorithm::coopmat_khr);
+                   path == BitLinearAlgorithm::coopmat_khr, group_cols ? group_cols : n);
   else if (path == BitLinearAlgorithm::coopmat2)
     record_coopmat2(sequence, b, a, m, n, k, ternary, scales, gamma, bias, residual, out);
   else
@@ -528,6 +531,8 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
   const auto [prepared, scales, nonfinite] = prepare_rows(sequence, input, m, k, algorithm, fused);
   // The tiled and tensor-core kernels add a residual in their epilogue (bit for bit a separate
   // add).
+  int64_t group_cols = 0;
+  for (const QuantizedWeights* w : weights) group_cols += w->rows;
   for (size_t i = 0; i < weights.size(); ++i) {
     if (algorithm == BitLinearAlgorithm::matvec)
       record_matvec(sequence, *weights[i], prepared, scales, m, residuals[i],
@@ -535,7 +540,7 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
     else
       record_matmul(algorithm, sequence, weights[i]->packed, prepared, m, weights[i]->rows, k, true,
                     scales, weights[i]->scales, residuals[i], residuals[i].has_value(),
-                    {outputs[i], std::nullopt}, hardware);
+                    {outputs[i], std::nullopt}, hardware, group_cols);
   }
   op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
   return finish(outputs);
