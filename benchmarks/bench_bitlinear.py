@@ -65,6 +65,8 @@ COOPMAT_TILES = [
     "64x128x128",
     "128x128x128",
     "64x256x128",
+    "160x128x128",
+    "128x96x128",
 ]
 # The cooperative-matrix-2 kernel's tiles: activation rows x weight rows x K step.
 COOPMAT2_TILES = ["256x128x64", "64x64x64", "128x128x64", "64x128x64"]
