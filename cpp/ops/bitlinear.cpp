@@ -102,7 +102,7 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
   const auto& device = b.device_ptr();
   const CoopmatTile tile = coopmat_tile(*device, m, tile_cols);
   const uint32_t tile_m = tile.m, tile_n = tile.n, blocks = tile.k / 16;
-  const uint64_t shared_bytes = uint64_t{tile_m + tile_n} * (blocks + 1) * 16;
+  const uint64_t shared_bytes = tile.shared_bytes();
   if (shared_bytes > device->limits().maxComputeSharedMemorySize)
     throw UnsupportedError("cooperative-matrix tile " + std::to_string(tile_m) + "x" +
                            std::to_string(tile_n) + "x" + std::to_string(tile.k) + " needs " +

@@ -162,9 +162,10 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
   // Where the multiprocessor count is unknown: 256 x 128 from m = 1024, else 64 x 128.
   CoopmatTile tile = default_layout(rows >= 1024 ? 256u : 64u, 128, 64);
   if (const uint32_t multiprocessors = device.info().multiprocessors) {
-    // The candidate with the least estimated time: rounds of workgroups (one or two resident on
-    // each multiprocessor) times the tile's values times a cost per value fitted on the H100, as a
-    // whole number of rounds matters more than the tile.
+    // Of the candidates the device's shared memory holds, the one with the least estimated time:
+    // rounds of workgroups (one or two resident on each multiprocessor) times the tile's values
+    // times a cost per value fitted on the H100, as a whole number of rounds matters more than the
+    // tile.
     struct Candidate {
       CoopmatTile tile;
       uint32_t per_multiprocessor;
@@ -174,15 +175,15 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
         {{256, 128, 64, 4, 2}, 1, 1.0},   {{128, 128, 128, 4, 2}, 1, 1.05},
         {{64, 128, 128, 2, 2}, 1, 1.5},   {{128, 128, 64, 2, 1}, 2, 2.05},
         {{160, 128, 128, 2, 2}, 1, 1.11}, {{128, 96, 128, 4, 2}, 1, 1.3}};
-    double best = 0.0;
-    for (size_t i = 0; i < std::size(candidates); ++i) {
-      const auto& c = candidates[i];
+    double best = -1.0;
+    for (const Candidate& c : candidates) {
+      if (c.tile.shared_bytes() > device.limits().maxComputeSharedMemorySize) continue;
       const uint64_t groups = static_cast<uint64_t>((rows + c.tile.m - 1) / c.tile.m) *
                               ((cols + c.tile.n - 1) / c.tile.n);
       const uint64_t slots = uint64_t{multiprocessors} * c.per_multiprocessor;
       const double estimate = static_cast<double>((groups + slots - 1) / slots) * c.tile.m *
                               c.tile.n * c.cost_per_value;
-      if (i == 0 || estimate < best) {
+      if (best < 0.0 || estimate < best) {
         best = estimate;
         tile = c.tile;
       }

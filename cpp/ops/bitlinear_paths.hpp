@@ -72,6 +72,8 @@ std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, 
 // split the tile (subgroup_rows x (8 / subgroup_rows) parts) and how many K steps it loads ahead.
 struct CoopmatTile {
   uint32_t m = 128, n = 128, k = 64, subgroup_rows = 2, depth = 2;
+  // The kernel's shared memory: both tiles of a K step in rows of K / 16 + 1 vectors of 16 bytes.
+  uint64_t shared_bytes() const { return uint64_t{m + n} * (k / 16 + 1) * 16; }
 };
 CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols);
 
