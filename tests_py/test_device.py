@@ -17,6 +17,7 @@ FEATURES = {
     "cooperative_matrix",
     "external_memory_host",
     "timestamps",
+    "device_clock",
     "pipeline_statistics",
     "subgroup_shuffle8",
     "int64_atomics",

@@ -59,6 +59,40 @@ def test_workgroup_size_by_id_in_spirv_1_6(device):
     np.testing.assert_array_equal(y.numpy(), np.full(128, 128, np.uint32))
 
 
+def test_user_kernels_read_the_device_clock_where_the_device_has_it(device, tmp_path):
+    """The device clock (GL_EXT_shader_realtime_clock) is on where the device offers it, for probe
+    kernels that time phases inside a dispatch (benchmarks/investigations/dispatch_timeline.py)."""
+    if not device.info.features["device_clock"]:
+        pytest.skip("the device has no shaderDeviceClock")
+    k = bg.Kernel(
+        device,
+        glsl_to_spirv(
+            tmp_path,
+            """
+        #version 450
+        #extension GL_EXT_shader_realtime_clock : require
+        layout(local_size_x = 32) in;
+        layout(std430, binding = 0) buffer X { float x[]; };
+        layout(std430, binding = 1) buffer T { uvec2 t[]; };
+        void main() {
+          const uint i = gl_GlobalInvocationID.x;
+          t[2 * i] = clockRealtime2x32EXT();
+          float v = x[i];
+          for (int j = 0; j < 100000; ++j) v = v * 0.999 + 1.0;
+          x[i] = v;
+          t[2 * i + 1] = clockRealtime2x32EXT();
+        }""",
+        ),
+    )
+    x = bg.Tensor.from_numpy(np.ones(64, np.float32), device)
+    t = bg.Tensor.from_numpy(np.zeros((128, 2), np.uint32), device)
+    k.dispatch(2, [x, t], b"")
+    ticks = np.asarray(t).astype(np.uint64)
+    ticks = (ticks[:, 1] << np.uint64(32)) | ticks[:, 0]
+    start, end = ticks[0::2], ticks[1::2]
+    assert np.all(start > 0) and np.all(end >= start) and np.any(end > start)
+
+
 def test_kernel_statistics_come_from_the_driver_where_it_reports_them(device, tmp_path):
     k = bg.builtin_kernel("axpy", device, {0: 128})
     stats = k.statistics

@@ -115,13 +115,17 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   if (supports_extension(physical_, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
     extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
   if (info_.features["memory_budget"]) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  // Turns an extension on and links its features structure into the chain.
+  auto enable = [&](const char* extension, auto& features) {
+    extensions.push_back(extension);
+    features.pNext = want.pNext;
+    want.pNext = &features;
+  };
   VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
   if (supports_extension(physical_, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) {
-    extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     coopmat.cooperativeMatrix = VK_TRUE;
-    coopmat.pNext = want.pNext;
-    want.pNext = &coopmat;
+    enable(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, coopmat);
   }
 
   // The KHR BitLinear and attention kernels, and cooperative matrices 2, which build on the KHR
@@ -132,13 +136,10 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   const bool with_coopmat2 = info_.features["cooperative_matrix2_int8"];
   if (with_coopmat2 || info_.features["cooperative_matrix_khr_int8"] ||
       info_.features["cooperative_matrix_khr_float16"]) {
-    extensions.push_back(kKhrCooperativeMatrix);
     coopmat_khr.cooperativeMatrix = VK_TRUE;
-    coopmat_khr.pNext = want.pNext;
-    want.pNext = &coopmat_khr;
+    enable(kKhrCooperativeMatrix, coopmat_khr);
   }
   if (with_coopmat2) {
-    extensions.push_back(kNvCooperativeMatrix2);
     coopmat2.cooperativeMatrixWorkgroupScope = VK_TRUE;
     coopmat2.cooperativeMatrixFlexibleDimensions = VK_TRUE;
     coopmat2.cooperativeMatrixConversions = VK_TRUE;
@@ -146,17 +147,21 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     coopmat2.cooperativeMatrixTensorAddressing = VK_TRUE;
     coopmat2.cooperativeMatrixReductions = VK_TRUE;
     want12.bufferDeviceAddress = info_.features["cooperative_matrix2_int8"];
-    coopmat2.pNext = want.pNext;
-    want.pNext = &coopmat2;
+    enable(kNvCooperativeMatrix2, coopmat2);
   }
 
   VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
   if (info_.features["pipeline_statistics"]) {
-    extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
     executables.pipelineExecutableInfo = VK_TRUE;
-    executables.pNext = want.pNext;
-    want.pNext = &executables;
+    enable(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME, executables);
+  }
+  // The device clock for probe kernels' timelines: a shader capability, with no cost to others.
+  VkPhysicalDeviceShaderClockFeaturesKHR clock{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
+  if (info_.features["device_clock"]) {
+    clock.shaderDeviceClock = VK_TRUE;
+    enable(VK_KHR_SHADER_CLOCK_EXTENSION_NAME, clock);
   }
 
   const float priority = 1.0f;

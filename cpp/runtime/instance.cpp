@@ -365,6 +365,13 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
     executables.pNext = features.pNext;
     features.pNext = &executables;
   }
+  VkPhysicalDeviceShaderClockFeaturesKHR clock{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
+  const bool clock_available = has_extension(physical, VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
+  if (clock_available) {
+    clock.pNext = features.pNext;
+    features.pNext = &clock;
+  }
   vkGetPhysicalDeviceFeatures2(physical, &features);
 
   VkPhysicalDeviceMemoryProperties memory;
@@ -467,6 +474,9 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       {"pipeline_statistics",
        executables_available && executables.pipelineExecutableInfo == VK_TRUE},
       {"timestamps", timestamps},
+      // The device clock in shaders (GL_EXT_shader_realtime_clock): in-dispatch timelines of
+      // probe kernels (benchmarks/investigations/dispatch_timeline.py).
+      {"device_clock", clock_available && clock.shaderDeviceClock == VK_TRUE},
       // Each heap's budget and this process's usage of it (memory_stats()["heaps"]).
       {"memory_budget", has_extension(physical, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME)},
       {"subgroup_arithmetic",
