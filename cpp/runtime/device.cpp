@@ -146,7 +146,7 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     coopmat2.cooperativeMatrixPerElementOperations = VK_TRUE;
     coopmat2.cooperativeMatrixTensorAddressing = VK_TRUE;
     coopmat2.cooperativeMatrixReductions = VK_TRUE;
-    want12.bufferDeviceAddress = info_.features["cooperative_matrix2_int8"];
+    want12.bufferDeviceAddress = VK_TRUE;
     enable(kNvCooperativeMatrix2, coopmat2);
   }
 
