@@ -74,6 +74,24 @@ def main():
         with bg.tuning(**settings):
             return _core.decoder_tail(a, x, [t._core for t in weights], norms, 1e-5)
 
+    def layers_timed(layers, after_replay=lambda: None, **settings):
+        """Median GPU µs a layer of a graph of LINKS tails cycling over `layers` weight sets,
+        replayed args.repeats times after one, after_replay() after each."""
+        graph = bg.Graph(device, timings="total")
+        x = x0
+        with graph:
+            for n in range(LINKS):
+                x, *_ = tail(sets[n % layers], x, **settings)
+        graph.run()
+        totals = []
+        for _ in range(args.repeats):
+            if torch is not None:
+                busy_gpu(torch, 0.2)
+            graph.run()
+            totals.append(graph.timings()[0][1] / LINKS * 1e6)
+            after_replay()
+        return float(np.median(totals))
+
     expected = [t.numpy() for t in tail(sets[0], x0, chain_workgroups=0)]
     for name in VARIANTS:
         variant(name)
@@ -93,19 +111,11 @@ def main():
 
     variant("counters")
     for layers in (1, len(sets)):  # the same links as the ops one by one: four dispatches a layer
-        graph = bg.Graph(device, timings="total")
-        x = x0
-        with graph:
-            for n in range(LINKS):
-                x, *_ = tail(sets[n % layers], x, chain_workgroups=0)
-        graph.run()
-        totals = []
-        for _ in range(args.repeats):
-            if torch is not None:
-                busy_gpu(torch, 0.2)
-            graph.run()
-            totals.append(graph.timings()[0][1] / LINKS * 1e6)
-        row = {"wait": "dispatches", "layers": layers, "us_per_layer": float(np.median(totals))}
+        row = {
+            "wait": "dispatches",
+            "layers": layers,
+            "us_per_layer": layers_timed(layers, chain_workgroups=0),
+        }
         results["phases"].append(row)
         print(
             f"ops one by one, {layers} layer(s): {row['us_per_layer']:.2f} µs a layer", flush=True
@@ -114,31 +124,21 @@ def main():
         variant(name)
         for local in (512, 256):
             for layers in (1, len(sets)):
-                _core.scratch_timelines_clear()
-                settings = {"chain_local_size": local, "chain_workgroups": groups}
-                graph = bg.Graph(device, timings="total")
-                x = x0
-                with graph:
-                    for n in range(LINKS):
-                        x, *_ = tail(sets[n % layers], x, **settings)
-                graph.run()
-                reads, totals = [], []
-                for _ in range(args.repeats):
-                    if torch is not None:
-                        busy_gpu(torch, 0.2)
-                    graph.run()
-                    totals.append(graph.timings()[0][1] / LINKS * 1e6)
+                _core.scratch_timelines_clear()  # each tail recorded adds its counters
+                reads = []
+
+                def read_timelines(reads=reads):
                     for timeline in _core.scratch_timelines():
+                        # the clock words follow the counters (TL in the patch's shader); ns
+                        # from the link's first start, the clock's low word possibly wrapped
                         t = timeline.numpy()[256:].reshape(-1, SLOTS).astype(np.int64)
-                        # ns from the link's first start (the clock's low word may wrap)
                         reads.append((t - t[:, :1].min() + 2**31) % 2**32 - 2**31)
+
+                us = layers_timed(
+                    layers, read_timelines, chain_local_size=local, chain_workgroups=groups
+                )
                 r = np.array(reads, np.float64) / 1000.0  # [link, workgroup, slot] in µs
-                row = {
-                    "wait": name,
-                    "local_size": local,
-                    "layers": layers,
-                    "us_per_layer": float(np.median(totals)),
-                }
+                row = {"wait": name, "local_size": local, "layers": layers, "us_per_layer": us}
                 text = []
                 previous_end = None
                 for p in range(4):
