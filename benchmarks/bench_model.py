@@ -28,9 +28,9 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from bitnet_gpu._telemetry import TelemetrySampler
-from bitnet_gpu._telemetry import summary as telemetry_summary
-from bitnet_gpu.models import BitNetConfig, BitNetModel
+from bitnet_gpu.telemetry import TelemetrySampler
+from bitnet_gpu.telemetry import summary as telemetry_summary
+from bitnet_gpu.models import BitNetConfig, BitNetModel, Pick, Step
 from common import arguments, median_wall, torch_copy_gbps, torch_cuda, write_results
 
 
@@ -91,23 +91,30 @@ def split(timings):
 DECODE_TOKEN = np.array([[17]], np.int32)
 
 
+def replay(model, ids, context, pick):
+    """One step of ids [B, T] after `context` cached tokens over the model's shared cache for B
+    sequences (the same slots and positions every time): what generate runs a step."""
+    batch = ids.shape[0]
+    step = Step(np.arange(batch), np.full(batch, context), tuple(ids.astype(np.int32)), pick)
+    return model.runner.run(model.runner.shared_pool(batch), step)
+
+
 def fill_cache(model, tokens):
     """Real keys and values in the cache for `tokens` random tokens (a prefill, seed 2), so decode
     steps can run at any context up to that; returns those token ids [1, tokens]."""
     fill = (
         np.random.default_rng(2).integers(0, model.config.vocab_size, (1, tokens)).astype(np.int32)
     )
-    model._replay(fill, 0, "last")
+    replay(model, fill, 0, Pick.LAST_LOGITS)
     return fill
 
 
 def decode_step(model, context, batch=1):
     """One decode step of DECODE_TOKEN for `batch` sequences after `context` cached tokens, as
-    greedy
-    generate() runs it (the next ids read back; through the screened head where
+    greedy generate() runs it (the next ids read back; through the screened head where
     model.screened_head and one sequence)."""
     ids = np.repeat(DECODE_TOKEN, batch, axis=0)
-    return lambda: model._replay(ids, context, "next")["next"].numpy()
+    return lambda: replay(model, ids, context, Pick.ARGMAX).ids()
 
 
 GENERATE_PROMPT = 128
@@ -139,8 +146,7 @@ def gpu_seconds(model, run, repeats):
     times = []
     for _ in range(repeats):
         run()
-        graph = model._latest_graph
-        times.append(graph.timings()[0][1])
+        times.append(model.last_step.timings()[0][1])
     model.timings = False
     model.reset_graphs()
     return statistics.median(times)
@@ -151,7 +157,7 @@ def per_op(model, run):
     model.reset_graphs()
     run()
     run()
-    timings = model._latest_graph.timings()
+    timings = model.last_step.timings()
     model.timings = False
     model.reset_graphs()
     return timings
@@ -491,7 +497,7 @@ def main():
             )
             for kind, seconds in ops.items():
                 print(f"    {kind:40s} {seconds * 1e6:9.1f} us")
-            model._contexts.pop(batch, None)  # the batch's KV cache and graphs, before the next
+            model.runner.release_shared(batch)  # the batch's KV cache and graphs, before the next
             model.reset_graphs()
 
     if args.prefill:
@@ -502,7 +508,7 @@ def main():
         )
 
         def prefill():
-            return model._replay(prompt, 0, "last")["next"].numpy()
+            return replay(model, prompt, 0, Pick.LAST_LOGITS).logits()
 
         prefill()
         wall = median_wall(prefill, max(3, args.repeats // 2))

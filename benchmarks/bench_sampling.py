@@ -7,7 +7,7 @@ draw against the screened draw.
     2560]
 
 Logits N(0, 3) float32 of (rows, vocab) with the 2B4T vocabulary and a smaller one; temperature
-0.8 and top_k None, 50 and 1000, top_p 0.9 without and with top_k 50. Ours: _core.sample_rows
+0.8 and top_k None, 50 and 1000, top_p 0.9 without and with top_k 50. Ours: decoder_ops.sample_rows
 recorded as a graph and timed as a whole (one timestamp pair), the step an input; also profiled
 per kernel (the radix-select passes, the nucleus passes and the draw). Each draw is checked
 against reference.sample_rows (the same formulas in float64: equal, or a near tie of two kept
@@ -30,9 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 import bitnet_gpu as bg
-from bitnet_gpu import _core, reference
+from bitnet_gpu import decoder_ops, reference
 from bitnet_gpu.models import screening_tables
-from bitnet_gpu.sampling import _sampling_params
+from bitnet_gpu.sampling import sampling_params
 from common import (
     arguments,
     by_kernel,
@@ -79,21 +79,23 @@ def head_rows(args, device, torch, rng):
             [(None, 0.9), (50, 0.9)] if nucleus else []
         ):
             params = bg.Tensor.from_numpy(
-                _sampling_params(TEMPERATURE, top_k, 5 + state, v, top_p), device
+                sampling_params(TEMPERATURE, top_k, 5 + state, v, top_p), device
             )
             by_p = top_p is not None
 
             def float_head():
-                return _core.sample_rows(_core.linear_rows(h, head), params, start, 0, None, by_p)
+                return decoder_ops.sample_rows(
+                    decoder_ops.linear_rows(h, head), params, start, 0, None, by_p
+                )
 
             def screened():
-                return _core.screened_sample(
+                return decoder_ops.screened_sample(
                     h, head, head_q, head_meta, params, start, 0, None, None, by_p
                 )
 
             exact = bg.Tensor.from_numpy(np.zeros(v, np.float32), device)
             screened_id = int(
-                _core.screened_sample(
+                decoder_ops.screened_sample(
                     h, head, head_q, head_meta, params, start, 0, None, exact, by_p
                 ).numpy()[0]
             )
@@ -146,11 +148,11 @@ def main():
             if top_p is not None and not device.info.features["int64_atomics"]:
                 continue
             params = bg.Tensor.from_numpy(
-                _sampling_params(TEMPERATURE, top_k, 5, vocab, top_p), device
+                sampling_params(TEMPERATURE, top_k, 5, vocab, top_p), device
             )
 
             def draw():
-                return _core.sample_rows(logits, params, start, 0, None, top_p is not None)
+                return decoder_ops.sample_rows(logits, params, start, 0, None, top_p is not None)
 
             equal, near = agreement(logits_np, draw().numpy(), top_k, 5, 17, top_p)
             seconds, _ = timed_graph(bg, device, draw, args.repeats)

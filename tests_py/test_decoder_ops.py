@@ -6,7 +6,7 @@ import pytest
 
 import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
-from conftest import device_tensor as _tensor, poisoned as _poisoned, rel
+from conftest import device_tensor as to_tensor, poisoned as _poisoned, rel
 
 rng = np.random.default_rng()
 FLOAT_TOL = {np.float32: 1e-5, np.float16: 2e-3}
@@ -18,18 +18,18 @@ def test_embedding(dtype, v, h, t):
     table = rng.standard_normal((v, h)).astype(dtype)
     ids = rng.integers(0, v, t).astype(np.int32)
     out = _poisoned((t, h), np.float32)
-    _core.embedding(_tensor(table), _tensor(ids), out)
+    _core.embedding(to_tensor(table), to_tensor(ids), out)
     np.testing.assert_array_equal(out.numpy(), table[ids].astype(np.float32))
 
 
 def test_embedding_rejects_ids_out_of_range():
-    table = _tensor(rng.standard_normal((5, 4)).astype(np.float32))
+    table = to_tensor(rng.standard_normal((5, 4)).astype(np.float32))
     with pytest.raises(bg.ArgumentError, match="2 token ids are outside"):
-        _core.embedding(table, _tensor(np.array([0, 5, -1, 4], np.int32)))
+        _core.embedding(table, to_tensor(np.array([0, 5, -1, 4], np.int32)))
     with pytest.raises(bg.DTypeError):
-        _core.embedding(table, _tensor(np.array([0], np.int64)))
+        _core.embedding(table, to_tensor(np.array([0], np.int64)))
     np.testing.assert_array_equal(
-        _core.embedding(table, _tensor(np.array([4], np.int32))).numpy(), table.numpy()[[4]]
+        _core.embedding(table, to_tensor(np.array([4], np.int32))).numpy(), table.numpy()[[4]]
     )
 
 
@@ -39,7 +39,7 @@ def test_linear_rows(dtype, m, k, n):
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(dtype)
     out = _poisoned((m, n), np.float32)
-    _core.linear_rows(_tensor(x), _tensor(w), out)
+    _core.linear_rows(to_tensor(x), to_tensor(w), out)
     ref = x.astype(np.float64) @ w.astype(np.float64).T
     assert rel(out.numpy(), ref) <= 1e-5
 
@@ -52,12 +52,12 @@ def test_argmax_rows_follows_numpy():
     x[4, :] = 0.0
     x[5, 999] = 1e30
     out = _poisoned((6,), np.int32)
-    _core.argmax_rows(_tensor(x), out)
+    _core.argmax_rows(to_tensor(x), out)
     np.testing.assert_array_equal(out.numpy(), np.argmax(x, axis=1))
     one = rng.standard_normal((1, 1)).astype(np.float32)
-    assert _core.argmax_rows(_tensor(one)).numpy()[0] == 0
+    assert _core.argmax_rows(to_tensor(one)).numpy()[0] == 0
     with pytest.raises(bg.ShapeError):
-        _core.argmax_rows(_tensor(np.zeros((2, 0), np.float32)))
+        _core.argmax_rows(to_tensor(np.zeros((2, 0), np.float32)))
 
 
 def test_argmax_over_many_chunks():
@@ -65,7 +65,7 @@ def test_argmax_over_many_chunks():
     x[0, [5000, 9000]] = 80.0  # equal maxima in two chunks: the first
     x[1, -1] = np.inf
     x[2, [100, 8200]] = np.nan  # the first NaN, in the first chunk
-    np.testing.assert_array_equal(_core.argmax_rows(_tensor(x)).numpy(), np.argmax(x, axis=1))
+    np.testing.assert_array_equal(_core.argmax_rows(to_tensor(x)).numpy(), np.argmax(x, axis=1))
     vocab = rng.standard_normal((3, 128256)).astype(
         np.float32
     )  # 126 chunks of 1024, the last partial
@@ -73,7 +73,7 @@ def test_argmax_over_many_chunks():
     vocab[1, -1] = np.nan  # the NaN in the last, partial chunk
     vocab[2, :] = -np.inf
     np.testing.assert_array_equal(
-        _core.argmax_rows(_tensor(vocab)).numpy(), np.argmax(vocab, axis=1)
+        _core.argmax_rows(to_tensor(vocab)).numpy(), np.argmax(vocab, axis=1)
     )
 
 
@@ -92,15 +92,15 @@ def test_rope_append(batch, tokens, start):
     k = rng.standard_normal((batch * tokens, hkv, d)).astype(np.float32)
     v = rng.standard_normal((batch * tokens, hkv, d)).astype(np.float32)
     cos, sin = bg.rope_tables(np.arange(rows), d, 10000.0)
-    k_cache = _tensor(np.full((batch, rows, hkv, d), 7, np.float32))
-    v_cache = _tensor(np.full((batch, rows, hkv, d), 7, np.float32))
+    k_cache = to_tensor(np.full((batch, rows, hkv, d), 7, np.float32))
+    v_cache = to_tensor(np.full((batch, rows, hkv, d), 7, np.float32))
     q_out = _core.rope_append(
-        _tensor(q),
-        _tensor(k),
-        _tensor(v),
-        _tensor(cos),
-        _tensor(sin),
-        _tensor(_starts(start)),
+        to_tensor(q),
+        to_tensor(k),
+        to_tensor(v),
+        to_tensor(cos),
+        to_tensor(sin),
+        to_tensor(_starts(start)),
         k_cache,
         v_cache,
     )
@@ -178,14 +178,14 @@ def test_decode_attention(tune, fused, batch, hq, hkv, d, rows, start):
         k_host[b, position + 1 :] = np.nan  # rows past the new key are never read
         v_host[b, position + 1 :] = np.nan
     cos, sin = bg.rope_tables(np.arange(rows), d, 500000.0)
-    k_cache, v_cache = _tensor(k_host), _tensor(v_host)
+    k_cache, v_cache = to_tensor(k_host), to_tensor(v_host)
     out = _core.decode_attention(
-        _tensor(q),
-        _tensor(k),
-        _tensor(v),
-        _tensor(cos),
-        _tensor(sin),
-        _tensor(_starts(start)),
+        to_tensor(q),
+        to_tensor(k),
+        to_tensor(v),
+        to_tensor(cos),
+        to_tensor(sin),
+        to_tensor(_starts(start)),
         k_cache,
         v_cache,
     )
@@ -221,7 +221,7 @@ def test_decode_attention_replays_at_growing_lengths():
     batch, hq, hkv, d, rows = 2, 8, 2, 64, 100
     k_host = np.zeros((batch, rows, hkv, d), np.float32)
     v_host = np.zeros((batch, rows, hkv, d), np.float32)
-    k_cache, v_cache = _tensor(k_host), _tensor(v_host)
+    k_cache, v_cache = to_tensor(k_host), to_tensor(v_host)
     cos, sin = bg.rope_tables(np.arange(rows), d, 10000.0)
     graph = bg.default_device().graph()
     with graph:
@@ -232,7 +232,7 @@ def test_decode_attention_replays_at_growing_lengths():
         graph.output(
             "out",
             _core.decode_attention(
-                q_in, k_in, v_in, _tensor(cos), _tensor(sin), start, k_cache, v_cache
+                q_in, k_in, v_in, to_tensor(cos), to_tensor(sin), start, k_cache, v_cache
             ),
         )
     for position in [0, 1, 2, 31, 32, 33, 64, 99]:
@@ -247,23 +247,25 @@ def test_decode_attention_replays_at_growing_lengths():
 
 
 def test_decode_attention_rejects_bad_input():
-    q, kv = _tensor(np.zeros((1, 4, 8), np.float32)), _tensor(np.zeros((1, 2, 8), np.float32))
-    cache = _tensor(np.zeros((1, 16, 2, 8), np.float32))
-    cos, sin = (_tensor(t) for t in bg.rope_tables(np.arange(16), 8, 10000.0))
-    start = _tensor(np.array([3], np.int32))
+    q, kv = to_tensor(np.zeros((1, 4, 8), np.float32)), to_tensor(np.zeros((1, 2, 8), np.float32))
+    cache = to_tensor(np.zeros((1, 16, 2, 8), np.float32))
+    cos, sin = (to_tensor(t) for t in bg.rope_tables(np.arange(16), 8, 10000.0))
+    start = to_tensor(np.array([3], np.int32))
     with pytest.raises(bg.DTypeError, match="start"):
-        _core.decode_attention(q, kv, kv, cos, sin, _tensor(np.array([3], np.uint32)), cache, cache)
+        _core.decode_attention(
+            q, kv, kv, cos, sin, to_tensor(np.array([3], np.uint32)), cache, cache
+        )
     with pytest.raises(bg.DTypeError, match="start"):  # one a sequence, or one for all
         _core.decode_attention(
-            q, kv, kv, cos, sin, _tensor(np.array([3, 4], np.int32)), cache, cache
+            q, kv, kv, cos, sin, to_tensor(np.array([3, 4], np.int32)), cache, cache
         )
     with pytest.raises(bg.ShapeError):
         _core.decode_attention(
-            q, kv, kv, cos, sin, start, _tensor(np.zeros((1, 16, 4, 8), np.float32)), cache
+            q, kv, kv, cos, sin, start, to_tensor(np.zeros((1, 16, 4, 8), np.float32)), cache
         )
     with pytest.raises(bg.DTypeError, match="q"):
         _core.decode_attention(
-            _tensor(np.zeros((1, 4, 8), np.float16)), kv, kv, cos, sin, start, cache, cache
+            to_tensor(np.zeros((1, 4, 8), np.float16)), kv, kv, cos, sin, start, cache, cache
         )
 
 
@@ -276,9 +278,9 @@ def test_gated_output_equals_gate_and_up(m, k, gated_in):
     bit for bit (one dispatch where the rows fit and K % 64 == 0, else the products and the gating
     as ops: K of 1000 and 4100, and (8, 4096), whose x is over the fused matvec's limit), and so
     does the down projection after it."""
-    x = _tensor(rng.standard_normal((m, k)).astype(np.float32))
-    up = _tensor(rng.standard_normal((m, k)).astype(np.float32)) if gated_in else None
-    norm_w = _tensor(rng.uniform(0.5, 1.5, k).astype(np.float32))
+    x = to_tensor(rng.standard_normal((m, k)).astype(np.float32))
+    up = to_tensor(rng.standard_normal((m, k)).astype(np.float32)) if gated_in else None
+    norm_w = to_tensor(rng.uniform(0.5, 1.5, k).astype(np.float32))
     gate_w, up_w = (
         bg.quantize_weights(rng.standard_normal((40, k)).astype(np.float32))._core for _ in range(2)
     )
@@ -288,7 +290,7 @@ def test_gated_output_equals_gate_and_up(m, k, gated_in):
     gv, uv = g.numpy(), u.numpy()
     r = np.maximum(gv, np.float32(0))
     np.testing.assert_array_equal(h.numpy(), r * r * uv)
-    sub = _tensor(
+    sub = to_tensor(
         rng.uniform(0.5, 1.5, 40).astype(np.float32)
     )  # the down matvec fuses norm (and gating)
     (y_pair,) = _core.bitlinear_group(g, u, sub, 1e-5, [down_w], [None])
@@ -305,14 +307,14 @@ def test_fused_matvec_equals_the_separate_pre_pass(tune, m, k, gated):
     """For decode-sized inputs every matvec workgroup quantizes the rows itself, for one weight
     (with a residual) or up to three in one dispatch: bit for bit what the separate pre-pass
     gives (fused_matvec=False)."""
-    x = _tensor(rng.standard_normal((m, k)).astype(np.float32))
-    up = _tensor(rng.standard_normal((m, k)).astype(np.float32)) if gated else None
-    norm_w = _tensor(rng.uniform(0.5, 1.5, k).astype(np.float32))
+    x = to_tensor(rng.standard_normal((m, k)).astype(np.float32))
+    up = to_tensor(rng.standard_normal((m, k)).astype(np.float32)) if gated else None
+    norm_w = to_tensor(rng.uniform(0.5, 1.5, k).astype(np.float32))
     weights = [
         bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32))._core
         for n in (1, 300, 37)
     ]
-    residual = _tensor(rng.standard_normal((m, 300)).astype(np.float32))
+    residual = to_tensor(rng.standard_normal((m, 300)).astype(np.float32))
     calls = [(weights, [None] * 3), (weights[:2], [None, None]), (weights[1:2], [residual])]
     results = {}
     for setting in (True, False):
@@ -325,7 +327,7 @@ def test_fused_matvec_equals_the_separate_pre_pass(tune, m, k, gated):
     bad[-1, -1] = np.inf
     tune(fused_matvec=True)
     with pytest.raises(bg.ArgumentError, match="contains 1 NaN or Inf value"):  # counted once
-        _core.bitlinear_group(_tensor(bad), None, norm_w, 1e-5, weights, [None] * 3)
+        _core.bitlinear_group(to_tensor(bad), None, norm_w, 1e-5, weights, [None] * 3)
 
 
 @pytest.mark.parametrize(
@@ -352,11 +354,11 @@ def test_the_residual_is_added_bit_for_bit(m, k, n):
     output and the residual (on the H100 the compiler had contracted the scaling's division and
     the addition into one FMA, in the tensor-core kernel and then in the matvec: one rounding
     off)."""
-    x = _tensor(rng.standard_normal((m, k)).astype(np.float32))
+    x = to_tensor(rng.standard_normal((m, k)).astype(np.float32))
     w = bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32))._core
     residual = rng.standard_normal((m, n)).astype(np.float32)
     (plain,) = _core.bitlinear_group(x, None, None, 1e-5, [w], [None])
-    (summed,) = _core.bitlinear_group(x, None, None, 1e-5, [w], [_tensor(residual)])
+    (summed,) = _core.bitlinear_group(x, None, None, 1e-5, [w], [to_tensor(residual)])
     np.testing.assert_array_equal(summed.numpy(), plain.numpy() + residual)
 
 
@@ -374,12 +376,12 @@ def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
     weights = [bg.quantize_weights(rng.standard_normal((n, k)).astype(np.float32)) for n in (7, 33)]
     residual = rng.standard_normal((m, 33)).astype(np.float32)
     ys = _core.bitlinear_group(
-        _tensor(x),
-        _tensor(up) if gated else None,
-        _tensor(norm_w),
+        to_tensor(x),
+        to_tensor(up) if gated else None,
+        to_tensor(norm_w),
         1e-5,
         [w._core for w in weights],
-        [None, _tensor(residual)],
+        [None, to_tensor(residual)],
     )
     v = (reference.activation("relu2", x) * up).astype(np.float32) if gated else x
     v = reference.rms_norm(v, norm_w, 1e-5).astype(np.float32)
@@ -400,16 +402,16 @@ def test_bitlinear_group_fuses_norm_gate_and_residual(m, k, gated):
             assert err[r].max() <= bound, f"row {r}: {near_ties[r]} near ties"
     with pytest.raises(bg.ShapeError):
         _core.bitlinear_group(
-            _tensor(x), None, _tensor(norm_w[:-1]), 1e-5, [weights[0]._core], [None]
+            to_tensor(x), None, to_tensor(norm_w[:-1]), 1e-5, [weights[0]._core], [None]
         )
     with pytest.raises(bg.ShapeError):
         _core.bitlinear_group(
-            _tensor(x), None, None, 1e-5, [weights[1]._core], [_tensor(residual[:, :5])]
+            to_tensor(x), None, None, 1e-5, [weights[1]._core], [to_tensor(residual[:, :5])]
         )
     bad = x.copy()
     bad[0, 0] = np.nan
     with pytest.raises(bg.ArgumentError, match="NaN"):
-        _core.bitlinear_group(_tensor(bad), None, None, 1e-5, [weights[0]._core], [None])
+        _core.bitlinear_group(to_tensor(bad), None, None, 1e-5, [weights[0]._core], [None])
 
 
 @pytest.mark.parametrize("tiled", [False, True])
@@ -439,7 +441,7 @@ def test_attention_cached_matches_full_attention(tune, tiled, dtype, batch, toke
     q = rng.standard_normal((batch * tokens, hq, d)).astype(dtype)
     out = _poisoned(q.shape, dtype)
     _core.attention_cached(
-        _tensor(q), _tensor(k_all), _tensor(v_all), _tensor(_starts(start)), True, out
+        to_tensor(q), to_tensor(k_all), to_tensor(v_all), to_tensor(_starts(start)), True, out
     )
     for b in range(batch):
         length = int(np.broadcast_to(start, (batch,))[b]) + tokens

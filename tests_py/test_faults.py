@@ -16,9 +16,9 @@ from conftest import package_env
 
 @pytest.fixture(autouse=True)
 def disarmed():
-    _core._arm_fault("")
+    _core.arm_fault("")
     yield
-    _core._arm_fault("")
+    _core.arm_fault("")
 
 
 def fresh_device():
@@ -31,24 +31,24 @@ def test_failed_allocation_is_out_of_memory_and_leaks_nothing(device, rng):
     device.trim()
     in_use = device.memory_stats()["in_use_bytes"]
     # A new slab and its retry after trim() fail, then memory of the block's own and its retry.
-    _core._arm_fault("allocation:1:4")
+    _core.arm_fault("allocation:1:4")
     with pytest.raises(
         bg.OutOfMemory, match="out of memory on device .*VK_ERROR_OUT_OF_DEVICE_MEMORY"
     ):
         bg.quantize_activations(x, device=device)
-    assert _core._faults_injected() == 4
+    assert _core.faults_injected() == 4
     assert device.memory_stats()["in_use_bytes"] == in_use
     assert np.array_equal(x, before)
-    _core._arm_fault("")
+    _core.arm_fault("")
     q, s = bg.quantize_activations(x, device=device)
     assert np.array_equal(q, ref.quantize_activations(x, scale=s)[0])
 
 
 def test_one_failed_allocation_is_retried_after_trimming(device, rng):
-    _core._arm_fault("allocation:1:1")
+    _core.arm_fault("allocation:1:1")
     device.trim()
     t = device.empty((1234567,), np.uint8)  # a fresh block: fails once, then trim() and retry
-    assert t.nbytes == 1234567 and _core._faults_injected() == 1
+    assert t.nbytes == 1234567 and _core.faults_injected() == 1
 
 
 @pytest.mark.parametrize("nth", [1, 2, 3])
@@ -59,7 +59,7 @@ def test_failed_submission_out_of_memory_keeps_the_device(device, rng, nth):
     )
     q = bg.quantize_weights(w, device=device)
     expected = bg.bitlinear(x, q)
-    _core._arm_fault(f"submission:{nth}:1:out_of_host_memory")
+    _core.arm_fault(f"submission:{nth}:1:out_of_host_memory")
     for _ in range(nth - 1):
         bg.bitlinear(x, q)  # these submissions run
     with pytest.raises(bg.OutOfMemory, match="vkQueueSubmit"):
@@ -73,10 +73,10 @@ def test_lost_device_raises_device_error_and_a_new_device_works(rng, site):
     x = rng.standard_normal((2, 96)).astype(np.float32)
     q = bg.quantize_weights(rng.standard_normal((8, 96)).astype(np.float32), device=lost)
     in_use = bg.default_device().memory_stats()["in_use_bytes"]
-    _core._arm_fault(f"{site}:1")
+    _core.arm_fault(f"{site}:1")
     with pytest.raises(bg.DeviceError, match="VK_ERROR_DEVICE_LOST"):
         bg.bitlinear(bg.Tensor.from_numpy(x, lost), q)
-    _core._arm_fault("")
+    _core.arm_fault("")
     assert lost.lost
     with pytest.raises(bg.DeviceError, match="was lost"):
         bg.quantize_activations(x, device=lost)
@@ -94,7 +94,7 @@ def test_lost_device_raises_device_error_and_a_new_device_works(rng, site):
 def test_bad_switch_is_an_argument_error():
     for spec in ["allocation", "alloc:1", "allocation:0", "wait:1:2:nope", "wait:x"]:
         with pytest.raises(bg.ArgumentError, match="BITNET_GPU_FAULT"):
-            _core._arm_fault(spec)
+            _core.arm_fault(spec)
 
 
 def test_environment_switch_gives_a_clean_exception_in_a_new_process(tmp_path):

@@ -1,6 +1,7 @@
 """The BitNet b1.58 decoder end to end: logits and generation against bitnet_gpu.reference, chunked
 decoding, sampling, the command line."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 
 import bitnet_gpu as bg
 from bitnet_gpu import reference
-from bitnet_gpu.models import BitNetConfig, BitNetModel
+from bitnet_gpu.models import BitNetConfig, BitNetModel, Pick
 from conftest import TIE_WINDOW, check_logits, rel
 
 rng = np.random.default_rng()
@@ -101,7 +102,10 @@ def test_screened_greedy_generation_is_the_float_heads(tiny_model, seed):
     assert tiny_model.screened_head
     tiny_model.reset_graphs()
     out = tiny_model.generate(prompt, 32)
-    assert any(key[2] == "next" and key[1] == 1 for key in tiny_model._graph_keys())
+    assert any(
+        plan.pick is Pick.ARGMAX and plan.tokens == 1 and plan.screened
+        for plan in tiny_model.recorded_plans()
+    )
     assert tiny_model.screening_nbytes == tiny_model.config.vocab_size * (
         tiny_model.config.hidden_size + 16
     )
@@ -122,10 +126,10 @@ def test_screened_head_is_built_once_and_only_when_on():
     model = BitNetModel.random(_tiny(), seed=6)
     assert model.screened_head and model.screening_nbytes == 0  # built at the first greedy step
     model.prepare_screened_head()
-    first = model._screening
+    first = model.screening.tables(model.lm_head)
     assert model.screening_nbytes > 0
     model.generate(np.arange(3), 2)
-    assert model._screening is first
+    assert model.screening.tables(model.lm_head) is first
     off = BitNetModel.random(_tiny(), seed=6, screened_head=False)
     off.prepare_screened_head()
     np.testing.assert_array_equal(off.generate(np.arange(3), 4), model.generate(np.arange(3), 4))
@@ -143,18 +147,25 @@ def test_screened_head_is_built_once_and_only_when_on():
 
 
 def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatch):
-    """Decode graphs take 16 keys a workgroup up to SHORT_DECODE_CONTEXT tokens, 32 up to
-    LONG_DECODE_CONTEXT and 64 beyond: a generation that crosses both switches (set at 9 and 17
-    tokens here) still gives the reference's ids, and records decode graphs of each kind (chunks of
+    """Decode graphs take 16 keys a workgroup up to the policy's short_context tokens, 32 up to
+    long_context and 64 beyond: a generation that crosses both switches (set at 9 and 17 tokens
+    here) still gives the reference's ids, and records decode graphs of each kind (chunks of
     steps that stop at each switch)."""
-    monkeypatch.setattr(tiny_model, "SHORT_DECODE_CONTEXT", 9)
-    monkeypatch.setattr(tiny_model, "LONG_DECODE_CONTEXT", 17)
+    monkeypatch.setattr(
+        tiny_model,
+        "policy",
+        dataclasses.replace(tiny_model.policy, short_context=9, long_context=17),
+    )
     tiny_model.reset_graphs()
     prompt = np.random.default_rng(11).integers(0, tiny_model.config.vocab_size, (2, 6))
     out = tiny_model.generate(prompt, 24)
     ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 24)
     np.testing.assert_array_equal(out, ref)
-    assert sorted({key[3] for key in tiny_model._graph_keys() if key[1] == 1}) == [16, 32, 64]
+    assert sorted({p.split_keys for p in tiny_model.recorded_plans() if p.tokens == 1}) == [
+        16,
+        32,
+        64,
+    ]
     tiny_model.reset_graphs()
 
 
@@ -176,8 +187,8 @@ def test_prefill_graphs_do_not_accumulate(tiny_model):
     tiny_model.reset_graphs()  # the shared model's other sessions keep prefill graphs of their own
     for tokens in range(2, 9):
         tiny_model.forward(np.arange(tokens))
-    kept = [key for key in tiny_model._graph_keys() if key[1] > 1]
-    assert len(kept) <= tiny_model.KEPT_PREFILL_GRAPHS
+    kept = [plan for plan in tiny_model.recorded_plans() if plan.prefill]
+    assert len(kept) <= tiny_model.policy.kept_prefill_graphs
     before = device.memory_stats()["in_use_bytes"]
     for tokens in range(2, 9):
         tiny_model.forward(np.arange(tokens))
@@ -199,9 +210,9 @@ def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k, top
     config = tiny_model.config
     prompt = np.random.default_rng(seed).integers(0, config.vocab_size, (2, 5))
     out = tiny_model.generate(prompt, 24, temperature=0.9, top_k=top_k, seed=seed, top_p=top_p)
-    mode = "sample" if top_p is None else "nucleus" if top_k is None else "nucleus_top_k"
-    keys = tiny_model._graph_keys()
-    assert any(key[2] == mode and key[5] == tiny_model.decode_chunk for key in keys)
+    pick = Pick.SAMPLE if top_p is None else Pick.NUCLEUS if top_k is None else Pick.NUCLEUS_TOP_K
+    plans = tiny_model.recorded_plans()
+    assert any(p.pick is pick and p.chain == tiny_model.decode_chunk for p in plans)
     tiny_model.decode_chunk = 1
     try:
         np.testing.assert_array_equal(
@@ -242,10 +253,10 @@ def test_top_p_generation_of_one_sequence(tiny_model, top_k):
     tiny_model.reset_graphs()
     out = tiny_model.generate(prompt, 24, temperature=1.1, top_k=top_k, seed=3, top_p=0.9)
     if top_k is None:
-        assert any(key[2] == "nucleus" and not key[4] for key in tiny_model._graph_keys())
+        assert any(p.pick is Pick.NUCLEUS and not p.screened for p in tiny_model.recorded_plans())
     else:
         # through the screened head
-        assert any(key[2] == "nucleus_top_k" and key[4] for key in tiny_model._graph_keys())
+        assert any(p.pick is Pick.NUCLEUS_TOP_K and p.screened for p in tiny_model.recorded_plans())
     tiny_model.decode_chunk = 1
     tiny_model.screened_head = False
     try:
@@ -253,7 +264,7 @@ def test_top_p_generation_of_one_sequence(tiny_model, top_k):
         np.testing.assert_array_equal(
             tiny_model.generate(prompt, 24, temperature=1.1, top_k=top_k, seed=3, top_p=0.9), out
         )
-        assert not any(key[4] for key in tiny_model._graph_keys())
+        assert not any(p.screened for p in tiny_model.recorded_plans())
     finally:
         tiny_model.decode_chunk = 8
         tiny_model.screened_head = True
@@ -437,15 +448,17 @@ def test_chunked_greedy_decode_is_bit_for_bit_one_step_a_replay(
     two): the ids are those of one replay a token and the reference's, over 21 new tokens (chunks,
     then shorter ones), across a split switch (at 13 tokens here), and with an end-of-sequence
     id."""
-    monkeypatch.setattr(tiny_model, "SHORT_DECODE_CONTEXT", 13)
+    monkeypatch.setattr(
+        tiny_model, "policy", dataclasses.replace(tiny_model.policy, short_context=13)
+    )
     prompt = np.random.default_rng(20 + batch).integers(0, tiny_model.config.vocab_size, (batch, 4))
     runs = {}
     for decode_chunk in (1, chunk):
         monkeypatch.setattr(tiny_model, "decode_chunk", decode_chunk)
         tiny_model.reset_graphs()
         runs[decode_chunk] = tiny_model.generate(prompt, 21)
-        steps = sorted({key[5] for key in tiny_model._graph_keys() if key[1] == 1})
-        assert steps[-1] == decode_chunk and len(tiny_model._graph_keys()) > 1
+        steps = sorted({p.chain for p in tiny_model.recorded_plans() if p.tokens == 1})
+        assert steps[-1] == decode_chunk and len(tiny_model.recorded_plans()) > 1
     np.testing.assert_array_equal(runs[chunk], runs[1])
     ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 21)
     np.testing.assert_array_equal(runs[chunk], ref)
@@ -462,11 +475,11 @@ def test_chunked_greedy_decode_is_bit_for_bit_one_step_a_replay(
 def test_decode_chunks_stop_at_split_switches_and_at_the_end():
     model = BitNetModel.random(_tiny(), seed=4, max_tokens=40)
     assert model.decode_chunk == 8
-    model.SHORT_DECODE_CONTEXT, model.LONG_DECODE_CONTEXT = 12, 30
+    model.policy = dataclasses.replace(model.policy, short_context=12, long_context=30)
     # (cached tokens, tokens still wanted) -> steps of the next replay: 8, or a power of two that
     # ends before a split switch (a step after `start` cached tokens has context start + 1).
     assert [
-        model._chunk(s, r)
+        model.policy.chain(s, r)
         for s, r in [
             (0, 20),
             (4, 20),

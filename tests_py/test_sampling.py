@@ -7,7 +7,7 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.graph import Graph
-from bitnet_gpu.sampling import _sampling_params
+from bitnet_gpu.sampling import sampling_params
 from conftest import check_draws
 
 
@@ -145,7 +145,7 @@ def test_shapes_tensors_out_and_graphs(device, rng):
     ]:
         got = graph.run(
             x=logits,
-            params=_sampling_params(temperature, top_k, seed, 300),
+            params=sampling_params(temperature, top_k, seed, 300),
             start=np.array([step], np.int32),
             numpy=True,
         )["ids"]
@@ -354,7 +354,7 @@ def test_top_p_in_a_graph(device, rng):
     ]:
         got = graph.run(
             x=logits,
-            params=_sampling_params(temperature, top_k, 5, 2000, top_p),
+            params=sampling_params(temperature, top_k, 5, 2000, top_p),
             start=np.array([step], np.int32),
             numpy=True,
         )["ids"]

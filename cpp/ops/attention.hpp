@@ -17,20 +17,27 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                  std::optional<int64_t> kv_length, const std::optional<Tensor>& out = {},
                  bool float16 = false);
 
-// Rotary embedding of x [T, H, D] (D even) with float32 angle tables cos and sin [T, D / 2].
-// attention() over batched caches [B, ROWS, HKV, D] whose length is read on the GPU: q [B * T,
+// attention() over batched caches [C, ROWS, HKV, D] whose length is read on the GPU: q [B * T,
 // HQ, D] holds T new tokens a sequence, and sequence b attends over rows [0, start[b] + T) of its
-// cache (int32 start [B]: tokens cached before these, or [1] for every sequence). For recorded
-// graphs (decode steps).
+// cache sequence (see StartLayout: b, or a slot of the caches). For recorded graphs (decode
+// steps).
 Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                         const Tensor& start, bool causal, const std::optional<Tensor>& out,
                         bool float16 = false);
 
-// The `start` an op over caches of `batch` sequences takes: int32 [1] (every sequence) or [batch];
-// DTypeError otherwise. start_stride: the shaders' index step (0 or 1) through it.
-void require_start(const Tensor& start, int64_t batch, const Tensor& q);
-uint32_t start_stride(const Tensor& start);
+// How an op over caches reads `start`, int32: [1] (every sequence's position), [B] (one a
+// sequence; sequence b's cache is cache sequence b, so the caches hold B) or [2, B] (the positions,
+// then each sequence's cache slot: the caches may hold any C sequences, and a slot past them is
+// read as the last and never written). `stride` and `slots` are the shaders' push constants.
+struct StartLayout {
+  int64_t batch;    // B: sequences of the step
+  uint32_t stride;  // 0: start[0] for every sequence, 1: start[b]
+  uint32_t slots;   // 0: cache sequence b; else the slots begin at start[slots]
+};
+// DTypeError or ShapeError where start does not fit caches of `cache_batch` sequences.
+StartLayout start_layout(const Tensor& start, int64_t cache_batch, const Tensor& q);
 
+// Rotary embedding of x [T, H, D] (D even) with float32 angle tables cos and sin [T, D / 2].
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin,
             const std::optional<Tensor>& out = {});
 
@@ -39,8 +46,9 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin,
 void copy_rows(const Tensor& rows, const Tensor& destination, int64_t first_row);
 
 // A decode step's rotary embedding and KV-cache append in one dispatch (float32): returns
-// rope(q) and writes rope(k) and v to rows start[b] + t % T of each sequence's caches [B, ROWS,
-// HKV, D] (q, k, v: [B * T, heads, D]; cos, sin: [positions, D / 2]).
+// rope(q) and writes rope(k) and v to rows start[b] + t % T of each sequence's cache sequence
+// (caches [C, ROWS, HKV, D], start as StartLayout takes it; q, k, v: [B * T, heads, D]; cos, sin:
+// [positions, D / 2]).
 Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
                    const Tensor& sin, const Tensor& start, const Tensor& k_cache,
                    const Tensor& v_cache);

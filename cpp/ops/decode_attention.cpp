@@ -26,7 +26,8 @@ int64_t decode_split_keys(int64_t heads_per_kv, int64_t requested) {
 }
 
 struct AppendShape {
-  int64_t rows, hq, hkv, d, batch, cache_rows;
+  int64_t rows, hq, hkv, d, batch, cache_rows, cache_batch;
+  StartLayout start;
 };
 
 // The checks rope_append and decode_attention share.
@@ -49,10 +50,13 @@ AppendShape check_append(const char* op, const Tensor& q, const Tensor& k, const
         "expected q [B * T, HQ, D], k and v [B * T, HKV, D] and caches [B, ROWS, HKV, D], got q " +
         shape_text(q.shape()) + ", k " + shape_text(k.shape()) + ", v " + shape_text(v.shape()) +
         ", caches " + shape_text(k_cache.shape()));
-  const AppendShape shape{q.shape()[0], q.shape()[1],       k.shape()[1],
-                          q.shape()[2], k_cache.shape()[0], k_cache.shape()[1]};
+  const int64_t cache_batch = k_cache.shape()[0];
+  if (cache_batch == 0) throw ShapeError("caches: expected at least one sequence");
+  const StartLayout layout = start_layout(start, cache_batch, q);
+  const AppendShape shape{q.shape()[0], q.shape()[1],       k.shape()[1], q.shape()[2],
+                          layout.batch, k_cache.shape()[1], cache_batch,  layout};
   if (k.shape()[0] != shape.rows || k.shape()[2] != shape.d || shape.d % 2 != 0 ||
-      k_cache.shape()[2] != shape.hkv || k_cache.shape()[3] != shape.d || shape.batch == 0 ||
+      k_cache.shape()[2] != shape.hkv || k_cache.shape()[3] != shape.d ||
       shape.rows % shape.batch != 0)
     throw ShapeError("q " + shape_text(q.shape()) + ", k " + shape_text(k.shape()) +
                      " and caches " + shape_text(k_cache.shape()) +
@@ -61,7 +65,6 @@ AppendShape check_append(const char* op, const Tensor& q, const Tensor& k, const
       sin.shape() != cos.shape())
     throw ShapeError("angle tables: expected [positions, " + std::to_string(shape.d / 2) +
                      "], got " + shape_text(cos.shape()) + " and " + shape_text(sin.shape()));
-  require_start(start, shape.batch, q);
   for (const Tensor* t : {&k, &v, &cos, &sin, &k_cache, &v_cache})
     if (&t->device() != &q.device())
       throw ArgumentError(std::string(op) + ": every tensor must live on q's device");
@@ -78,7 +81,7 @@ Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   Tensor q_out = Tensor::empty(device, q.shape(), DType::float32);
   if (shape.rows == 0) return q_out;
   struct {
-    uint32_t rows, hq, hkv, d, period, cache_rows, table_rows, start_stride;
+    uint32_t rows, hq, hkv, d, period, cache_rows, table_rows, start_stride, slots, cache_batch;
   } push{static_cast<uint32_t>(shape.rows),
          static_cast<uint32_t>(shape.hq),
          static_cast<uint32_t>(shape.hkv),
@@ -86,7 +89,9 @@ Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
          static_cast<uint32_t>(shape.rows / shape.batch),
          static_cast<uint32_t>(shape.cache_rows),
          static_cast<uint32_t>(cos.shape()[0]),
-         start_stride(start)};
+         shape.start.stride,
+         shape.start.slots,
+         static_cast<uint32_t>(shape.cache_batch)};
   const uint64_t total = static_cast<uint64_t>(shape.rows) *
                          ((shape.hq + shape.hkv) * (shape.d / 2) + shape.hkv * shape.d);
   Kernel kernel = Kernel::builtin(device, "rope_append");
@@ -132,14 +137,16 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   struct {
     uint32_t hq, hkv, cache_rows, table_rows, splits;
     float scale;
-    uint32_t start_stride;
+    uint32_t start_stride, slots, cache_batch;
   } push{static_cast<uint32_t>(shape.hq),
          static_cast<uint32_t>(shape.hkv),
          static_cast<uint32_t>(shape.cache_rows),
          static_cast<uint32_t>(cos.shape()[0]),
          static_cast<uint32_t>(splits),
          1.0f / std::sqrt(static_cast<float>(shape.d)),
-         start_stride(start)};
+         shape.start.stride,
+         shape.start.slots,
+         static_cast<uint32_t>(shape.cache_batch)};
   // The head dimension is a specialization constant (HEAD_DIM): it sizes the kernel's register
   // arrays.
   Kernel kernel = Kernel::builtin(device, "decode_attention",

@@ -20,18 +20,6 @@ std::mutex default_mutex;
 // Released explicitly (Python does it at exit), never by a static destructor: see Instance::get.
 auto* default_device_instance = new std::shared_ptr<Device>();
 
-bool supports_extension(VkPhysicalDevice physical, const char* name) {
-  uint32_t count = 0;
-  check(vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr),
-        "vkEnumerateDeviceExtensionProperties");
-  std::vector<VkExtensionProperties> extensions(count);
-  check(vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, extensions.data()),
-        "vkEnumerateDeviceExtensionProperties");
-  for (const auto& extension : extensions)
-    if (std::strcmp(extension.extensionName, name) == 0) return true;
-  return false;
-}
-
 }  // namespace
 
 std::shared_ptr<Device> Device::create(std::optional<uint32_t> index) {
@@ -112,9 +100,9 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   if (vulkan13) want12.pNext = &want13;
 
   std::vector<const char*> extensions;
-  if (supports_extension(physical_, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
+  if (has_extension(physical_, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
     extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
-  if (info_.features["memory_budget"]) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  if (feature("memory_budget")) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   // Turns an extension on and links its features structure into the chain.
   auto enable = [&](const char* extension, auto& features) {
     extensions.push_back(extension);
@@ -123,7 +111,7 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   };
   VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-  if (supports_extension(physical_, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) {
+  if (has_extension(physical_, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) {
     coopmat.cooperativeMatrix = VK_TRUE;
     enable(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, coopmat);
   }
@@ -133,9 +121,9 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   // function.
   CooperativeMatrixFeaturesKhr coopmat_khr;
   CooperativeMatrix2FeaturesNv coopmat2;
-  const bool with_coopmat2 = info_.features["cooperative_matrix2_int8"];
-  if (with_coopmat2 || info_.features["cooperative_matrix_khr_int8"] ||
-      info_.features["cooperative_matrix_khr_float16"]) {
+  const bool with_coopmat2 = feature("cooperative_matrix2_int8");
+  if (with_coopmat2 || feature("cooperative_matrix_khr_int8") ||
+      feature("cooperative_matrix_khr_float16")) {
     coopmat_khr.cooperativeMatrix = VK_TRUE;
     enable(kKhrCooperativeMatrix, coopmat_khr);
   }
@@ -152,14 +140,14 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
 
   VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executables{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
-  if (info_.features["pipeline_statistics"]) {
+  if (feature("pipeline_statistics")) {
     executables.pipelineExecutableInfo = VK_TRUE;
     enable(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME, executables);
   }
   // The device clock for probe kernels' timelines: a shader capability, with no cost to others.
   VkPhysicalDeviceShaderClockFeaturesKHR clock{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
-  if (info_.features["device_clock"]) {
+  if (feature("device_clock")) {
     clock.shaderDeviceClock = VK_TRUE;
     enable(VK_KHR_SHADER_CLOCK_EXTENSION_NAME, clock);
   }
@@ -177,10 +165,10 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
   device_info.ppEnabledExtensionNames = extensions.data();
   check(vkCreateDevice(physical_, &device_info, nullptr, &device_), "vkCreateDevice");
   vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
-  if (info_.features["external_memory_host"])
+  if (feature("external_memory_host"))
     get_host_pointer_properties = reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(
         vkGetDeviceProcAddr(device_, "vkGetMemoryHostPointerPropertiesEXT"));
-  if (info_.features["pipeline_statistics"]) {
+  if (feature("pipeline_statistics")) {
     get_executable_statistics = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
         vkGetDeviceProcAddr(device_, "vkGetPipelineExecutableStatisticsKHR"));
     if (!get_executable_statistics) info_.features["pipeline_statistics"] = false;
@@ -233,7 +221,12 @@ VkResult Device::wait_for_fence(VkFence fence, uint32_t expected_us) {
 
 bool Device::feature(const std::string& name) const {
   auto found = info_.features.find(name);
-  return found != info_.features.end() && found->second;
+  if (found == info_.features.end()) {
+    std::string known;
+    for (const auto& [feature, _] : info_.features) known += (known.empty() ? "" : ", ") + feature;
+    throw ArgumentError("unknown device feature '" + name + "' (features: " + known + ")");
+  }
+  return found->second;
 }
 
 VkResult Device::check(VkResult result, const char* call) {
@@ -408,7 +401,7 @@ std::vector<HeapBudget> Device::heap_budgets() const {
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
   VkPhysicalDeviceMemoryProperties2 properties{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
-  const bool known = info_.features.at("memory_budget");
+  const bool known = feature("memory_budget");
   if (known) properties.pNext = &budget;
   vkGetPhysicalDeviceMemoryProperties2(physical_, &properties);
   std::vector<HeapBudget> heaps;

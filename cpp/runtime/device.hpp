@@ -41,6 +41,7 @@ class Device : public std::enable_shared_from_this<Device> {
   const VkPhysicalDeviceLimits& limits() const { return limits_; }
   bool has_timestamps() const { return timestamp_valid_bits_ > 0; }
   uint32_t timestamp_valid_bits() const { return timestamp_valid_bits_; }
+  // Whether the device has `name` (a key of info().features); ArgumentError for an unknown name.
   bool feature(const std::string& name) const;
 
   // Checks a VkResult from a call on this device; VK_ERROR_DEVICE_LOST marks the device lost.

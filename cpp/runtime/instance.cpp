@@ -76,18 +76,6 @@ int type_rank(const std::string& type) {
   return 5;
 }
 
-bool has_extension(VkPhysicalDevice physical, const char* name) {
-  uint32_t count = 0;
-  check(vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr),
-        "vkEnumerateDeviceExtensionProperties");
-  std::vector<VkExtensionProperties> extensions(count);
-  check(vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, extensions.data()),
-        "vkEnumerateDeviceExtensionProperties");
-  return std::any_of(extensions.begin(), extensions.end(), [&](const VkExtensionProperties& e) {
-    return std::strcmp(e.extensionName, name) == 0;
-  });
-}
-
 // The structures a vkGetPhysicalDevice*Properties{NV,KHR} call lists for `physical` (`blank`
 // carries each one's sType).
 template <typename T, typename Call>
@@ -208,6 +196,18 @@ bool has_coopmat2(VkPhysicalDevice physical, bool vulkan13, const Coopmat2Shape&
 }
 
 }  // namespace
+
+bool has_extension(VkPhysicalDevice physical, const char* name) {
+  uint32_t count = 0;
+  check(vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr),
+        "vkEnumerateDeviceExtensionProperties");
+  std::vector<VkExtensionProperties> extensions(count);
+  check(vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, extensions.data()),
+        "vkEnumerateDeviceExtensionProperties");
+  return std::any_of(extensions.begin(), extensions.end(), [&](const VkExtensionProperties& e) {
+    return std::strcmp(e.extensionName, name) == 0;
+  });
+}
 
 std::shared_ptr<Instance> Instance::get() {
   static std::mutex mutex;

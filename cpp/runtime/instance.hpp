@@ -84,6 +84,8 @@ class Instance {
 };
 
 DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index);
+// Whether the physical device offers the device extension `name`.
+bool has_extension(VkPhysicalDevice physical, const char* name);
 std::vector<DeviceInfo> enumerate_devices();
 
 // The index to open: `requested` if given, else BITNET_GPU_DEVICE (an index or a name substring),

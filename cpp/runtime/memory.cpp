@@ -38,14 +38,8 @@ MemorySlab::~MemorySlab() {
 }
 
 MemoryPool::MemoryPool(Device& device) : device_(device) {
-  VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-  info.size = kMinCapacity;
-  info.usage = kBufferUsage;
-  VkBuffer probe;
-  device_.check(vkCreateBuffer(device_.handle(), &info, nullptr, &probe), "vkCreateBuffer");
   VkMemoryRequirements requirements;
-  vkGetBufferMemoryRequirements(device_.handle(), probe, &requirements);
-  vkDestroyBuffer(device_.handle(), probe, nullptr);
+  create_buffer(kMinCapacity, requirements);  // a probe, destroyed at once
   buffer_type_bits_ = requirements.memoryTypeBits;
   const char* unmapped = std::getenv("BITNET_GPU_DEBUG_UNMAPPED_DEVICE_MEMORY");
   unmapped_device_memory_ = unmapped && std::strcmp(unmapped, "1") == 0;
@@ -174,14 +168,9 @@ MemoryBlock MemoryPool::create_block(uint64_t capacity, Placement placement) {
   block.capacity = capacity;
   block.type_index = type_index;
   block.placement = placement;
-  VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-  info.size = capacity;
-  info.usage = kBufferUsage;
-  VkBuffer buffer;
-  device_.check(vkCreateBuffer(device_.handle(), &info, nullptr, &buffer), "vkCreateBuffer");
-  block.buffer = BufferHandle(device_.handle(), buffer);
   VkMemoryRequirements requirements;
-  vkGetBufferMemoryRequirements(device_.handle(), buffer, &requirements);
+  block.buffer = create_buffer(capacity, requirements);
+  VkBuffer buffer = block.buffer.get();
 
   uint64_t offset = 0;
   if (slabs_ && requirements.size <= kSlabBlockMost &&
@@ -204,6 +193,19 @@ MemoryBlock MemoryPool::create_block(uint64_t capacity, Placement placement) {
                 "vkBindBufferMemory");
   block.mapped = map(block.memory.get(), type_index, placement, block.host_cached);
   return block;
+}
+
+BufferHandle MemoryPool::create_buffer(uint64_t size, VkMemoryRequirements& requirements,
+                                       const void* next) const {
+  VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  info.pNext = next;
+  info.size = size;
+  info.usage = kBufferUsage;
+  VkBuffer buffer;
+  device_.check(vkCreateBuffer(device_.handle(), &info, nullptr, &buffer), "vkCreateBuffer");
+  BufferHandle handle(device_.handle(), buffer);
+  vkGetBufferMemoryRequirements(device_.handle(), buffer, &requirements);
+  return handle;
 }
 
 MemoryBlock MemoryPool::acquire(uint64_t size, Placement placement) {
@@ -253,15 +255,9 @@ MemoryBlock MemoryPool::import_host(void* pointer, uint64_t size) {
   block.placement = Placement::imported;
   VkExternalMemoryBufferCreateInfo external{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
   external.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
-  VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-  info.pNext = &external;
-  info.size = size;
-  info.usage = kBufferUsage;
-  VkBuffer buffer;
-  device_.check(vkCreateBuffer(device_.handle(), &info, nullptr, &buffer), "vkCreateBuffer");
-  block.buffer = BufferHandle(device_.handle(), buffer);
   VkMemoryRequirements requirements;
-  vkGetBufferMemoryRequirements(device_.handle(), buffer, &requirements);
+  block.buffer = create_buffer(size, requirements, &external);
+  VkBuffer buffer = block.buffer.get();
   const uint32_t bits = requirements.memoryTypeBits & properties.memoryTypeBits;
   if (bits == 0) throw UnsupportedError("no memory type can import this host pointer");
   const uint32_t type_index = static_cast<uint32_t>(std::countr_zero(bits));

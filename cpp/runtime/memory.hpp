@@ -87,6 +87,10 @@ class MemoryPool {
 
  private:
   MemoryBlock create_block(uint64_t capacity, Placement placement);
+  // A storage buffer of `size` bytes, its memory not bound yet, and what memory it needs; `next`
+  // is chained into its create info (external memory).
+  BufferHandle create_buffer(uint64_t size, VkMemoryRequirements& requirements,
+                             const void* next = nullptr) const;
   // vkAllocateMemory, retried once after trim() where the driver is out of memory or objects.
   MemoryHandle allocate_memory(uint64_t size, uint32_t type_index, uint64_t capacity);
   // Maps `memory` (of type type_index) where its type is host-visible (and not kept unmapped for

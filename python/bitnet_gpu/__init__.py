@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _core, reference
+from . import _core
 from ._core import (
     ArgumentError,
     Device,
@@ -32,21 +32,11 @@ from ._core import (
     default_device,
     devices,
 )
-from .linear import bitlinear, bitlinear_backward_input, mixed_precision_matmul
-from . import activations, arithmetic, norms, ops, sampling, tensor_ops
-from .norms import layer_norm_backward, rms_norm_backward
-from .tensor_ops import matmul, mean, transpose
-from .tensor_ops import max as max  # noqa: A004 - NumPy's names, as np.max and np.sum
-from .tensor_ops import sum as sum  # noqa: A004
-from .attention import KVCache, attention, rope, rope_tables
-from .ops import (  # noqa: F401 - activations, norms, softmax and sampling at the top level
-    add,
-    div,
-    mul,
-    sub,
+from . import activations, arithmetic, norms, ops, quantize, sampling, tensor_ops
+from ._tuning import Knob, get_tuning, tuning, tuning_knobs
+from .activations import (
     gelu,
     gelu_backward,
-    layer_norm,
     leaky_relu,
     leaky_relu_backward,
     relu,
@@ -55,25 +45,29 @@ from .ops import (  # noqa: F401 - activations, norms, softmax and sampling at t
     relu2_mul,
     relu_backward,
     relu_dropout,
-    rms_norm,
-    sample_logits,
     sigmoid,
     sigmoid_backward,
     silu,
     silu_backward,
     silu_mul,
-    softmax,
-    softmax_backward,
     swish,
     swish_backward,
     tanh,
     tanh_backward,
 )
-from . import quantize
-from ._tuning import Knob, get_tuning, tuning, tuning_knobs
+from .arithmetic import add, div, mul, sub
+from .attention import KVCache, attention, rope, rope_tables
 from .interop import from_dlpack
-from . import _telemetry
-from .quantize import (  # noqa: F401 - re-exported through quantize.__all__
+from .linear import bitlinear, bitlinear_backward_input, mixed_precision_matmul
+from .norms import (
+    layer_norm,
+    layer_norm_backward,
+    rms_norm,
+    rms_norm_backward,
+    softmax,
+    softmax_backward,
+)
+from .quantize import (
     BinaryWeights,
     TernaryWeights,
     binarize_weights,
@@ -85,31 +79,108 @@ from .quantize import (  # noqa: F401 - re-exported through quantize.__all__
     quantize_weights,
     unpack_ternary,
 )
+from .sampling import sample_logits
+from .telemetry import TelemetrySampler as _TelemetrySampler
+from .telemetry import telemetry as _read_telemetry
+from .tensor_ops import matmul, mean, transpose
+from .tensor_ops import max as max  # noqa: A004 - NumPy's names, as np.max and np.sum
+from .tensor_ops import sum as sum  # noqa: A004
 
-__all__ = quantize.__all__ + [
-    "bitlinear",
-    "bitlinear_backward_input",
-    "mixed_precision_matmul",
-    "nn",
-    "reference",
+if TYPE_CHECKING:
+    from . import reference as reference  # imported on first use (the test oracle, not the library)
+
+__all__ = [
     "ArgumentError",
+    "BinaryWeights",
+    "DTypeError",
     "Device",
     "DeviceError",
     "DeviceInfo",
-    "DTypeError",
     "Error",
+    "Graph",
+    "KVCache",
     "Kernel",
+    "Knob",
     "LinAlgError",
     "OutOfMemory",
+    "Profile",
     "Sequence",
     "ShapeError",
     "Submission",
     "Tensor",
+    "TernaryWeights",
     "UnsupportedError",
+    "activations",
+    "add",
     "aligned_empty",
+    "arithmetic",
+    "attention",
+    "binarize_weights",
+    "bitlinear",
+    "bitlinear_backward_input",
     "builtin_kernel",
+    "decoder_ops",
     "default_device",
+    "dequantize_activations",
+    "dequantize_weights",
     "devices",
+    "div",
+    "from_dlpack",
+    "gelu",
+    "gelu_backward",
+    "get_tuning",
+    "layer_norm",
+    "layer_norm_backward",
+    "leaky_relu",
+    "leaky_relu_backward",
+    "linalg",
+    "matmul",
+    "max",
+    "mean",
+    "mixed_precision_matmul",
+    "models",
+    "mul",
+    "nn",
+    "norms",
+    "ops",
+    "pack_ternary",
+    "profile",
+    "quantize",
+    "quantize_activations",
+    "quantize_gradients",
+    "quantize_weights",
+    "reference",
+    "relu",
+    "relu2",
+    "relu2_backward",
+    "relu2_mul",
+    "relu_backward",
+    "relu_dropout",
+    "rms_norm",
+    "rms_norm_backward",
+    "rope",
+    "rope_tables",
+    "sample_logits",
+    "sampling",
+    "sigmoid",
+    "sigmoid_backward",
+    "silu",
+    "silu_backward",
+    "silu_mul",
+    "softmax",
+    "softmax_backward",
+    "sub",
+    "sum",
+    "swish",
+    "swish_backward",
+    "tanh",
+    "tanh_backward",
+    "telemetry",
+    "tensor_ops",
+    "transpose",
+    "tuning",
+    "tuning_knobs",
+    "unpack_ternary",
 ]
 
 __version__ = "0.1.0"
@@ -142,10 +213,8 @@ def builtin_kernel(name: str, device: Device | None = None, specialization=None)
     return Kernel(device, _core.builtin_spirv(name), specialization=specialization, name=name)
 
 
-from . import nn  # noqa: E402
+from . import decoder_ops, linalg, models, nn, telemetry  # noqa: E402
 from .graph import Graph  # noqa: E402
-from . import models  # noqa: E402
-from . import linalg  # noqa: E402
 
 
 if TYPE_CHECKING:
@@ -164,13 +233,13 @@ setattr(Device, "graph", _device_graph)  # a method of the compiled class, writt
 @atexit.register
 def _shutdown() -> None:
     # Destroy the default device (saving its pipeline cache) while the driver is still loaded.
-    _core._release_default_device()
+    _core.release_default_device()
 
 
 def _device_telemetry(self: Device) -> dict:
     """The device's temperature, power, clocks, utilization and throttle reasons now (None where
     the platform does not say): NVML for NVIDIA GPUs, hwmon for AMD and Intel ones."""
-    return _telemetry.telemetry(self)
+    return _read_telemetry(self)
 
 
 setattr(Device, "telemetry", _device_telemetry)  # a method of the compiled class, written in Python
@@ -187,17 +256,17 @@ class Profile:
         self.device = device or default_device()
         self.timings: list = []
         self.samples: list = []
-        self._sampler = _telemetry.TelemetrySampler(self.device, interval) if telemetry else None
+        self._sampler = _TelemetrySampler(self.device, interval) if telemetry else None
 
     def __enter__(self):
         if self._sampler is not None:
             self._sampler.start()
-        self.device._start_profiling()
+        self.device.start_profiling()
         return self
 
     def __exit__(self, *exc):
         try:
-            self.timings = self.device._stop_profiling()
+            self.timings = self.device.stop_profiling()
         finally:
             if self._sampler is not None:
                 self.samples = self._sampler.stop()
@@ -211,32 +280,10 @@ def profile(device=None, telemetry: bool = False, interval: float = 0.01) -> Pro
     return Profile(device, telemetry, interval)
 
 
-__all__ += [
-    "Profile",
-    "profile",
-    "ops",
-    "tensor_ops",
-    "layer_norm_backward",
-    "matmul",
-    "mean",
-    "rms_norm_backward",
-    "transpose",
-    "max",
-    "sum",
-    "KVCache",
-    "attention",
-    "rope",
-    "rope_tables",
-    "Graph",
-    "models",
-    "linalg",
-    "Knob",
-    "get_tuning",
-    "tuning",
-    "tuning_knobs",
-    "from_dlpack",
-    "activations",
-    "arithmetic",
-    "norms",
-    "sampling",
-] + ops.__all__
+def __getattr__(name: str) -> object:
+    """bitnet_gpu.reference, the NumPy reference (the tests' oracle), imported on first use."""
+    if name == "reference":
+        import importlib
+
+        return importlib.import_module(".reference", __name__)
+    raise AttributeError(f"module 'bitnet_gpu' has no attribute {name!r}")

@@ -10,10 +10,10 @@ import numpy as np
 from . import _core
 from ._core import DTypeError, Tensor
 
-_FLOATS = (np.float32, np.float16)
+FLOATS = (np.float32, np.float16)
 
 
-def _tensor(x, name, device=None, dtypes=None):
+def to_tensor(x, name, device=None, dtypes=None):
     """(Tensor, given_as_tensor): uploads NumPy input, checking its dtype first."""
     if isinstance(x, Tensor):
         return x, True
@@ -24,7 +24,7 @@ def _tensor(x, name, device=None, dtypes=None):
     return Tensor.from_numpy(a, device), False
 
 
-def _integer(value, name):
+def integer(value, name):
     """A whole number: Python or NumPy integers, not floats (which int() would cut silently) or
     bools."""
     if isinstance(value, (bool, np.bool_)):
@@ -35,36 +35,36 @@ def _integer(value, name):
         raise TypeError(f"{name}: expected an integer, got {value!r}") from None
 
 
-def _count(value, name, least=1):
-    """A whole number of at least `least` (a size, a count), as _integer takes it."""
-    number = _integer(value, name)
+def count(value, name, least=1):
+    """A whole number of at least `least` (a size, a count), as integer takes it."""
+    number = integer(value, name)
     if number < least:
         raise _core.ArgumentError(f"{name}: expected an integer of at least {least}, got {number}")
     return number
 
 
-def _matrix_shape(shape):
+def matrix_shape(shape):
     """(rows, cols) of a weight matrix: two whole numbers."""
     if isinstance(shape, (str, bytes)) or np.ndim(shape) != 1 or len(shape) != 2:
         raise _core.ShapeError(f"shape: expected (rows, cols), got {shape!r}")
-    return tuple(_count(d, "shape", 0) for d in shape)
+    return tuple(count(d, "shape", 0) for d in shape)
 
 
-def _seed(seed):
+def seed_value(seed):
     """A random seed: an integer in [0, 2**64) (not a float, which int() would cut)."""
-    value = _count(seed, "seed", 0)
+    value = count(seed, "seed", 0)
     if value >= 2**64:
         raise _core.ArgumentError("seed: expected an integer in [0, 2**64)")
     return value
 
 
-def _like(value, device, name, dtypes=_FLOATS):
+def like(value, device, name, dtypes=FLOATS):
     """`value` as a Tensor on `device`: Tensors as they are, other input uploaded (dtype
     checked)."""
-    return value if isinstance(value, Tensor) else _tensor(value, name, device, dtypes)[0]
+    return value if isinstance(value, Tensor) else to_tensor(value, name, device, dtypes)[0]
 
 
-def _float32(value, device, name):
+def float32_param(value, device, name):
     """A float32 parameter (a bias, a norm's weight): Tensors as they are, other real numbers cast
     (bool, integers, floats); complex, object, text and time values raise DTypeError."""
     if isinstance(value, Tensor):
@@ -72,16 +72,16 @@ def _float32(value, device, name):
     a = np.asarray(value)
     if a.dtype.kind not in "biuf":
         raise DTypeError(f"{name}: expected real numbers (cast to float32), got {a.dtype}")
-    return _like(a.astype(np.float32, copy=False), device, name)
+    return like(a.astype(np.float32, copy=False), device, name)
 
 
-def _out(t, as_tensor):
+def result_as(t, as_tensor):
     """A result as the input came: a Tensor, or NumPy. Inside a recording graph results are always
     Tensors: their values exist only once the graph runs."""
-    return t if as_tensor or _core._recording(t.device) else t.numpy()
+    return t if as_tensor or _core.recording(t.device) else t.numpy()
 
 
-class _Outputs:
+class Outputs:
     """`out=` as NumPy's ufuncs take it: one target per result (a tuple when there are several).
 
     A Tensor target is written by the kernel itself (checked in the core); a NumPy target is
@@ -133,7 +133,7 @@ class _Outputs:
         values = []
         for target, t in zip(self.targets, tensors):
             if isinstance(target, np.ndarray):
-                if _core._recording(t.device):
+                if _core.recording(t.device):
                     raise _core.ArgumentError(
                         "out: inside a recording graph, targets must be Tensors "
                         "(a NumPy array would be filled before the graph runs)"
@@ -142,15 +142,15 @@ class _Outputs:
             elif target is not None:
                 values.append(target)
             else:
-                values.append(_out(t, as_tensor))
+                values.append(result_as(t, as_tensor))
         return values
 
 
-def _call(fn, x, name, out, *others):
+def call_unary(fn, x, name, out, *others):
     """fn(x, *others, out) for an op whose result has x's shape and dtype; `others` are (value,
     name)
     pairs taken onto x's device."""
-    t, as_tensor = _tensor(x, name, None, _FLOATS)
-    rest = [_like(v, t.device, n) for v, n in others]
-    outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
+    t, as_tensor = to_tensor(x, name, None, FLOATS)
+    rest = [like(v, t.device, n) for v, n in others]
+    outputs = Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
     return outputs.results([fn(t, *rest, outputs.tensor(0))], as_tensor)[0]

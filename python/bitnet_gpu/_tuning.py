@@ -26,13 +26,13 @@ class Knob(NamedTuple):
 
 def tuning_knobs() -> list[Knob]:
     """Every tuning knob, with its environment variable and the values it takes."""
-    return [Knob(*knob) for knob in _core._tuning_knobs()]
+    return [Knob(*knob) for knob in _core.tuning_knobs()]
 
 
 def get_tuning() -> dict:
     """Every knob's value in force: a bool, an int or a tile string, or None where the op's own rule
     decides."""
-    return dict(_core._get_tuning())
+    return dict(_core.get_tuning())
 
 
 def _value(name: str, value):
@@ -53,8 +53,8 @@ def tuning(**knobs) -> Iterator[dict]:
                 f"tuning() got an unexpected keyword argument '{name}' (knobs: {', '.join(before)})"
             )
         after[name] = _value(name, value)
-    _core._set_tuning(after)
+    _core.set_tuning(after)
     try:
         yield get_tuning()
     finally:
-        _core._set_tuning(before)
+        _core.set_tuning(before)

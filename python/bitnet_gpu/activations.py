@@ -7,7 +7,7 @@ docs/NUMERICS.md."""
 from __future__ import annotations
 
 from . import _core
-from ._args import _call, _seed
+from ._args import call_unary, seed_value
 
 __all__ = [
     "gelu",
@@ -37,10 +37,10 @@ _A = _core.Activation
 
 def _activation(op, alpha=0.0):
     def forward(x, *, out=None):
-        return _call(lambda t, o: _core.activation(t, op, alpha, o), x, "x", out)
+        return call_unary(lambda t, o: _core.activation(t, op, alpha, o), x, "x", out)
 
     def backward(grad_y, x, *, out=None):
-        return _call(
+        return call_unary(
             lambda g, t, o: _core.activation_backward(g, t, op, alpha, o),
             grad_y,
             "grad_y",
@@ -93,14 +93,14 @@ def gelu_backward(grad_y, x, approximate="none", *, out=None):
 
 def silu_mul(gate, up, *, out=None):
     """SwiGLU: silu(gate) * up (gate and up of one shape and dtype)."""
-    return _call(
+    return call_unary(
         lambda g, u, o: _core.gated_activation(g, u, _A.silu, o), gate, "gate", out, (up, "up")
     )
 
 
 def relu2_mul(gate, up, *, out=None):
     """relu(gate)^2 * up: BitNet b1.58 2B4T's gated FFN."""
-    return _call(
+    return call_unary(
         lambda g, u, o: _core.gated_activation(g, u, _A.relu2, o), gate, "gate", out, (up, "up")
     )
 
@@ -108,5 +108,5 @@ def relu2_mul(gate, up, *, out=None):
 def relu_dropout(x, p, seed=0, *, out=None):
     """relu(x) with each value kept with probability 1 - p and scaled by 1 / (1 - p). The mask
     comes from a counter-based hash of (seed, element index): the same on every device."""
-    seed = _seed(seed)
-    return _call(lambda t, o: _core.relu_dropout(t, float(p), seed, o), x, "x", out)
+    seed = seed_value(seed)
+    return call_unary(lambda t, o: _core.relu_dropout(t, float(p), seed, o), x, "x", out)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._args import _FLOATS, _Outputs, _tensor
+from ._args import FLOATS, Outputs, to_tensor
 from ._core import Tensor
 
 __all__ = ["add", "div", "mul", "sub"]
@@ -21,7 +21,7 @@ def _operand(value, like_dtype, device, name):
         return value
     if np.isscalar(value) and not isinstance(value, np.generic):
         value = np.asarray(value, like_dtype)
-    return _tensor(np.asarray(value), name, device, _FLOATS)[0]
+    return to_tensor(np.asarray(value), name, device, FLOATS)[0]
 
 
 def _binary(op, a, b, out):
@@ -35,7 +35,7 @@ def _binary(op, a, b, out):
         shape = np.broadcast_shapes(tuple(ta.shape), tuple(tb.shape))
     except ValueError:
         shape = None  # the core raises ShapeError naming both shapes
-    outputs = _Outputs(out if shape is not None else None, [("y", shape or (), np.dtype(ta.dtype))])
+    outputs = Outputs(out if shape is not None else None, [("y", shape or (), np.dtype(ta.dtype))])
     return outputs.results([_core.binary(ta, tb, op, outputs.tensor(0))], as_tensor)[0]
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-from ._args import _FLOATS, _count, _integer, _like, _Outputs, _tensor
+from ._args import FLOATS, count, integer, like, Outputs, to_tensor
 
 __all__ = ["KVCache", "attention", "rope", "rope_tables"]
 
@@ -23,7 +23,7 @@ def rope_tables(positions, head_dim, theta=10000.0):
         raise _core.DTypeError(
             f"positions: expected a 1-D integer array, got {pos.dtype} {pos.shape}"
         )
-    head_dim = _count(head_dim, "head_dim")
+    head_dim = count(head_dim, "head_dim")
     if head_dim % 2:
         raise _core.ShapeError(f"head_dim {head_dim} must be even")
     if not (np.isfinite(float(theta)) and float(theta) > 0):
@@ -35,7 +35,7 @@ def rope_tables(positions, head_dim, theta=10000.0):
 
 def rope(x, positions, theta=10000.0, *, out=None):
     """Rotary embedding, half-split layout, of x [T, H, D] at the given token positions [T]."""
-    t, as_tensor = _tensor(x, "x", None, _FLOATS)
+    t, as_tensor = to_tensor(x, "x", None, FLOATS)
     if len(t.shape) != 3:
         raise _core.ShapeError(f"x: expected [T, H, D], got shape {tuple(t.shape)}")
     cos, sin = rope_tables(positions, t.shape[2], theta)
@@ -43,7 +43,7 @@ def rope(x, positions, theta=10000.0, *, out=None):
         raise _core.ShapeError(
             f"positions: expected {t.shape[0]} (one per row of x), got {cos.shape[0]}"
         )
-    outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
+    outputs = Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
     y = _core.rope(
         t, Tensor.from_numpy(cos, t.device), Tensor.from_numpy(sin, t.device), outputs.tensor(0)
     )
@@ -59,15 +59,15 @@ def attention(q, k, v, causal=True, *, kv_length=None, precision="float32", out=
     rounded to float16 for the products, float32 sums, on tensor cores (PyTorch's float16 SDPA
     rounds the same way; docs/NUMERICS.md). "float16" needs the device feature
     "cooperative_matrix_khr_float16" and D of 32, 64, 96 or 128 (UnsupportedError otherwise)."""
-    tq, as_tensor = _tensor(q, "q", None, _FLOATS)
-    tk, tv = _like(k, tq.device, "k"), _like(v, tq.device, "v")
-    outputs = _Outputs(out, [("out", tuple(tq.shape), np.dtype(tq.dtype))])
+    tq, as_tensor = to_tensor(q, "q", None, FLOATS)
+    tk, tv = like(k, tq.device, "k"), like(v, tq.device, "v")
+    outputs = Outputs(out, [("out", tuple(tq.shape), np.dtype(tq.dtype))])
     o = _core.attention(
         tq,
         tk,
         tv,
         bool(causal),
-        None if kv_length is None else _count(kv_length, "kv_length", 0),
+        None if kv_length is None else count(kv_length, "kv_length", 0),
         outputs.tensor(0),
         _half(precision),
     )
@@ -89,8 +89,8 @@ class KVCache:
         from . import default_device
 
         self.device = device or default_device()
-        self.layers, self.max_tokens = _count(layers, "layers"), _count(max_tokens, "max_tokens")
-        self.kv_heads, self.head_dim = _count(kv_heads, "kv_heads"), _count(head_dim, "head_dim")
+        self.layers, self.max_tokens = count(layers, "layers"), count(max_tokens, "max_tokens")
+        self.kv_heads, self.head_dim = count(kv_heads, "kv_heads"), count(head_dim, "head_dim")
         shape = (self.max_tokens, self.kv_heads, self.head_dim)
         self.keys = [self.device.empty(shape, dtype) for _ in range(self.layers)]
         self.values = [self.device.empty(shape, dtype) for _ in range(self.layers)]
@@ -103,7 +103,7 @@ class KVCache:
     def append(self, layer, k, v):
         """Appends k and v [T, kv_heads, head_dim] to `layer`; returns the new length."""
         layer = self._layer(layer)
-        tk, tv = _like(k, self.device, "k"), _like(v, self.device, "v")
+        tk, tv = like(k, self.device, "k"), like(v, self.device, "v")
         first = self.lengths[layer]
         if first + tk.shape[0] > self.max_tokens:
             raise _core.ShapeError(
@@ -131,7 +131,7 @@ class KVCache:
 
     def _layer(self, layer):
         """A layer's index, checked: 0 to layers - 1 (no counting from the end)."""
-        index = _integer(layer, "layer")
+        index = integer(layer, "layer")
         if not 0 <= index < self.layers:
             raise IndexError(f"layer {index} is out of range for a cache of {self.layers} layers")
         return index

@@ -33,7 +33,7 @@ class Graph:
 
         self.device = device or default_device()
         mode = "total" if timings == "total" else ("per_op" if timings else "off")
-        self._core = _core._Graph(self.device, mode)
+        self._core = _core.RecordedGraph(self.device, mode)
         self._inputs: dict[str, Tensor] = {}
         self._outputs: dict[str, Tensor] = {}
         self._failed = None

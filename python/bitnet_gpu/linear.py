@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _core
 from ._core import DTypeError, Tensor
-from ._args import _FLOATS, _float32, _out, _Outputs, _tensor
+from ._args import FLOATS, float32_param, result_as, Outputs, to_tensor
 from .quantize import TernaryWeights, quantize_weights
 
 __all__ = ["bitlinear", "bitlinear_backward_input", "mixed_precision_matmul"]
@@ -48,14 +48,14 @@ def bitlinear(
     out: the target for y (a NumPy array or a Tensor), or (y, accumulators) with
     return_accumulator=True; filled and returned.
     """
-    tx, as_tensor = _tensor(x, "x", None, _FLOATS)
+    tx, as_tensor = to_tensor(x, "x", None, FLOATS)
     weights = _weights(w, tx.device)
-    tb = None if bias is None else _float32(bias, tx.device, "bias")
+    tb = None if bias is None else float32_param(bias, tx.device, "bias")
     shape = tuple(tx.shape[:-1]) + (weights.shape[0],)
     specs = [("y", shape, np.float32)] + (
         [("accumulators", shape, np.int32)] if return_accumulator else []
     )
-    outputs = _Outputs(out, specs)
+    outputs = Outputs(out, specs)
     targets = [outputs.tensor(i) for i in range(len(specs))] + [None]
     if (
         not as_tensor
@@ -67,7 +67,7 @@ def bitlinear(
         targets[0] = tx.device.empty(shape, np.float32, memory="host")
     r = _core.bitlinear(
         tx,
-        weights._core,
+        weights.handle,
         tb,
         bool(return_accumulator),
         algorithm or "auto",
@@ -82,18 +82,18 @@ def bitlinear(
 def bitlinear_backward_input(grad_y, w):
     """grad_x = grad_y @ (W_q * gamma), the straight-through estimator: float32 [..., N] ->
     [..., K]."""
-    tg, as_tensor = _tensor(grad_y, "grad_y", None, [np.float32])
-    return _out(_core.bitlinear_backward_input(tg, _weights(w, tg.device)._core), as_tensor)
+    tg, as_tensor = to_tensor(grad_y, "grad_y", None, [np.float32])
+    return result_as(_core.bitlinear_backward_input(tg, _weights(w, tg.device).handle), as_tensor)
 
 
 def mixed_precision_matmul(a, b, *, algorithm=None, _hardware_dot=None):
     """Exact int32 products: int8 [M, K] @ int8 [K, N], or int8 [M, K] @ W_q^T for TernaryWeights
     b of shape [N, K]. algorithm: None (tensor cores where available), 'tiled', 'coopmat',
     'coopmat_khr' or 'coopmat2'."""
-    ta, as_tensor = _tensor(a, "a", None, [np.int8])
+    ta, as_tensor = to_tensor(a, "a", None, [np.int8])
     if isinstance(b, TernaryWeights):
-        return _out(
-            _core.ternary_matmul(ta, b._core, algorithm or "auto", _hardware_dot), as_tensor
+        return result_as(
+            _core.ternary_matmul(ta, b.handle, algorithm or "auto", _hardware_dot), as_tensor
         )
-    tb, _ = _tensor(b, "b", ta.device, [np.int8])
-    return _out(_core.int8_matmul(ta, tb, algorithm or "auto", _hardware_dot), as_tensor)
+    tb, _ = to_tensor(b, "b", ta.device, [np.int8])
+    return result_as(_core.int8_matmul(ta, tb, algorithm or "auto", _hardware_dot), as_tensor)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ._core import Tensor
 from .linear import bitlinear, bitlinear_backward_input
-from ._args import _count
+from ._args import count
 from .quantize import TernaryWeights, quantize_weights
 
 __all__ = ["BitLinear"]
@@ -33,8 +33,8 @@ class BitLinear:
         _weights: TernaryWeights | None = None,
         _bias=None,
     ):
-        self.in_features = _count(in_features, "in_features")
-        self.out_features = _count(out_features, "out_features")
+        self.in_features = count(in_features, "in_features")
+        self.out_features = count(out_features, "out_features")
         if _weights is None:
             rng = np.random.default_rng(seed)
             bound = 1.0 / np.sqrt(self.in_features)

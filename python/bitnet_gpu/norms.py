@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._args import _FLOATS, _call, _float32, _integer, _like, _out, _Outputs, _tensor
+from ._args import FLOATS, call_unary, float32_param, integer, like, result_as, Outputs, to_tensor
 from ._core import Tensor
 
 __all__ = [
@@ -36,7 +36,7 @@ def _over_axis(fn, arrays, axis, out, name):
     if ndim == 0:
         return None
     if axis is not None:
-        axis = _integer(axis, "axis")
+        axis = integer(axis, "axis")
         if not -ndim <= axis < ndim:
             raise _core.ShapeError(f"axis {axis} is out of bounds for shape {shape}")
         axis %= ndim
@@ -48,7 +48,7 @@ def _over_axis(fn, arrays, axis, out, name):
                 "a Tensor is normalized over its last axis (axis=-1) or over every "
                 "element (axis=None, all operands Tensors) only"
             )
-        outputs = _Outputs(out, [(name, shape, np.dtype(x.dtype))])  # checks a NumPy target
+        outputs = Outputs(out, [(name, shape, np.dtype(x.dtype))])  # checks a NumPy target
         target = outputs.tensor(0)
         if target is not None and tuple(target.shape) != shape:
             raise _core.ShapeError(
@@ -69,7 +69,7 @@ def _over_axis(fn, arrays, axis, out, name):
         result = np.ascontiguousarray(np.moveaxis(moved, -1, axis))
     if out is None:
         return result
-    _Outputs(out, [(name, result.shape, result.dtype)])  # checks a NumPy target
+    Outputs(out, [(name, result.shape, result.dtype)])  # checks a NumPy target
     if isinstance(out, Tensor):
         raise _core.UnsupportedError(f"out ({name}): a Tensor target needs axis=-1")
     np.copyto(out, result)
@@ -80,10 +80,10 @@ def _row(op, x, weight, bias, eps, out, axis=-1):
     moved = _over_axis(lambda a, out=None: _row(op, a, weight, bias, eps, out), [x], axis, out, "y")
     if moved is not None:
         return moved
-    t, as_tensor = _tensor(x, "x", None, _FLOATS)
-    w = None if weight is None else _float32(weight, t.device, "weight")
-    b = None if bias is None else _float32(bias, t.device, "bias")
-    outputs = _Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
+    t, as_tensor = to_tensor(x, "x", None, FLOATS)
+    w = None if weight is None else float32_param(weight, t.device, "weight")
+    b = None if bias is None else float32_param(bias, t.device, "bias")
+    outputs = Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
     return outputs.results([_core.row_op(t, op, w, b, float(eps), outputs.tensor(0))], as_tensor)[0]
 
 
@@ -98,7 +98,9 @@ def softmax_backward(grad_y, x, axis=-1, *, out=None):
     moved = _over_axis(softmax_backward, [grad_y, x], axis, out, "grad_x")
     if moved is not None:
         return moved
-    return _call(lambda g, t, o: _core.softmax_backward(g, t, o), grad_y, "grad_y", out, (x, "x"))
+    return call_unary(
+        lambda g, t, o: _core.softmax_backward(g, t, o), grad_y, "grad_y", out, (x, "x")
+    )
 
 
 def rms_norm(x, weight, eps=1e-6, *, out=None):
@@ -120,21 +122,21 @@ def _rows_sum(t):
 def rms_norm_backward(grad_y, x, weight, eps=1e-6):
     """(grad_x, grad_weight) of rms_norm(x, weight, eps) over the last axis; grad_x in x's dtype,
     grad_weight float32."""
-    tx, as_tensor = _tensor(x, "x", None, _FLOATS)
-    tg = _like(grad_y, tx.device, "grad_y")
-    r = _core.norm_backward(tg, tx, _float32(weight, tx.device, "weight"), float(eps), False)
-    return _out(r.grad_x, as_tensor), _out(_rows_sum(r.grad_times_xhat), as_tensor)
+    tx, as_tensor = to_tensor(x, "x", None, FLOATS)
+    tg = like(grad_y, tx.device, "grad_y")
+    r = _core.norm_backward(tg, tx, float32_param(weight, tx.device, "weight"), float(eps), False)
+    return result_as(r.grad_x, as_tensor), result_as(_rows_sum(r.grad_times_xhat), as_tensor)
 
 
 def layer_norm_backward(grad_y, x, gamma, eps=1e-5):
     """(grad_x, grad_gamma, grad_beta) of layer_norm(x, gamma, beta, eps) over the last axis;
     grad_x in x's dtype, grad_gamma and grad_beta float32."""
-    tx, as_tensor = _tensor(x, "x", None, _FLOATS)
-    tg = _like(grad_y, tx.device, "grad_y")
-    r = _core.norm_backward(tg, tx, _float32(gamma, tx.device, "gamma"), float(eps), True)
+    tx, as_tensor = to_tensor(x, "x", None, FLOATS)
+    tg = like(grad_y, tx.device, "grad_y")
+    r = _core.norm_backward(tg, tx, float32_param(gamma, tx.device, "gamma"), float(eps), True)
     grad_beta = _rows_sum(r.grad_sum)
     return (
-        _out(r.grad_x, as_tensor),
-        _out(_rows_sum(r.grad_times_xhat), as_tensor),
-        _out(grad_beta, as_tensor),
+        result_as(r.grad_x, as_tensor),
+        result_as(_rows_sum(r.grad_times_xhat), as_tensor),
+        result_as(grad_beta, as_tensor),
     )

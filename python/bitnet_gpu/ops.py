@@ -3,15 +3,58 @@ level: activations.py, norms.py, arithmetic.py and sampling.py hold them by fami
 
 from __future__ import annotations
 
-from .activations import *  # noqa: F403
-from .activations import __all__ as _activations
-from .arithmetic import *  # noqa: F403
-from .arithmetic import __all__ as _arithmetic
-from .norms import layer_norm, rms_norm, softmax, softmax_backward  # noqa: F401
-from .sampling import _sampling_params, sample_logits  # noqa: F401
-
-__all__ = sorted(
-    _activations
-    + _arithmetic
-    + ["layer_norm", "rms_norm", "softmax", "softmax_backward", "sample_logits"]
+from .activations import (
+    gelu,
+    gelu_backward,
+    leaky_relu,
+    leaky_relu_backward,
+    relu,
+    relu2,
+    relu2_backward,
+    relu2_mul,
+    relu_backward,
+    relu_dropout,
+    sigmoid,
+    sigmoid_backward,
+    silu,
+    silu_backward,
+    silu_mul,
+    swish,
+    swish_backward,
+    tanh,
+    tanh_backward,
 )
+from .arithmetic import add, div, mul, sub
+from .norms import layer_norm, rms_norm, softmax, softmax_backward
+from .sampling import sample_logits
+
+__all__ = [
+    "add",
+    "div",
+    "gelu",
+    "gelu_backward",
+    "layer_norm",
+    "leaky_relu",
+    "leaky_relu_backward",
+    "mul",
+    "relu",
+    "relu2",
+    "relu2_backward",
+    "relu2_mul",
+    "relu_backward",
+    "relu_dropout",
+    "rms_norm",
+    "sample_logits",
+    "sigmoid",
+    "sigmoid_backward",
+    "silu",
+    "silu_backward",
+    "silu_mul",
+    "softmax",
+    "softmax_backward",
+    "sub",
+    "swish",
+    "swish_backward",
+    "tanh",
+    "tanh_backward",
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._args import _FLOATS, _count, _matrix_shape, _Outputs, _seed, _tensor
+from ._args import FLOATS, count, matrix_shape, Outputs, seed_value, to_tensor
 from ._core import DTypeError, Tensor
 
 __all__ = [
@@ -32,6 +32,12 @@ class _PackedWeights:
     def __init__(self, core, returns_tensors=False):
         self._core = core
         self._returns_tensors = returns_tensors
+
+    @property
+    def handle(self) -> _core.QuantizedWeights:
+        """The compiled module's weights object: what ops taking several weights at once
+        (``_core.bitlinear_group``, the decoder's fused projections) are given."""
+        return self._core
 
     @property
     def shape(self):
@@ -71,7 +77,7 @@ class _PackedWeights:
         return self._core.packed.numpy()
 
     def dequantize(self, out=None):
-        outputs = _Outputs(out, [("weights", self.shape, np.float32)])
+        outputs = Outputs(out, [("weights", self.shape, np.float32)])
         t = _core.dequantize_weights(self._core, outputs.tensor(0))
         return outputs.results([t], self._returns_tensors)[0]
 
@@ -83,9 +89,9 @@ class _PackedWeights:
 
     @classmethod
     def _from_packed(cls, packed, scale, shape, group_size, binary, device):
-        rows, cols = _matrix_shape(shape)
-        packed_t, _ = _tensor(packed, "packed", device, [np.uint8])
-        scale_t, _ = _tensor(
+        rows, cols = matrix_shape(shape)
+        packed_t, _ = to_tensor(packed, "packed", device, [np.uint8])
+        scale_t, _ = to_tensor(
             np.asarray(scale, np.float32).reshape(-1) if not isinstance(scale, Tensor) else scale,
             "scale",
             packed_t.device,
@@ -107,7 +113,7 @@ class TernaryWeights(_PackedWeights):
     def unpack(self, out=None):
         """int8 [N, K] in {-1, 0, 1}."""
         core = self._core
-        outputs = _Outputs(out, [("values", self.shape, np.int8)])
+        outputs = Outputs(out, [("values", self.shape, np.int8)])
         t = _core.unpack_ternary(core.packed, core.rows, core.cols, outputs.tensor(0))
         return outputs.results([t], self._returns_tensors)[0]
 
@@ -126,18 +132,18 @@ class BinaryWeights(_PackedWeights):
 
 def _group_size(group_size):
     """group_size as the core takes it: None (or 0) for one scale per tensor."""
-    return 0 if group_size is None else _count(group_size, "group_size", 0)
+    return 0 if group_size is None else count(group_size, "group_size", 0)
 
 
 def quantize_weights(w, *, group_size=None, device=None) -> TernaryWeights:
     """Absmean ternary quantization of a float32/float16 matrix [N, K] (per tensor or group)."""
-    t, as_tensor = _tensor(w, "w", device, _FLOATS)
+    t, as_tensor = to_tensor(w, "w", device, FLOATS)
     return TernaryWeights(_core.quantize_weights(t, _group_size(group_size), False), as_tensor)
 
 
 def binarize_weights(w, *, group_size=None, device=None) -> BinaryWeights:
     """1-bit sign quantization around the mean, scale beta = mean|W| (per tensor or group)."""
-    t, as_tensor = _tensor(w, "w", device, _FLOATS)
+    t, as_tensor = to_tensor(w, "w", device, FLOATS)
     return BinaryWeights(_core.quantize_weights(t, _group_size(group_size), True), as_tensor)
 
 
@@ -150,19 +156,19 @@ def dequantize_weights(q, *, out=None):
 
 def pack_ternary(q, *, out=None, device=None):
     """int8 [N, K] in {-1, 0, 1} to uint8 [N, ceil(K / 16) * 4], packed on the GPU."""
-    t, as_tensor = _tensor(q, "q", device, [np.int8])
+    t, as_tensor = to_tensor(q, "q", device, [np.int8])
     if t.ndim != 2:
         _core.pack_ternary(t)  # raises ShapeError naming the shape
     rows, cols = t.shape
-    outputs = _Outputs(out, [("packed", (rows, -(-cols // 16) * 4), np.uint8)])
+    outputs = Outputs(out, [("packed", (rows, -(-cols // 16) * 4), np.uint8)])
     return outputs.results([_core.pack_ternary(t, outputs.tensor(0))], as_tensor)[0]
 
 
 def unpack_ternary(packed, shape, *, out=None, device=None):
     """uint8 packed ternary weights to int8 [N, K] in {-1, 0, 1}, on the GPU."""
-    t, as_tensor = _tensor(packed, "packed", device, [np.uint8])
-    rows, cols = _matrix_shape(shape)
-    outputs = _Outputs(out, [("values", (rows, cols), np.int8)])
+    t, as_tensor = to_tensor(packed, "packed", device, [np.uint8])
+    rows, cols = matrix_shape(shape)
+    outputs = Outputs(out, [("values", (rows, cols), np.int8)])
     return outputs.results([_core.unpack_ternary(t, rows, cols, outputs.tensor(0))], as_tensor)[0]
 
 
@@ -174,14 +180,14 @@ def quantize_activations(x, *, bits=8, symmetric=True, out=None, device=None):
     out: a tuple of targets for those results (NumPy arrays or Tensors; None for any one of
     them allocates it), filled and returned.
     """
-    t, as_tensor = _tensor(x, "x", device, _FLOATS)
+    t, as_tensor = to_tensor(x, "x", device, FLOATS)
     shape = tuple(t.shape)
     specs = [("q", shape, np.int8 if symmetric else np.uint8), ("scale", shape[:-1], np.float32)]
     if not symmetric:
         specs.append(("zero_point", shape[:-1], np.uint8))
-    outputs = _Outputs(out, specs)
+    outputs = Outputs(out, specs)
     r = _core.quantize_rows(
-        t, _count(bits, "bits"), bool(symmetric), *(outputs.tensor(i) for i in range(len(specs)))
+        t, count(bits, "bits"), bool(symmetric), *(outputs.tensor(i) for i in range(len(specs)))
     )
     results = [r.q, r.scales] if symmetric else [r.q, r.scales, r.zero_points]
     return tuple(outputs.results(results, as_tensor))
@@ -189,10 +195,14 @@ def quantize_activations(x, *, bits=8, symmetric=True, out=None, device=None):
 
 def dequantize_activations(q, scale, zero_point=None, *, out=None, device=None):
     """x = q / scale (symmetric) or (q - zero_point) * scale (asymmetric), float32."""
-    tq, as_tensor = _tensor(q, "q", device, [np.int8, np.uint8])
-    ts, _ = _tensor(scale, "scale", tq.device, [np.float32])
-    tz = None if zero_point is None else _tensor(zero_point, "zero_point", tq.device, [np.uint8])[0]
-    outputs = _Outputs(out, [("x", tuple(tq.shape), np.float32)])
+    tq, as_tensor = to_tensor(q, "q", device, [np.int8, np.uint8])
+    ts, _ = to_tensor(scale, "scale", tq.device, [np.float32])
+    tz = (
+        None
+        if zero_point is None
+        else to_tensor(zero_point, "zero_point", tq.device, [np.uint8])[0]
+    )
+    outputs = Outputs(out, [("x", tuple(tq.shape), np.float32)])
     return outputs.results([_core.dequantize_rows(tq, ts, tz, outputs.tensor(0))], as_tensor)[0]
 
 
@@ -203,11 +213,11 @@ def quantize_gradients(g, *, bits=8, stochastic=False, seed=0, out=None, device=
     index): the same seed gives the same q on every device. out: (q, scale) targets, scale a
     float32 array of shape (1,).
     """
-    t, as_tensor = _tensor(g, "g", device, _FLOATS)
-    seed = _seed(seed)
-    outputs = _Outputs(out, [("q", tuple(t.shape), np.int8), ("scale", (1,), np.float32)])
+    t, as_tensor = to_tensor(g, "g", device, FLOATS)
+    seed = seed_value(seed)
+    outputs = Outputs(out, [("q", tuple(t.shape), np.int8), ("scale", (1,), np.float32)])
     r = _core.quantize_tensor(
-        t, _count(bits, "bits"), bool(stochastic), seed, outputs.tensor(0), outputs.tensor(1)
+        t, count(bits, "bits"), bool(stochastic), seed, outputs.tensor(0), outputs.tensor(1)
     )
     q, scale = outputs.results([r.q, r.scale], as_tensor)
     if out is None and not as_tensor:

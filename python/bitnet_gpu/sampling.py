@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._args import _integer, _Outputs, _seed, _tensor
+from ._args import integer, Outputs, seed_value, to_tensor
 from ._core import Tensor
 
 __all__ = ["sample_logits"]
@@ -29,7 +29,7 @@ def _top_p_share(top_p):
     return 0 if top_p == 1 else max(1, min(int(round(float(top_p) * 2.0**32)), 2**32 - 1))
 
 
-def _sampling_params(temperature, top_k, seed, n, top_p=None):
+def sampling_params(temperature, top_k, seed, n, top_p=None):
     """uint32 [6] for _core.sample_rows: the float32 bits of the temperature and of its inverse,
     top_k (0: every value), the seed's two words and top-p's P = round(p 2^32) (0: none), after
     checking them (rows of n values)."""
@@ -43,12 +43,12 @@ def _sampling_params(temperature, top_k, seed, n, top_p=None):
         )
     k = 0
     if top_k is not None:
-        k = _integer(top_k, "top_k")
+        k = integer(top_k, "top_k")
         if k < 1:
             raise _core.ArgumentError(f"top_k: expected None or an integer of at least 1, got {k}")
         k = 0 if k >= n else k
     share = _top_p_share(top_p)
-    seed = _seed(seed)
+    seed = seed_value(seed)
     t = np.float32(temperature)
     inverse = np.float32(1.0 / float(t)) if t >= 1 else np.float32(0)
     return np.array(
@@ -71,17 +71,17 @@ def sample_logits(logits, temperature=1.0, top_k=None, top_p=None, *, seed=0, st
     seed) for each new draw. temperature 0 gives np.argmax's index among the kept values; -inf
     logits are never drawn unless every kept value is -inf, +inf ones win (the first of them).
     NaN logits raise ArgumentError. reference.sample_rows computes the same draws with NumPy."""
-    t, as_tensor = _tensor(logits, "logits", None, (np.float32,))
+    t, as_tensor = to_tensor(logits, "logits", None, (np.float32,))
     shape = tuple(t.shape)
     if len(shape) == 0:
         raise _core.ShapeError("logits: expected [..., N], got a scalar")
     n = shape[-1]
-    params = _sampling_params(temperature, top_k, seed, n, top_p)
-    step = _integer(step, "step")
+    params = sampling_params(temperature, top_k, seed, n, top_p)
+    step = integer(step, "step")
     if not 0 <= step < 2**32:
         raise _core.ArgumentError(f"step: expected an integer in [0, 2**32), got {step}")
     rows = int(np.prod(shape[:-1], dtype=np.int64))
-    outputs = _Outputs(out, [("indices", shape[:-1], np.dtype(np.int32))])
+    outputs = Outputs(out, [("indices", shape[:-1], np.dtype(np.int32))])
     target = outputs.tensor(0)
     if target is not None and tuple(target.shape) != shape[:-1]:
         raise _core.ShapeError(
@@ -101,3 +101,38 @@ def sample_logits(logits, temperature=1.0, top_k=None, top_p=None, *, seed=0, st
     return outputs.results(
         [target if target is not None else drawn.reshape(*shape[:-1])], as_tensor
     )[0]
+
+
+def processed_scores(logits, temperature, top_k=None, top_p=None) -> np.ndarray:
+    """float32 [..., N]: logits as a draw with these settings sees them (transformers' processed
+    scores): divided by the temperature over the values it keeps, -inf elsewhere; the logits
+    themselves at temperature 0. Kept are the values at least the top_k-th largest and, with top_p,
+    those at least the smallest value the nucleus rule of docs/NUMERICS.md keeps (the integer
+    weights roundEven(exp(d) 2^31) of the values' distance d from the largest, in float64 here)."""
+    x = np.asarray(logits, np.float32)
+    if float(temperature) == 0:
+        return x.copy()
+    t = np.float32(temperature)
+    share = _top_p_share(top_p)
+    out = np.full(x.shape, -np.inf, np.float32)
+    flat_in, flat_out = x.reshape(-1, x.shape[-1]), out.reshape(-1, x.shape[-1])
+    for row, target in zip(flat_in, flat_out):
+        kept = ~np.isnan(row)
+        if top_k is not None and top_k < kept.sum():
+            kept &= row >= np.sort(row[kept])[-top_k]
+        if share and kept.any() and np.isfinite(row[kept].max()):
+            values = row[kept]
+            distance = (values - values.max()).astype(np.float32)
+            with np.errstate(invalid="ignore", over="ignore"):
+                exponent = distance * np.float32(1.0 / float(t)) if t >= 1 else distance / t
+                weights = np.rint(np.exp(exponent.astype(np.float32).astype(np.float64)) * 2.0**31)
+            order = np.argsort(-values, kind="stable")
+            ranked, ranked_weights = values[order], weights[order].astype(np.int64)
+            # The weight strictly above each value (equal values share their group's start).
+            first_of_value = np.concatenate([[True], ranked[1:] != ranked[:-1]])
+            above = np.concatenate([[0], np.cumsum(ranked_weights)[:-1]])
+            above = np.maximum.accumulate(np.where(first_of_value, above, 0))
+            bound = -(-(share * int(ranked_weights.sum())) // 2**32)
+            kept &= row >= ranked[above < bound].min()
+        target[kept] = row[kept] / t
+    return out

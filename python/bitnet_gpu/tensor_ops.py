@@ -10,20 +10,20 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._args import _FLOATS, _integer, _like, _Outputs, _out, _tensor
+from ._args import FLOATS, integer, like, Outputs, result_as, to_tensor
 
 __all__ = ["matmul", "max", "mean", "sum", "transpose"]
 
 
 def _reduce(op, x, axis, keepdims, out=None):
-    t, as_tensor = _tensor(x, "x", None, _FLOATS)
+    t, as_tensor = to_tensor(x, "x", None, FLOATS)
     ndim = len(t.shape)
     if axis is None:
         if ndim == 0:
             raise _core.ShapeError("x: a 0-d array has no axis to reduce")
         axes = list(range(ndim))
     else:
-        axes = [_integer(a, "axis") for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
+        axes = [integer(a, "axis") for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
         for a in axes:
             if not -ndim <= a < ndim:
                 raise _core.ShapeError(f"axis {a} is out of bounds for shape {tuple(t.shape)}")
@@ -35,7 +35,7 @@ def _reduce(op, x, axis, keepdims, out=None):
     if keepdims and out is not None:
         raise _core.UnsupportedError("out= with keepdims=True: pass one or the other")
     final_shape = tuple(d for i, d in enumerate(t.shape) if i not in axes)
-    outputs = _Outputs(out, [("y", final_shape, np.dtype(t.dtype))])
+    outputs = Outputs(out, [("y", final_shape, np.dtype(t.dtype))])
     result = t
     for position, a in enumerate(
         reversed(axes)
@@ -51,7 +51,7 @@ def _reduce(op, x, axis, keepdims, out=None):
             )
         shape = [1 if i in axes else d for i, d in enumerate(t.shape)]
         return result.numpy().reshape(shape)
-    return _out(result, as_tensor)
+    return result_as(result, as_tensor)
 
 
 def sum(x, axis=None, keepdims=False, *, out=None):  # noqa: A001 - NumPy's name
@@ -71,16 +71,16 @@ def max(x, axis=None, keepdims=False, *, out=None):  # noqa: A001 - NumPy's name
 
 def transpose(x, *, out=None):
     """x [M, N]^T -> [N, M] (2-D, tiled through shared memory)."""
-    t, as_tensor = _tensor(x, "x", None, _FLOATS)
+    t, as_tensor = to_tensor(x, "x", None, FLOATS)
     shape = tuple(reversed(t.shape)) if len(t.shape) == 2 else tuple(t.shape)
-    outputs = _Outputs(out, [("y", shape, np.dtype(t.dtype))])
+    outputs = Outputs(out, [("y", shape, np.dtype(t.dtype))])
     return outputs.results([_core.transpose(t, outputs.tensor(0))], as_tensor)[0]
 
 
 def matmul(a, b, *, out=None):
     """a [M, K] @ b [K, N] in float32 or float16 (float32 accumulation), tiled."""
-    ta, as_tensor = _tensor(a, "a", None, _FLOATS)
-    tb = _like(b, ta.device, "b")
+    ta, as_tensor = to_tensor(a, "a", None, FLOATS)
+    tb = like(b, ta.device, "b")
     shape = (ta.shape[0], tb.shape[1]) if len(ta.shape) == 2 and len(tb.shape) == 2 else ()
-    outputs = _Outputs(out, [("c", shape, np.dtype(ta.dtype))])
+    outputs = Outputs(out, [("c", shape, np.dtype(ta.dtype))])
     return outputs.results([_core.matmul(ta, tb, outputs.tensor(0))], as_tensor)[0]

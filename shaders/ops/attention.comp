@@ -27,7 +27,14 @@ layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] or 
 layout(push_constant) uniform Push {
   uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint seq_tokens; uint cache_rows;
   uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
+  uint slots;  // 0: sequence b's keys are cache sequence b's; else start[slots + b]'s
+  uint cache_batch;
 } p;
+
+// The cache sequence holding sequence b's keys: b, or its slot (the last where past the caches).
+uint cache_sequence(uint b) {
+  return FROM_START && p.slots != 0 ? min(start[p.slots + b], p.cache_batch - 1) : b;
+}
 
 const uint CHUNK = 2048;
 shared float s_q[256];
@@ -42,7 +49,7 @@ void main() {
   const uint l = FROM_START ? min(start[b * p.start_stride] + p.seq_tokens, p.cache_rows) : p.l;
   // Keys this query sees (it sits at position l - SEQ_TOKENS + at).
   const uint keys = visible_keys(CAUSAL, l, at, p.seq_tokens);
-  const uint base = b * p.cache_rows;
+  const uint base = cache_sequence(b) * p.cache_rows;
   if (lane < p.d) s_q[lane] = float(q[(i * p.hq + h) * p.d + lane]);
   barrier();
   float running_max = -3.402823466e38, running_sum = 0.0, acc = 0.0;

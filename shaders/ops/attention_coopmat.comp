@@ -72,7 +72,14 @@ layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] or 
 layout(push_constant) uniform Push {
   uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint seq_tokens; uint cache_rows;
   uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
+  uint slots;  // 0: sequence b's keys are cache sequence b's; else start[slots + b]'s
+  uint cache_batch;
 } p;
+
+// The cache sequence holding sequence b's keys: b, or its slot (the last where past the caches).
+uint cache_sequence(uint b) {
+  return FROM_START && p.slots != 0 ? min(start[p.slots + b], p.cache_batch - 1) : b;
+}
 
 // q's rows while they are staged, then a tile's keys (BC rows) and values (BC rows).
 shared uvec4 rows_of[STAGED_ROWS * STRIDE];
@@ -99,7 +106,7 @@ void main() {
   const uint l = FROM_START ? min(start[b * p.start_stride] + p.seq_tokens, p.cache_rows) : p.l;
   const uint rows = min(BR, p.seq_tokens - at0);
   const uint most_keys = visible_keys(CAUSAL, l, at0 + rows - 1, p.seq_tokens);
-  const uint base = b * p.cache_rows, first_row = b * p.seq_tokens + at0;
+  const uint base = cache_sequence(b) * p.cache_rows, first_row = b * p.seq_tokens + at0;
   // This lane's query row of the block, the keys it sees, and its subgroup's scratch.
   const uint my_row = subgroup * 16 + row;
   const uint my_keys = visible_keys(CAUSAL, l, at0 + my_row, p.seq_tokens);

@@ -26,7 +26,14 @@ layout(std430, binding = 5) readonly buffer Start { uint start[]; };  // [1] or 
 layout(push_constant) uniform Push {
   uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint splits; uint seq_tokens;
   uint cache_rows; uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
+  uint slots;  // 0: sequence b's keys are cache sequence b's; else start[slots + b]'s
+  uint cache_batch;
 } p;
+
+// The cache sequence holding sequence b's keys: b, or its slot (the last where past the caches).
+uint cache_sequence(uint b) {
+  return FROM_START && p.slots != 0 ? min(start[p.slots + b], p.cache_batch - 1) : b;
+}
 
 const uint SPLIT = 32;
 const float LOWEST = -3.402823466e38;
@@ -93,7 +100,7 @@ void main() {
     return;
   }
   if (split >= live) return;  // the whole workgroup: no keys here (the merge skips it)
-  const uint base = b * p.cache_rows;
+  const uint base = cache_sequence(b) * p.cache_rows;
   const uint first = split * SPLIT;
   const uint count = min(SPLIT, keys - first);
   if (lane < p.d) s_q[lane] = float(q[(i * p.hq + h) * p.d + lane]);

@@ -37,7 +37,14 @@ layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] or 
 layout(push_constant) uniform Push {
   uint tq; uint hq; uint hkv; uint d; uint l; float scale; uint seq_tokens; uint cache_rows;
   uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
+  uint slots;  // 0: sequence b's keys are cache sequence b's; else start[slots + b]'s
+  uint cache_batch;
 } p;
+
+// The cache sequence holding sequence b's keys: b, or its slot (the last where past the caches).
+uint cache_sequence(uint b) {
+  return FROM_START && p.slots != 0 ? min(start[p.slots + b], p.cache_batch - 1) : b;
+}
 
 const uint GROUP = 8, BQ = 16 * ROWS, KEYS = BK / GROUP;
 // Rows of D4 vectors padded to a multiple of 8 (128 bytes); vector c of row r sits at
@@ -98,7 +105,7 @@ void main() {
   const uint rows = min(BQ, p.seq_tokens - at0);
   // the block's last query sees the most
   const uint most_keys = visible_keys(CAUSAL, l, at0 + rows - 1, p.seq_tokens);
-  const uint base = b * p.cache_rows, first_row = b * p.seq_tokens + at0;
+  const uint base = cache_sequence(b) * p.cache_rows, first_row = b * p.seq_tokens + at0;
   // Roles from the subgroup layout, so that a row's eight invocations share a subgroup.
   const uint t = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
   const uint rg = t / GROUP, kg = t % GROUP, r0 = ROWS * rg;

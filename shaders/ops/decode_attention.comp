@@ -1,7 +1,9 @@
 #version 450
 // One decode step's attention in one dispatch (float32): for B sequences of one new token each,
 // sequence b's at position P = start[b] (start[0] for all where start holds one value),
-//   k_cache[b, P] = rope(k[b]),  v_cache[b, P] = v[b]            (rope as in rope_append.comp)
+//   k_cache[c, P] = rope(k[b]),  v_cache[c, P] = v[b]            (rope as in rope_append.comp)
+// in cache sequence c = b, or c = start[SLOTS + b] where start holds B positions and then B cache
+// slots (a slot past the caches' C reads the last and writes nothing),
 //   out[b, h] = softmax(rope(q[b, h]) . K^T / sqrt(D)) V         over cache rows [0, min(P + 1,
 // ROWS))
 // so the steps rope_append + attention_cached make, with each key and value row read once for
@@ -42,6 +44,8 @@ layout(std430, binding = 12) readonly buffer VCacheRead { float v_cache_read[]; 
 layout(push_constant) uniform Push {
   uint hq; uint hkv; uint cache_rows; uint table_rows; uint splits; float scale;
   uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
+  uint slots;         // 0: cache sequence b; else start[slots + b]
+  uint cache_batch;   // C
 } p;
 
 // Keys a workgroup scores (16, 32 or 64; G * SPLIT <= 256), PARTS invocations a key.
@@ -89,7 +93,11 @@ void main() {
   const bool holds_new = position < p.cache_rows && position >= first && position < first + count;
   const uint new_key = position - first;  // meaningful where holds_new
   const uint row_stride = p.hkv * d;      // floats from one cache row to the next
-  const uint cache_base = (b * p.cache_rows + first) * row_stride + g * d;  // key `first`, head g
+  const uint slot = p.slots == 0 ? b : start[p.slots + b];
+  const bool owned = slot < p.cache_batch;
+  const uint cache_sequence = min(slot, p.cache_batch - 1);  // a slot past the caches: the last
+  // Key `first` of KV head g.
+  const uint cache_base = (cache_sequence * p.cache_rows + first) * row_stride + g * d;
 
   // Request this invocation's key vectors and value entries at once (not the new key's).
   const uint j = lane / PARTS, part = lane % PARTS;
@@ -124,13 +132,15 @@ void main() {
       const vec2 r = rope_rotate(k[from + lane], k[from + lane + half_d], c, s);
       s_k_new[lane] = r.x;
       s_k_new[lane + half_d] = r.y;
-      k_cache[to + lane] = r.x;
-      k_cache[to + lane + half_d] = r.y;
+      if (owned) {
+        k_cache[to + lane] = r.x;
+        k_cache[to + lane + half_d] = r.y;
+      }
     }
     if (lane < d) {
       const float x = v[from + lane];
       s_v_new[lane] = x;
-      v_cache[to + lane] = x;
+      if (owned) v_cache[to + lane] = x;
     }
   }
   barrier();

@@ -3,8 +3,10 @@
 // [B * T] of new tokens, row t of sequence b = t / T at position start[b] + t % T
 // (start[0] for every sequence where start holds one value),
 //   q_out = rope(q)                      [B * T, HQ, D]
-//   k_cache[b, position] = rope(k)       caches [B, CACHE_ROWS, HKV, D]
-//   v_cache[b, position] = v
+//   k_cache[c, position] = rope(k)       caches [C, CACHE_ROWS, HKV, D]
+//   v_cache[c, position] = v
+// where c, the cache sequence, is b, or start[SLOTS + b] where start holds B positions and then
+// B cache slots (SLOTS = B; a slot past the caches' C is not written).
 // with rope as in shaders/ops/rope.comp (half-split, float64 angle tables [TABLE_ROWS, D / 2]).
 // Rows that would land past a cache's end are not written.
 #extension GL_GOOGLE_include_directive : require
@@ -22,7 +24,12 @@ layout(std430, binding = 8) readonly buffer Start { uint start[]; };
 layout(push_constant) uniform Push {
   uint rows; uint hq; uint hkv; uint d; uint period; uint cache_rows; uint table_rows;
   uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
+  uint slots;         // 0: cache sequence b; else start[slots + b]
+  uint cache_batch;   // C
 } p;
+
+// The cache sequence of step sequence b, or p.cache_batch where none is to be written.
+uint cache_sequence(uint b) { return p.slots == 0 ? b : min(start[p.slots + b], p.cache_batch); }
 
 void main() {
   const uint half_d = p.d / 2;
@@ -42,16 +49,18 @@ void main() {
       if (is_q) {
         q_out[at] = r.x;
         q_out[at + half_d] = r.y;
-      } else if (position < p.cache_rows) {
-        const uint to = (((t / p.period) * p.cache_rows + position) * p.hkv + h) * p.d + i;
+      } else if (position < p.cache_rows && cache_sequence(t / p.period) < p.cache_batch) {
+        const uint to = ((cache_sequence(t / p.period) * p.cache_rows + position) * p.hkv + h) *
+                            p.d + i;
         k_cache[to] = r.x;
         k_cache[to + half_d] = r.y;
       }
     } else {
       const uint j = index - q_pairs - k_pairs, t = j / kv_row, e = j % kv_row;
       const uint position = start[t / p.period * p.start_stride] + t % p.period;
-      if (position < p.cache_rows)
-        v_cache[((t / p.period) * p.cache_rows + position) * kv_row + e] = v[j];
+      const uint c = cache_sequence(t / p.period);
+      if (position < p.cache_rows && c < p.cache_batch)
+        v_cache[(c * p.cache_rows + position) * kv_row + e] = v[j];
     }
   }
 }

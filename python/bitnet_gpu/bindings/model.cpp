@@ -37,13 +37,13 @@ void bind_model(py::module_& m) {
       "screened_argmax_fits",
       [](const Device& device, int64_t k) { return ops::screened_argmax_fits(device, k); },
       py::arg("device"), py::arg("k"));
-  m.def("_tuning_knobs", [] {
+  m.def("tuning_knobs", [] {
     py::list knobs;
     for (const auto& knob : ops::tuning_knobs())
       knobs.append(py::make_tuple(knob.name, knob.variable, knob.values));
     return knobs;
   });
-  m.def("_get_tuning", [] {
+  m.def("get_tuning", [] {
     py::dict values;
     const ops::Tuning current = ops::tuning();
     for (const auto& knob : ops::tuning_knobs())
@@ -51,7 +51,7 @@ void bind_model(py::module_& m) {
     return values;
   });
   m.def(
-      "_set_tuning",
+      "set_tuning",
       [](const std::map<std::string, std::optional<ops::KnobValue>>& values) {
         ops::Tuning next;
         for (const auto& [name, value] : values) next = ops::with_knob(next, name, value);

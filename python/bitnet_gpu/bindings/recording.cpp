@@ -119,7 +119,7 @@ void bind_recording(py::module_& m) {
       .def_property_readonly("submitted", &Sequence::submitted)
       .def_property_readonly("timings_enabled", &Sequence::timings_enabled);
 
-  declared<Graph, std::shared_ptr<Graph>>(m, "_Graph")
+  declared<Graph, std::shared_ptr<Graph>>(m, "RecordedGraph")
       .def(py::init([](std::shared_ptr<Device> device, const std::string& timings) {
              if (timings != "off" && timings != "per_op" && timings != "total")
                throw ArgumentError("timings: expected 'off', 'per_op' or 'total', got '" + timings +
@@ -139,7 +139,7 @@ void bind_recording(py::module_& m) {
       .def_property_readonly("barrier_count", [](Graph& g) { return g.sequence().barrier_count(); })
       .def_property_readonly("device", &Graph::device);
   m.def(
-      "_recording",
+      "recording",
       [](const std::shared_ptr<Device>& device) { return device->recording_graph() != nullptr; },
       py::arg("device"));
 }

@@ -23,7 +23,7 @@ void declare_classes(py::module_& m) {
   py::class_<Submission, std::shared_ptr<Submission>>(m, "Submission",
                                                       "A submitted sequence running on the GPU.");
   py::class_<Sequence>(m, "Sequence", "Records ops into one command buffer and submits them once.");
-  py::class_<Graph, std::shared_ptr<Graph>>(m, "_Graph",
+  py::class_<Graph, std::shared_ptr<Graph>>(m, "RecordedGraph",
                                             "Ops recorded once, replayed in one submission.");
 }
 
@@ -72,7 +72,7 @@ void bind_runtime(py::module_& m) {
   m.def("devices", &enumerate_devices, "Every Vulkan device, as DeviceInfo.");
   m.def("default_device", &Device::default_device,
         "The process-wide Device, created on first use (BITNET_GPU_DEVICE applies).");
-  m.def("_release_default_device", &Device::release_default_device);
+  m.def("release_default_device", &Device::release_default_device);
   m.def("validation_enabled", [] { return Instance::get()->validation_enabled(); });
   m.def(
       "validation_messages", [] { return Instance::get()->take_validation_messages(); },
@@ -101,14 +101,14 @@ void bind_runtime(py::module_& m) {
       .def_property_readonly("pipeline_cache_loaded_bytes",
                              [](Device& d) { return d.pipeline_cache().loaded_bytes(); })
       .def("save_pipeline_cache", [](Device& d) { d.pipeline_cache().save(); })
-      .def("_start_profiling", &Device::start_profiling)
-      .def("_stop_profiling", &Device::stop_profiling)
+      .def("start_profiling", &Device::start_profiling)
+      .def("stop_profiling", &Device::stop_profiling)
       .def("synchronize", &Device::synchronize, py::call_guard<py::gil_scoped_release>())
       .def("memory_stats",
            [](const Device& d) {
              py::dict stats = stats_dict(d.memory_stats());
              py::list heaps;
-             const bool known = d.info().features.at("memory_budget");
+             const bool known = d.feature("memory_budget");
              for (const HeapBudget& heap : d.heap_budgets()) {
                py::dict entry;
                entry["size"] = heap.size;
@@ -263,9 +263,9 @@ void bind_runtime(py::module_& m) {
                " memory=" + placement_name(t.placement()) + " device='" + t.device().info().name +
                "'>";
       });
-  m.def("_arm_fault", &fault::arm, py::arg("spec"),
+  m.def("arm_fault", &fault::arm, py::arg("spec"),
         "Debug: arm BITNET_GPU_FAULT's switch ('' disarms it); see cpp/runtime/fault.hpp.");
-  m.def("_faults_injected", &fault::injected_count);
+  m.def("faults_injected", &fault::injected_count);
 }
 
 }  // namespace bitnet::binding

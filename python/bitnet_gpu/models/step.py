@@ -1,0 +1,162 @@
+"""One typed description of a decoder step: which sequences (cache slots), how many tokens each,
+from which positions, which logits come back and how the next token is chosen.
+
+A ``Step`` is what a caller asks for; the ``StepPlan`` derived from it (plus the model's choices:
+the attention split, the screened head, float16 prefill attention) is the shape of the recorded
+graph that runs it, and the key under which that graph is kept (``graph_cache.GraphCache``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import numpy as np
+
+from .. import _core
+
+__all__ = ["Pick", "Step", "StepPlan", "DecodePolicy"]
+
+
+class Pick(enum.Enum):
+    """What a step hands back for each sequence."""
+
+    LOGITS = "logits"  # the logits of every token fed (forward)
+    LAST_LOGITS = "last_logits"  # the logits after each sequence's last token, and their argmax
+    ARGMAX = "argmax"  # the next id, greedy
+    SAMPLE = "sample"  # the next id drawn: temperature and top-k
+    NUCLEUS = "nucleus"  # drawn with top-p too
+    NUCLEUS_TOP_K = "nucleus_top_k"  # drawn with top-p and top-k
+
+    @property
+    def draws(self) -> bool:
+        return self in (Pick.SAMPLE, Pick.NUCLEUS, Pick.NUCLEUS_TOP_K)
+
+    @property
+    def chooses(self) -> bool:
+        """Whether the step picks next ids (every pick but LOGITS)."""
+        return self is not Pick.LOGITS
+
+    @classmethod
+    def for_sampling(cls, sampling: np.ndarray | None) -> Pick:
+        """ARGMAX without sampling parameters (or at temperature 0), else the draw they need
+        (sampling.sampling_params: [2] top_k, [5] top-p's share)."""
+        if sampling is None or sampling[0] == 0:
+            return cls.ARGMAX
+        if not sampling[5]:
+            return cls.SAMPLE
+        return cls.NUCLEUS_TOP_K if sampling[2] else cls.NUCLEUS
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """The shape of a recorded step graph (and its key)."""
+
+    batch: int  # sequences (rows) of the step
+    tokens: int  # new tokens a sequence, the longest (shorter sequences padded after theirs)
+    pick: Pick
+    chain: int = 1  # decode steps in a row, each fed the ids the one before chose
+    every_token: bool = False  # the pick at every token fed, not only each sequence's last
+    keep_logits: bool = False  # each step's logits as an output too (through the float head)
+    split_keys: int = 0  # keys a decode attention workgroup takes (0 for steps of several tokens)
+    screened: bool = False  # the next id through the screened head
+    float16_attention: bool = False  # attention over the new tokens on float16 tensor cores
+
+    @property
+    def prefill(self) -> bool:
+        return self.tokens > 1
+
+    @property
+    def rows(self) -> int:
+        return self.batch * self.tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One replay: each sequence's new ids after what its cache slot holds.
+
+    slots: the cache slot each sequence reads and writes; starts: the tokens each slot holds
+    before these; ids: each sequence's new ids (any lengths, at least one each); chain > 1 (one id
+    a sequence): that many decode steps, each feeding the id the one before chose; sampling:
+    uint32 [6] as sampling.sampling_params makes it (None: greedy); keep_logits: the logits of
+    each step too; every_token: the pick after every token fed (a verify step), not only the last.
+    """
+
+    slots: np.ndarray
+    starts: np.ndarray
+    ids: tuple[np.ndarray, ...]
+    pick: Pick
+    chain: int = 1
+    sampling: np.ndarray | None = None
+    keep_logits: bool = False
+    every_token: bool = False
+
+    def __post_init__(self) -> None:
+        batch = len(self.ids)
+        if batch == 0 or np.shape(self.slots) != (batch,) or np.shape(self.starts) != (batch,):
+            raise _core.ShapeError(
+                f"step: {batch} sequences need {batch} slots and starts, got "
+                f"{np.shape(self.slots)} and {np.shape(self.starts)}"
+            )
+        if any(np.ndim(ids) != 1 or np.size(ids) == 0 for ids in self.ids):
+            raise _core.ShapeError("step: every sequence needs one or more new ids")
+        if self.chain > 1 and self.tokens != 1:
+            raise _core.ArgumentError("step: a chain of decode steps feeds one id a sequence")
+        if self.pick.draws and self.sampling is None:
+            raise _core.ArgumentError(f"step: pick {self.pick.value} needs sampling parameters")
+
+    @property
+    def batch(self) -> int:
+        return len(self.ids)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([np.size(ids) for ids in self.ids], np.int64)
+
+    @property
+    def tokens(self) -> int:
+        """The longest sequence's new ids: the step's width."""
+        return int(self.lengths.max())
+
+    def padded_ids(self) -> np.ndarray:
+        """int32 [B, T]: each sequence's ids first, zeros after."""
+        out = np.zeros((self.batch, self.tokens), np.int32)
+        for b, ids in enumerate(self.ids):
+            out[b, : np.size(ids)] = ids
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodePolicy:
+    """The model's choices of graph shapes (docs/PERFORMANCE.md has the measurements behind them).
+
+    A decode step's attention takes 16 keys a workgroup while the context is at most
+    short_context tokens, 32 up to long_context and 64 beyond (one recorded decode graph for each):
+    smaller splits fill the GPU at short contexts, larger ones keep the merge to one chunk and the
+    workgroups to one round at long ones. Greedy and sampled decoding record up to decode_chunk
+    steps in one graph; prefill graphs hold their intermediates, so only the latest
+    kept_prefill_graphs of them are kept."""
+
+    decode_chunk: int = 8
+    short_context: int = 384
+    long_context: int = 640
+    kept_prefill_graphs: int = 2
+
+    def split_keys(self, tokens: int, start: int) -> int:
+        """The keys a decode attention workgroup takes for a step after `start` cached tokens (0
+        for steps of several tokens)."""
+        if tokens > 1:
+            return 0
+        context = start + 1
+        return 16 if context <= self.short_context else 32 if context <= self.long_context else 64
+
+    def chain(self, start: int, remaining: int) -> int:
+        """Decode steps the next replay runs from `start` cached tokens, `remaining` wanted:
+        decode_chunk, else (fewer wanted, or the attention's split changing within the chunk,
+        which must not change a step's graph) the largest power of two that fits."""
+        most = min(self.decode_chunk, remaining)
+        split = self.split_keys(1, start)
+        steps = 1
+        while steps < most and self.split_keys(1, start + steps) == split:
+            steps += 1
+        return steps if steps == self.decode_chunk else 1 << (steps.bit_length() - 1)
