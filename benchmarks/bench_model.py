@@ -277,6 +277,9 @@ def main():
             ),
         ),
     )
+    if args.tiny:
+        args.config, args.contexts, args.prefill, args.steps = "tiny", "8", 16, 2
+        args.generate, args.batches, args.repeats = 8, "2", 2
     contexts = [int(c) for c in args.contexts.split(",")]
     config = BitNetConfig.preset(args.config)
     device = bg.default_device()

@@ -132,12 +132,14 @@ def write_results(path, results):
 
 
 def arguments(doc, extra=None):
-    """The benchmark scripts' command line: --repeats, --json, and whatever `extra(parser)` adds."""
+    """The benchmark scripts' command line: --repeats, --json, --tiny (the smallest sizes, which CI
+    runs on lavapipe so that no script rots), and whatever `extra(parser)` adds."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--tiny", action="store_true", help="the smallest sizes (CI, lavapipe)")
     if extra:
         extra(parser)
     return parser.parse_args()

@@ -23,7 +23,8 @@ import time
 import numpy as np
 
 import bitnet_gpu as bg
-from bitnet_gpu import _core, reference
+from bitnet_gpu import decoder_ops as ops
+from bitnet_gpu import reference
 from bitnet_gpu.models import screening_tables
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
@@ -56,7 +57,7 @@ def main():
     )
     device = bg.default_device()
     torch = torch_cuda()
-    v, k = args.vocab, args.hidden
+    v, k = (384, 64) if args.tiny else (args.vocab, args.hidden)
     rng = np.random.default_rng(0)
     head_np = rng.standard_normal((v, k), np.float32).astype(np.float16)
     start = time.perf_counter()
@@ -82,7 +83,7 @@ def main():
     )
     if torch:
         head_t = torch.from_numpy(head_np).cuda()
-    for state in range(args.states):
+    for state in range(1 if args.tiny else args.states):
         h_np = (
             rng.standard_normal((1, k), np.float32) * (1 + 0.1 * rng.standard_normal(k, np.float32))
         ).astype(np.float32)
@@ -90,10 +91,10 @@ def main():
         exact = int(np.argmax(h_np.astype(np.float64) @ head_np.astype(np.float64).T))
 
         def screened():
-            return _core.screened_argmax(h, head, head_q, head_meta)
+            return ops.screened_argmax(h, head, head_q, head_meta)
 
         def float_head():
-            return _core.argmax_rows(_core.linear_rows(h, head))
+            return ops.argmax_rows(ops.linear_rows(h, head))
 
         row = {"state": state, "exact_id": exact, "candidates": candidates(q_np, meta_np, h_np[0])}
         for name, fn in (("screened", screened), ("float_head", float_head)):

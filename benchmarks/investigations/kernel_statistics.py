@@ -54,34 +54,18 @@ KERNELS = [
         {0: 1, 1: 2, 4: True, 5: 2, 7: True, 9: 640, 10: 3, 13: True},
     ),
     ("pre-pass, K=16384 in registers", "bitlinear_prepare_f32", {3: 16}),
-    # prefill attention (causal, from a cache), D = 128: the queries split over each row's
-    # invocations (always unrolled) or in shared memory (its loops unrolled or not), tiles of 32
-    # and 16 keys
+    # prefill attention (causal, from a cache), D = 128: tiles of 32 and 16 keys, 2 rows a row group
     (
-        "attention_tiled, split rows, 32 keys a tile",
+        "attention_tiled, 32 keys a tile",
         "attention_tiled_f32",
-        {0: True, 1: True, 2: 32, 3: 32, 4: True, 5: True, 6: 2},
+        {0: True, 1: True, 2: 32, 3: 32, 6: 2},
     ),
-    (
-        "attention_tiled, split rows, 16 keys a tile",
-        "attention_tiled_f32",
-        {0: True, 1: True, 2: 16, 3: 32, 4: True, 5: True},
-    ),
-    (
-        "attention_tiled, shared queries, 32 keys a tile",
-        "attention_tiled_f32",
-        {0: True, 1: True, 2: 32, 3: 32, 4: True, 5: False},
-    ),
-    (
-        "attention_tiled, shared queries, 32 keys a tile, not unrolled",
-        "attention_tiled_f32",
-        {0: True, 1: True, 2: 32, 3: 32, 4: False, 5: False},
-    ),
+    ("attention_tiled, 16 keys a tile", "attention_tiled_f32", {0: True, 1: True, 2: 16, 3: 32}),
     # D = 256: one row a row group (blocks of 16 queries), 16-key tiles
     (
-        "attention_tiled, D = 256, split rows, 16 keys a tile",
+        "attention_tiled, D = 256, 16 keys a tile",
         "attention_tiled_f32",
-        {0: True, 1: True, 2: 16, 3: 64, 4: True, 5: True, 6: 1},
+        {0: True, 1: True, 2: 16, 3: 64, 6: 1},
     ),
 ]
 

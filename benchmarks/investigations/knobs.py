@@ -3,7 +3,7 @@ under settings of the tuning knobs (docs/TUNING.md), everything recorded afresh 
 
     python3 benchmarks/investigations/knobs.py [--json FILE] [--repeats N]
         [--settings "default;matvec_rows=4;matvec_rows=4,matvec_unroll=2"]
-        [--shapes 1x2560x6912,1x16384x16384] [--contexts 128,2048] [--config 2b4t]
+        [--shapes 1x2560x6912,1x16384x16384] [--contexts 128,2048] [--config 2b4t] [--batch B]
 
 Settings are separated by ";", the variables of one setting by ","; "default" is the build's
 defaults. A BitLinear row's time is the whole call recorded as a graph and timed with one
@@ -74,8 +74,11 @@ def main():
             ),
             p.add_argument("--contexts", default="128,2048"),
             p.add_argument("--config", default="2b4t"),
+            p.add_argument("--batch", type=int, default=1, help="sequences of the decode step"),
         ),
     )
+    if args.tiny:
+        args.shapes, args.contexts, args.config = "1x64x176,3x176x64", "8", "tiny"
     settings = parse_settings(args.settings)
     device = bg.default_device()
     torch = torch_cuda()
@@ -140,7 +143,7 @@ def main():
         model = BitNetModel.random(config, seed=0, max_tokens=max(contexts) + 8)
         fill_cache(model, max(contexts))
         for context in contexts:
-            step = decode_step(model, context)
+            step = decode_step(model, context, args.batch)
             keep_running(step)  # clocks up before the first setting
             reference = step()
             for setting in settings:
@@ -159,6 +162,7 @@ def main():
                 gpu, kernels, same = with_settings(setting, measure)
                 row = {
                     "context": context,
+                    "batch": args.batch,
                     "setting": label(setting),
                     "gpu_us": gpu * 1e6,
                     "layer_kernels_us": kernels,
@@ -166,7 +170,7 @@ def main():
                 }
                 results["decode"].append(row)
                 print(
-                    f"decode ctx {context} {label(setting):50s} {gpu * 1e6:8.1f} us  "
+                    f"decode ctx {context} B {args.batch} {label(setting):46s} {gpu * 1e6:8.1f} us "
                     + "  ".join(f"{name} {us:.2f}" for name, us in kernels.items())
                     + ("" if same else "  TOKEN DIFFERS"),
                     flush=True,

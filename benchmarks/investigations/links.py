@@ -1,6 +1,6 @@
-"""What one dependent dispatch costs inside a recorded graph: chains of 100 ops, each reading what
-the previous one wrote (so a barrier separates every pair), timed as a whole by Vulkan
-timestamps. The floor is a tiny kernel; the others are a decode step's ops at 2B4T sizes.
+"""What one dependent dispatch costs inside a recorded graph: chains of 100 ops (4 with --tiny),
+each reading what the previous one wrote (so a barrier separates every pair), timed as a whole by
+Vulkan timestamps. The floor is a tiny kernel; the others are a decode step's ops at 2B4T sizes.
 
     python3 benchmarks/investigations/links.py [--json FILE]
 """
@@ -13,17 +13,15 @@ import sys
 import numpy as np
 
 import bitnet_gpu as bg
-from bitnet_gpu import _core
+from bitnet_gpu import decoder_ops as ops
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from common import arguments, timed_chain, write_results
 
-CHAIN = 100
 
-
-def per_link(device, record, repeats):
-    """GPU microseconds per op of a graph of CHAIN dependent ops recorded by record()."""
-    seconds, graph = timed_chain(bg, device, record, CHAIN, repeats)
+def per_link(device, record, chain, repeats):
+    """GPU microseconds per op of a graph of `chain` dependent ops recorded by record()."""
+    seconds, graph = timed_chain(bg, device, record, chain, repeats)
     return seconds * 1e6, graph.barrier_count
 
 
@@ -31,8 +29,12 @@ def main():
     args = arguments(__doc__)
     device = bg.default_device()
     rng = np.random.default_rng(0)
-    results = {"device": device.name, "chain": CHAIN, "rows": []}
-    h, i, heads, d, rows = 2560, 6912, 20, 128, 2056
+    chain = 4 if args.tiny else 100
+    results = {"device": device.name, "chain": chain, "rows": []}
+    h, i, heads, kv, d, rows = (
+        (64, 176, 4, 2, 16, 40) if args.tiny else (2560, 6912, 20, 5, 128, 2056)
+    )
+    contexts = (8, 32) if args.tiny else (128, 2048)
 
     axpy = bg.builtin_kernel("axpy", device, {0: 256})
     small_x = device.empty((256,), np.float32)
@@ -47,53 +49,50 @@ def main():
     w_i = bg.quantize_weights(rng.standard_normal((i, h)).astype(np.float32))
     start = bg.Tensor.from_numpy(np.array([128], np.int32))
     q = bg.Tensor.from_numpy(rng.standard_normal((1, heads, d)).astype(np.float32))
-    k1 = bg.Tensor.from_numpy(rng.standard_normal((1, 5, d)).astype(np.float32))
-    kc = bg.Tensor.from_numpy(rng.standard_normal((1, rows, 5, d)).astype(np.float32))
-    vc = bg.Tensor.from_numpy(rng.standard_normal((1, rows, 5, d)).astype(np.float32))
+    k1 = bg.Tensor.from_numpy(rng.standard_normal((1, kv, d)).astype(np.float32))
+    kc = bg.Tensor.from_numpy(rng.standard_normal((1, rows, kv, d)).astype(np.float32))
+    vc = bg.Tensor.from_numpy(rng.standard_normal((1, rows, kv, d)).astype(np.float32))
     cos, sin = bg.rope_tables(np.arange(rows), d, 500000.0)
     cos, sin = bg.Tensor.from_numpy(cos), bg.Tensor.from_numpy(sin)
     state = {"x": x, "q": q}
 
     def chain_norm_matvec_h():  # prepare (fused norm) + matvec 2560 x 2560, residual: two links
-        (state["x"],) = _core.bitlinear_group(
-            state["x"], None, norm, 1e-5, [w_h._core], [state["x"]]
+        (state["x"],) = ops.bitlinear_group(
+            state["x"], None, norm, 1e-5, [w_h.handle], [state["x"]]
         )
 
     def chain_norm_matvec_i():  # the same into 6912 outputs, then back (two ops of two links)
-        (y,) = _core.bitlinear_group(state["x"], None, norm, 1e-5, [w_i._core], [None])
-        (state["x"],) = _core.bitlinear_group(y, y, None, 1e-5, [_core_down], [state["x"]])
+        (y,) = ops.bitlinear_group(state["x"], None, norm, 1e-5, [w_i.handle], [None])
+        (state["x"],) = ops.bitlinear_group(y, y, None, 1e-5, [down], [state["x"]])
 
-    _core_down = bg.quantize_weights(rng.standard_normal((h, i)).astype(np.float32))._core
+    down = bg.quantize_weights(rng.standard_normal((h, i)).astype(np.float32)).handle
 
     def chain_attention():
-        state["q"] = _core.attention_cached(state["q"], kc, vc, start, True)
+        state["q"] = ops.attention_cached(state["q"], kc, vc, start, True)
 
     def chain_decode_attention():
-        state["q"] = _core.decode_attention(state["q"], k1, k1, cos, sin, start, kc, vc)
+        state["q"] = ops.decode_attention(state["q"], k1, k1, cos, sin, start, kc, vc)
 
-    w_q = bg.quantize_weights(rng.standard_normal((h, h)).astype(np.float32))._core
-    w_kv = bg.quantize_weights(rng.standard_normal((640, h)).astype(np.float32))._core
+    w_q = bg.quantize_weights(rng.standard_normal((h, h)).astype(np.float32)).handle
+    w_kv = bg.quantize_weights(rng.standard_normal((kv * d, h)).astype(np.float32)).handle
 
     def chain_qkv():  # norm + q, k, v (2560 + 640 + 640 outputs) in one dispatch
-        state["x"] = _core.bitlinear_group(
+        state["x"] = ops.bitlinear_group(
             state["x"], None, norm, 1e-5, [w_q, w_kv, w_kv], [None] * 3
         )[0]
 
     def chain_rope_append():
-        state["q"] = _core.rope_append(state["q"], k1, k1, cos, sin, start, kc, vc)
+        state["q"] = ops.rope_append(state["q"], k1, k1, cos, sin, start, kc, vc)
 
     # (name, record, cached keys: start is read by each replay, so it is set just before timing)
     cases = [
         ("axpy on 256 floats (floor)", lambda: axpy.dispatch(1, [small_x, small_y], push)),
-        ("norm + int8 pre-pass + matvec 2560x2560 + residual", chain_norm_matvec_h),
-        (
-            "gate-size pre-pass + matvec 2560->6912, gated pre-pass + 6912->2560",
-            chain_norm_matvec_i,
-        ),
-        ("norm + q, k, v matvecs 2560 -> 3840 (one dispatch)", chain_qkv),
+        (f"norm + int8 pre-pass + matvec {h}x{h} + residual", chain_norm_matvec_h),
+        (f"pre-pass + matvec {h}->{i}, gated pre-pass + {i}->{h}", chain_norm_matvec_i),
+        (f"norm + q, k, v matvecs {h} -> {h + 2 * kv * d} (one dispatch)", chain_qkv),
         ("rope + KV append", chain_rope_append),
     ]
-    for context in (128, 2048):
+    for context in contexts:
         cases.append(
             (f"attention over {context} cached keys (split + merge)", chain_attention, context)
         )
@@ -105,11 +104,11 @@ def main():
             )
         )
     for name, record, *context in cases:
-        start.copy_from(np.array([context[0] if context else 128], np.int32))
-        us, barriers = per_link(device, record, args.repeats)
+        start.copy_from(np.array([context[0] if context else contexts[0]], np.int32))
+        us, barriers = per_link(device, record, chain, args.repeats)
         row = {"chain": name, "us_per_op": us, "barriers": barriers}
         results["rows"].append(row)
-        print(f"{name:70s} {us:8.2f} us/op  ({barriers} barriers in {CHAIN} ops)", flush=True)
+        print(f"{name:70s} {us:8.2f} us/op  ({barriers} barriers in {chain} ops)", flush=True)
     write_results(args.json, results)
 
 

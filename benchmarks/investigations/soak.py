@@ -1,10 +1,9 @@
-"""Soak and thread checks (the reliability issue): many kernel calls and tensor create/free cycles
-in
-one process with memory_stats() and the process RSS before and after, and Python threads calling
-kernels on one device at once with every result checked. Prints the figures and writes JSON.
+"""Soak and thread checks: many kernel calls and tensor create/free cycles in one process with
+memory_stats() and the process RSS before and after, and Python threads calling kernels on one
+device at once with every result checked. Prints the figures and writes JSON.
 
-    python3 benchmarks/bench_soak.py [--calls 100000] [--cycles 10000] [--threads 8]
-                                     [--seconds 30] [--json FILE]
+    python3 benchmarks/investigations/soak.py [--calls 100000] [--cycles 10000] [--threads 8]
+                                              [--seconds 30] [--json FILE] [--tiny]
 
 tests_py/test_reliability.py runs shortened versions of both.
 """
@@ -117,7 +116,10 @@ def main():
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--tiny", action="store_true", help="a few calls and seconds (CI)")
     args = parser.parse_args()
+    if args.tiny:
+        args.calls, args.cycles, args.threads, args.seconds = 200, 200, 2, 1.0
     device = bg.default_device()
     s = soak(args.calls, args.cycles, device)
     b, a = s["memory_stats_before"], s["memory_stats_after"]

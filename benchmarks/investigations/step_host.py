@@ -3,10 +3,11 @@ batch 1) timed whole and in parts, median wall microseconds over many steps:
 
     python3 benchmarks/investigations/step_host.py [--json FILE] [--repeats N] [--context 128]
 
-- step: model._replay(...)["next"].numpy(), what generate() does per token;
-- inputs: copying the token id and the position into the graph's input tensors;
-- replay: the graph's submission and the wait for its fence alone;
-- read: the next id from its host-memory tensor;
+- step: a greedy decode step as generate() runs it (bench_model.decode_step: the inputs copied
+  in, the replay, the next id read back);
+- replay: the step's graph replayed alone (its submission and the wait for its fence);
+- read: the next id from its host-memory tensor (StepResult.ids);
+- inputs: what is left of the step: its inputs made and copied in, and the Python around them;
 - empty: a submit-and-wait of one empty kernel;
 - gpu: the graph's GPU time from its two timestamps.
 
@@ -19,8 +20,6 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
-
 import bitnet_gpu as bg
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
@@ -29,8 +28,9 @@ from bench_model import (
     decode_step,
     fill_cache,
     gpu_seconds,
+    replay,
 )  # benchmarks/bench_model.py
-from bitnet_gpu.models import BitNetConfig, BitNetModel
+from bitnet_gpu.models import BitNetConfig, BitNetModel, Pick
 from common import arguments, keep_running, median_wall, write_results
 
 
@@ -45,14 +45,14 @@ def main():
     repeats = max(args.repeats, 200)
     device = bg.default_device()
     config = BitNetConfig.preset(args.config)
+    if args.tiny:
+        config, args.context, repeats = BitNetConfig.preset("tiny"), 8, 5
     model = BitNetModel.random(config, seed=0, max_tokens=args.context + 8)
     fill_cache(model, args.context)
-    ids, start = DECODE_TOKEN.reshape(-1), np.array([args.context], np.int32)
     step = decode_step(model, args.context)
-    keep_running(step)
-    model._replay(DECODE_TOKEN, args.context, "last")
-    graph = model._latest_graph
-    inputs = graph._inputs
+    keep_running(step, 0.1 if args.tiny else 2.0)
+    result = replay(model, DECODE_TOKEN, args.context, Pick.ARGMAX)
+    graph = model.last_step.graph
     empty = bg.builtin_kernel("empty", device)
 
     def median_us(fn):
@@ -60,14 +60,12 @@ def main():
 
     parts = {
         "step": median_us(step),
-        "inputs": median_us(
-            lambda: (inputs["ids"].copy_from(ids), inputs["start"].copy_from(start))
-        ),
-        "replay": median_us(graph._core.replay),
-        "read": median_us(lambda: graph._outputs["next"].numpy()),
+        "replay": median_us(graph.run),
+        "read": median_us(result.ids),
         "empty": median_us(lambda: empty.dispatch(1, [])),
-        "gpu": gpu_seconds(model, step, 50) * 1e6,
+        "gpu": gpu_seconds(model, step, 5 if args.tiny else 50) * 1e6,
     }
+    parts["inputs"] = parts["step"] - parts["replay"] - parts["read"]
     spin = os.environ.get("BITNET_GPU_SPIN_WAIT_US", "default")
     print(f"{device.name}, context {args.context}, BITNET_GPU_SPIN_WAIT_US={spin}: median us")
     for name, us in parts.items():
