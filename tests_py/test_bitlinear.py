@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import bitnet_gpu as bg
+from bitnet_gpu import _core
 from bitnet_gpu import reference as ref
 
 
@@ -632,6 +633,52 @@ def test_tensor_core_automatic_tile(device, rng, m, k, n):
     2560) 160 x 128 tiles with partial tiles, and (256, 256, 256) whole tiles, FULL_TILES): exact
     accumulators."""
     check_tensor_cores(rng, m, k, n)
+
+
+@pytest.mark.skipif(
+    "not bg.default_device().info.features.get('cooperative_matrix_int8') and "
+    "not bg.default_device().info.features.get('cooperative_matrix_khr_int8')"
+)
+@pytest.mark.parametrize("splits", [None, 1, 2, 7, 64])
+@pytest.mark.parametrize(
+    "m,k,n",
+    [
+        (3, 2560, 3840),
+        (8, 6912, 2560),
+        (16, 2560, 1000),
+        (33, 4097, 65),
+        (64, 300, 700),
+        (5, 16, 1),
+    ],
+)
+def test_tensor_cores_with_k_split(device, rng, tune, splits, m, k, n):
+    """Few rows on the tensor cores with K split over workgroups (GPU only; None: the rule): exact
+    accumulators, y as the reference and bit for bit the unsplit y, the same again on the next
+    call (the split sums and tickets are left zero), and a residual added in the epilogue."""
+    if splits is not None:
+        tune(coopmat_splits=splits)
+    x, q, bias = case(rng, m, k, n)
+    y, acc = bg.bitlinear(x, q, bias, return_accumulator=True)
+    check(x, q, bias, y, acc)
+    again, acc_again = bg.bitlinear(x, q, bias, return_accumulator=True)
+    assert np.array_equal(again, y) and np.array_equal(acc_again, acc)
+    with bg.tuning(coopmat_splits=1):
+        np.testing.assert_array_equal(bg.bitlinear(x, q, bias), y)
+    residual = rng.standard_normal((m, n)).astype(np.float32)
+    (out,) = _core.bitlinear_group(
+        bg.Tensor.from_numpy(x), None, None, 1e-5, [q.handle], [bg.Tensor.from_numpy(residual)]
+    )
+    np.testing.assert_array_equal(out.numpy(), bg.bitlinear(x, q) + residual)
+
+
+@pytest.mark.parametrize("most", [1, 2, 8])
+def test_matvec_most_rows_setting(device, rng, tune, most):
+    """matvec_most_rows moves the rows where the matvec stops and the matmul paths start: every
+    setting gives the same accumulators."""
+    x, q, bias = case(rng, 5, 300, 70)
+    want = bg.bitlinear(x, q, bias, return_accumulator=True)[1]
+    tune(matvec_most_rows=most)
+    np.testing.assert_array_equal(bg.bitlinear(x, q, bias, return_accumulator=True)[1], want)
 
 
 @pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")

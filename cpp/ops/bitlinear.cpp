@@ -62,21 +62,40 @@ struct TiledOutputs {
 void dispatch_tiles(Sequence& sequence, const Kernel& kernel, std::vector<BufferBinding> bindings,
                     const PreparedRows& a, bool with_row_sums, int64_t m, int64_t n, int64_t k,
                     uint32_t tile_m, uint32_t tile_n, const Tensor& scales, const Tensor& gamma,
-                    const std::optional<Tensor>& bias, const TiledOutputs& out) {
+                    const std::optional<Tensor>& bias, const TiledOutputs& out,
+                    const std::optional<KSplit>& split = std::nullopt) {
   const Tensor& any = out.y ? *out.y : *out.accumulators;
   bindings.push_back(a.values.binding());
   if (with_row_sums) bindings.push_back(a.row_sums.binding());
   for (const Tensor* t : {&scales, &gamma, bias ? &*bias : &gamma, out.y ? &*out.y : &any,
                           out.accumulators ? &*out.accumulators : &any})
     bindings.push_back(t->binding());
+  const uint32_t blocks = static_cast<uint32_t>(padded(k) / 16);
+  const uint64_t tiles_n = static_cast<uint64_t>((n + tile_n - 1) / tile_n),
+                 tiles_m = static_cast<uint64_t>((m + tile_m - 1) / tile_m);
+  const std::string what = "matrix of " + std::to_string(m) + " x " + std::to_string(n);
+  if (!split) {
+    struct {
+      uint32_t m, n, blocks;
+    } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), blocks};
+    sequence.dispatch(kernel, checked_grid(*kernel.device(), {tiles_n, tiles_m, 1}, what), bindings,
+                      push_bytes(push));
+    return;
+  }
+  // The tensor-core kernel's K split: its int32 sums and a ticket a tile, zero between calls (the
+  // last split of each tile zeroes them); bound to the output where K is not split.
+  const auto& device = kernel.device();
+  const bool splits = split->splits > 1;
+  const Tensor partial = splits ? self_resetting_counters(device, m * n) : any;
+  const Tensor tickets =
+      splits ? self_resetting_counters(device, static_cast<int64_t>(tiles_n * tiles_m)) : any;
+  bindings.push_back(partial.binding());
+  bindings.push_back(tickets.binding());
   struct {
-    uint32_t m, n, blocks;
-  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(padded(k) / 16)};
-  const auto grid = checked_grid(*kernel.device(),
-                                 {static_cast<uint64_t>((n + tile_n - 1) / tile_n),
-                                  static_cast<uint64_t>((m + tile_m - 1) / tile_m), 1},
-                                 "matrix of " + std::to_string(m) + " x " + std::to_string(n));
-  sequence.dispatch(kernel, grid, bindings, push_bytes(push));
+    uint32_t m, n, blocks, split_blocks;
+  } push{static_cast<uint32_t>(m), static_cast<uint32_t>(n), blocks, split->blocks};
+  sequence.dispatch(kernel, checked_grid(*device, {tiles_n, tiles_m, split->splits}, what),
+                    bindings, push_bytes(push));
 }
 
 void record_tiled(Sequence& sequence, const Tensor& b, const PreparedRows& a, int64_t m, int64_t n,
@@ -109,6 +128,9 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
                            std::to_string(shared_bytes) +
                            " bytes of shared memory; this device has " +
                            std::to_string(device->limits().maxComputeSharedMemorySize));
+  // The output tiles of every matmul recorded with this one share the multiprocessors.
+  const int64_t tiles = ((m + tile_m - 1) / tile_m) * ((tile_cols + tile_n - 1) / tile_n);
+  const KSplit split = coopmat_split(*device, tile, m, n, k, tiles);
   // VECTOR_ROWS: rows of y, the accumulators, the residual and the bias of whole 16-byte vectors
   // (every binding starts at its buffer's start). FULL_TILES: no partial tile or K step.
   const bool vector_rows = n % 4 == 0;
@@ -125,9 +147,10 @@ void record_coopmat(Sequence& sequence, const Tensor& b, const PreparedRows& a, 
                                    {8, int64_t{tile.depth}},
                                    {9, residual},
                                    {10, vector_rows},
-                                   {11, full_tiles}});
+                                   {11, full_tiles},
+                                   {12, int64_t{split.splits}}});
   dispatch_tiles(sequence, kernel, {b.binding(), b.binding()}, a, false, m, n, k, tile_m, tile_n,
-                 scales, gamma, bias, out);
+                 scales, gamma, bias, out, split);
 }
 
 // Only on request (bitlinear, ternary_matmul, int8_matmul), so never with a decoder's residual.
@@ -499,7 +522,7 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
     if (up) input = gated_activation(x, *up, Activation::relu2);
     if (norm_weight) input = row_op(input, RowOp::rms_norm, norm_weight, std::nullopt, norm_eps);
   }
-  const BitLinearAlgorithm algorithm = m <= kMatvecMaxRows
+  const BitLinearAlgorithm algorithm = matvec_takes(*device, m)
                                            ? BitLinearAlgorithm::matvec
                                            : matmul_path(*device, BitLinearAlgorithm::automatic);
   const bool hardware = use_hardware_dot(*device, std::nullopt);
@@ -590,7 +613,7 @@ BitLinearResult bitlinear(const Tensor& x, const QuantizedWeights& w,
     op_sequence.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
     return result;
   }
-  if (algorithm == BitLinearAlgorithm::automatic && m <= kMatvecMaxRows)
+  if (algorithm == BitLinearAlgorithm::automatic && matvec_takes(*device, m))
     algorithm = BitLinearAlgorithm::matvec;
   if (algorithm != BitLinearAlgorithm::matvec) algorithm = matmul_path(*device, algorithm);
   if (algorithm == BitLinearAlgorithm::matvec && m > kMatvecMaxRows)

@@ -8,14 +8,16 @@
 // BitLinear (docs/NUMERICS.md): y = (x_q . W_q) * gamma / s + bias with exact int32 accumulators.
 namespace bitnet::ops {
 
-// automatic: matvec for up to kMatvecMaxRows rows; above, coopmat (int8 tensor cores through
+// automatic: matvec for up to kMatvecMaxRows rows (2 where the device has tensor cores: above
+// that their matmul with K split over workgroups is faster, docs/PERFORMANCE.md; matvec_takes);
+// above, coopmat (int8 tensor cores through
 // VK_NV_cooperative_matrix) where the device has the "cooperative_matrix_int8" feature, else
 // coopmat_khr (the same kernel through VK_KHR_cooperative_matrix, "cooperative_matrix_khr_int8"),
 // else tiled (integer dot products). coopmat2 (VK_NV_cooperative_matrix2,
 // "cooperative_matrix2_int8") only when asked for: slower on the H100.
 enum class BitLinearAlgorithm { automatic, matvec, tiled, coopmat, coopmat_khr, coopmat2 };
 
-// Rows up to this many use the matvec kernel when the algorithm is automatic.
+// The most rows the matvec kernel takes (automatic: matvec_takes).
 inline constexpr int64_t kMatvecMaxRows = 8;
 
 struct BitLinearResult {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "ops/bitlinear.hpp"
 #include "ops/dispatch.hpp"
 #include "ops/tuning.hpp"
 #include "runtime/device.hpp"
@@ -161,7 +162,13 @@ std::optional<MatvecGrid> strided_matvec(const Tensor& x, int64_t m, int64_t k, 
 CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
   // Where the multiprocessor count is unknown: 256 x 128 from m = 1024, else 64 x 128.
   CoopmatTile tile = default_layout(rows >= 1024 ? 256u : 64u, 128, 64);
-  if (const uint32_t multiprocessors = device.info().multiprocessors) {
+  if (rows <= 64) {
+    // A few rows (decode batches, verify steps): the least multiple of 16 rows of 16, 32 or 64
+    // that holds them, a subgroup's 16 rows each, K steps of 256 / tile rows blocks so that every
+    // invocation loads one vector of x a step (their K split over workgroups: coopmat_split).
+    const uint32_t m = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+    tile = {m, 128, 4096 / m, m / 16, 2};
+  } else if (const uint32_t multiprocessors = device.info().multiprocessors) {
     // Of the candidates the device's shared memory holds, the one with the least estimated time:
     // rounds of workgroups (one or two resident on each multiprocessor) times the tile's values
     // times a cost per value fitted on the H100, as a whole number of rounds matters more than the
@@ -207,6 +214,34 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
                         ", in parts that are not multiples of 16; set coopmat_subgroup_rows too");
   }
   return tile;
+}
+
+KSplit coopmat_split(const Device& device, const CoopmatTile& tile, int64_t m, int64_t n, int64_t k,
+                     int64_t tiles) {
+  const uint32_t step = tile.k / 16;
+  const int64_t blocks = padded(k) / 16, steps = (blocks + step - 1) / step;
+  uint32_t splits = 1;
+  if (const auto forced = tuning().coopmat_splits) {
+    splits = *forced;
+  } else if (m <= 64) {
+    // About two workgroups a multiprocessor (four where the count is unknown), each at least two
+    // K steps where it can: a few tiles alone would run their whole K on a few multiprocessors.
+    const int64_t multiprocessors =
+        device.info().multiprocessors ? device.info().multiprocessors : 2;
+    const int64_t wanted = (2 * multiprocessors + tiles - 1) / std::max<int64_t>(tiles, 1);
+    splits = static_cast<uint32_t>(std::clamp<int64_t>(std::min(wanted, steps / 2), 1, 64));
+  }
+  (void)n;
+  const int64_t per_split = (steps + splits - 1) / std::max<uint32_t>(splits, 1);
+  // Every split gets at least one step: the count that the steps a split take leave.
+  splits = static_cast<uint32_t>((steps + per_split - 1) / per_split);
+  return {splits, static_cast<uint32_t>(per_split * step)};
+}
+
+bool matvec_takes(const Device& device, int64_t m) {
+  const bool tensor_cores = has_tensor_cores(device) || has_khr_tensor_cores(device);
+  const int64_t most = tuning().matvec_most_rows.value_or(tensor_cores ? 2 : kMatvecMaxRows);
+  return m <= most;
 }
 
 Coopmat2Tile coopmat2_tile(int64_t rows, int64_t) {

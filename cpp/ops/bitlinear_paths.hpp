@@ -77,6 +77,20 @@ struct CoopmatTile {
 };
 CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols);
 
+// K split over workgroups (bitlinear_coopmat.glsl's SPLITS): `splits` workgroups a tile, each
+// `blocks` blocks of 16 values of K (a multiple of the tile's K step), the last what is left.
+struct KSplit {
+  uint32_t splits = 1, blocks = 0;
+};
+// For an m x n x k matmul on `tile`, where its `tiles` output tiles (those of the matmuls recorded
+// with it included) leave multiprocessors idle: about two workgroups a multiprocessor.
+KSplit coopmat_split(const Device& device, const CoopmatTile& tile, int64_t m, int64_t n, int64_t k,
+                     int64_t tiles);
+
+// Whether `m` rows of x take the matvec (else a matmul path): up to kMatvecMaxRows without tensor
+// cores; with them, the fused matvec's two rows (the tensor cores, their K split, take the rest).
+bool matvec_takes(const Device& device, int64_t m);
+
 // The cooperative-matrix-2 kernel's tile for `rows` rows of x: rows of x (m), rows of the weights
 // (n), K step (k).
 struct Coopmat2Tile {

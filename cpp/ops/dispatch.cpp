@@ -111,14 +111,18 @@ std::string float_variant(const char* base, DType dtype) {
 }
 
 Tensor zeroed_counter(const std::shared_ptr<Device>& device) {
-  Tensor tensor = Tensor::empty(device, std::vector<int64_t>{1}, DType::uint32, Placement::host);
+  // Not an op's result (Tensor::empty's by_op): its contents come from the host.
+  Tensor tensor =
+      Tensor::empty(device, std::vector<int64_t>{1}, DType::uint32, Placement::host, false);
   std::memset(tensor.mapped_data(), 0, sizeof(uint32_t));  // host-coherent memory: no flush
   if (Graph* graph = device->recording_graph()) graph->zero_before_replay(tensor);
   return tensor;
 }
 
 Tensor self_resetting_counters(const std::shared_ptr<Device>& device, int64_t count) {
-  Tensor counters = Tensor::empty(device, std::vector<int64_t>{count}, DType::uint32);
+  // Not an op's result (Tensor::empty's by_op): its zeros come from the host.
+  Tensor counters =
+      Tensor::empty(device, std::vector<int64_t>{count}, DType::uint32, Placement::device, false);
   const std::vector<uint32_t> zeros(static_cast<size_t>(count), 0u);
   counters.upload(zeros.data(), counters.nbytes());
   return counters;

@@ -24,7 +24,9 @@ constexpr int64_t kSampleChunk = 1024, kSampleBins = 2048, kSampleTickets = 8;
 SampleScratch sample_scratch(const std::shared_ptr<Device>& device, int64_t rows, int64_t n,
                              bool selects, bool nucleus) {
   const int64_t chunks = (n + kSampleChunk - 1) / kSampleChunk;
-  Tensor select = Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::uint32);
+  // Not an op's result where its contents come from the host (Tensor::empty's by_op).
+  Tensor select = Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::uint32,
+                                Placement::device, selects);
   if (!selects) {
     std::vector<uint32_t> every_value_kept(static_cast<size_t>(rows) * 4,
                                            0u);  // (prefix, wanted, all, -)

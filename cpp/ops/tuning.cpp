@@ -41,6 +41,8 @@ std::vector<Knob> make_knobs() {
       {"coopmat_tile", nullptr, nullptr, 0, 0, {}, &Tuning::coopmat_tile, {64, 128}, 32, true},
       {"coopmat_subgroup_rows", nullptr, &Tuning::coopmat_subgroup_rows, 0, 0, {1, 2, 4, 8}},
       {"coopmat_depth", nullptr, &Tuning::coopmat_depth, 1, 2},
+      {"coopmat_splits", nullptr, &Tuning::coopmat_splits, 1, 64},
+      {"matvec_most_rows", nullptr, &Tuning::matvec_most_rows, 1, 8},
       {"coopmat2_tile", nullptr, nullptr, 0, 0, {}, &Tuning::coopmat2_tile, {32, 64, 128}, 32},
       {"attention_split", &Tuning::attention_split},
       {"attention_tiled", &Tuning::attention_tiled},

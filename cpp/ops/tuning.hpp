@@ -32,6 +32,9 @@ struct Tuning {
   std::optional<TileSetting> coopmat_tile;
   std::optional<uint32_t> coopmat_subgroup_rows;
   std::optional<uint32_t> coopmat_depth;
+  std::optional<uint32_t> coopmat_splits;  // workgroups a tile's K is split over (1: none)
+  // The most rows of x the matvec takes where tensor cores take the rest (the op's own rule).
+  std::optional<uint32_t> matvec_most_rows;
   // BitLinear, many activation rows on cooperative matrices 2 (bitlinear_coopmat2.comp).
   std::optional<TileSetting> coopmat2_tile;
   // Attention.

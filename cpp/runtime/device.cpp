@@ -11,6 +11,7 @@
 #include "runtime/coopmat2.hpp"
 #include "runtime/error.hpp"
 #include "runtime/fault.hpp"
+#include "runtime/graph.hpp"
 #include "runtime/kernel.hpp"
 
 namespace bitnet {
@@ -246,9 +247,15 @@ VkResult Device::allocate_memory(const VkMemoryAllocateInfo& info, VkDeviceMemor
   return vkAllocateMemory(device_, &info, nullptr, memory);
 }
 
-std::shared_ptr<Allocation> Device::allocate(uint64_t size, Placement placement) {
+std::shared_ptr<Allocation> Device::allocate(uint64_t size, Placement placement, bool by_op) {
   ensure_usable();
-  return std::make_shared<Allocation>(shared_from_this(), pool_->acquire(size, placement), size);
+  Graph* graph = by_op ? recording_graph() : nullptr;
+  if (graph)
+    if (auto reused = graph->reusable(size, placement)) return reused;
+  auto allocation =
+      std::make_shared<Allocation>(shared_from_this(), pool_->acquire(size, placement), size);
+  if (graph) graph->track(allocation);
+  return allocation;
 }
 
 std::shared_ptr<Allocation> Device::import_host_memory(void* pointer, uint64_t size,

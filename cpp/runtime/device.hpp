@@ -62,7 +62,9 @@ class Device : public std::enable_shared_from_this<Device> {
   // BITNET_GPU_SPIN_WAIT_US overrides.
   uint32_t spin_wait_us() const { return spin_wait_us_; }
 
-  std::shared_ptr<Allocation> allocate(uint64_t size, Placement placement);
+  // by_op: for an op's result (Tensor::empty): a graph recording with reuse_memory may hand it an
+  // intermediate's memory, and take its own later.
+  std::shared_ptr<Allocation> allocate(uint64_t size, Placement placement, bool by_op = false);
   // Wraps caller-owned host memory; `owner` is released only after the Vulkan memory is freed.
   std::shared_ptr<Allocation> import_host_memory(void* pointer, uint64_t size,
                                                  std::shared_ptr<void> owner);

@@ -7,8 +7,12 @@
 
 namespace bitnet {
 
-Graph::Graph(std::shared_ptr<Device> device, Timing timing)
-    : sequence_(std::move(device), timing, Reuse::replay) {}
+// Allocations smaller than this are not reused: a decode step's intermediates are a few KiB, and
+// reusing them would add barriers between ops that run side by side for a saving of kilobytes.
+constexpr uint64_t kReusedFrom = 256 * 1024;
+
+Graph::Graph(std::shared_ptr<Device> device, Timing timing, bool reuse_memory)
+    : sequence_(std::move(device), timing, Reuse::replay), reuse_memory_(reuse_memory) {}
 
 Graph::~Graph() {
   if (recording_) device()->pop_recording_graph(this);
@@ -25,10 +29,32 @@ void Graph::end() {
   if (!recording_) throw ArgumentError("this graph is not recording");
   device()->pop_recording_graph(this);
   recording_ = false;
+  made_.clear();
   sequence_.close();
 }
 
 void Graph::zero_before_replay(const Tensor& counter) { counters_.push_back(counter); }
+
+std::shared_ptr<Allocation> Graph::reusable(uint64_t size, Placement placement) {
+  if (!reuse_memory_ || !recording_ || size < kReusedFrom) return nullptr;
+  const uint64_t capacity = MemoryPool::size_class(size);
+  for (auto it = made_.begin(); it != made_.end(); ++it) {
+    std::shared_ptr<Allocation> allocation = it->lock();
+    // Held by nothing but the recorded ops (the sequence's reference and this one).
+    if (!allocation || allocation.use_count() != 2 || !sequence_.keeps(allocation.get()) ||
+        allocation->holds_host_data() || allocation->placement() != placement ||
+        allocation->capacity() != capacity)
+      continue;
+    made_.erase(it);
+    made_.push_back(allocation);  // in use again: the last to be handed out next
+    return allocation;
+  }
+  return nullptr;
+}
+
+void Graph::track(const std::shared_ptr<Allocation>& allocation) {
+  if (reuse_memory_ && recording_ && allocation->size() >= kReusedFrom) made_.push_back(allocation);
+}
 
 void Graph::check_after_replay(std::function<void()> check) { checks_.push_back(std::move(check)); }
 

@@ -19,7 +19,12 @@ class Device;
 // running (NaN/Inf counts) run after every replay, with their counters zeroed before it.
 class Graph {
  public:
-  Graph(std::shared_ptr<Device> device, Timing timing);
+  // reuse_memory: an allocation the graph's ops made while it recorded, bound by a recorded op and
+  // held by nothing else any more, is handed to a later allocation of its size class while it
+  // records (the later op writes over it; the sequence orders the two uses with a barrier), so a
+  // graph holds about one layer's intermediates instead of every layer's. Only for graphs whose
+  // every tensor an op reads is written by an earlier op of the graph, or held by the caller.
+  Graph(std::shared_ptr<Device> device, Timing timing, bool reuse_memory = false);
   ~Graph();
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
@@ -35,6 +40,10 @@ class Graph {
 
   // For the ops that record into it.
   void zero_before_replay(const Tensor& counter);
+  // With reuse_memory: an allocation of `size` bytes and `placement` that nothing but the recorded
+  // ops holds, or null; track() registers a new allocation made while recording.
+  std::shared_ptr<Allocation> reusable(uint64_t size, Placement placement);
+  void track(const std::shared_ptr<Allocation>& allocation);
   void check_after_replay(std::function<void()> check);
   // An op failed halfway through recording: the graph can no longer be replayed.
   void spoil(const std::string& why);
@@ -48,6 +57,8 @@ class Graph {
   bool recording_ = false;
   std::string spoiled_;
   std::vector<Tensor> counters_;
+  bool reuse_memory_;
+  std::vector<std::weak_ptr<Allocation>> made_;  // allocations made while recording, oldest first
   std::vector<std::function<void()>> checks_;
 };
 

@@ -145,9 +145,13 @@ class Allocation {
   Placement placement() const { return block_.placement; }
   Device& device() const { return *device_; }
   const std::shared_ptr<Device>& device_ptr() const { return device_; }
+  // Whether the host wrote into it (an upload): a recording graph never hands it to another op.
+  bool holds_host_data() const { return holds_host_data_; }
+  void mark_host_data() { holds_host_data_ = true; }
 
  private:
   std::shared_ptr<Device> device_;
+  bool holds_host_data_ = false;
   std::shared_ptr<void> owner_;  // declared before block_: released after the block is freed
   MemoryBlock block_;
   uint64_t size_;

@@ -92,6 +92,9 @@ class Sequence {
   bool submitted() const { return submission_ != nullptr; }
   const std::shared_ptr<Device>& device() const { return device_; }
 
+  // Whether a recorded op holds `object` alive (a binding's allocation, a pipeline).
+  bool keeps(const void* object) const { return kept_.count(object) != 0; }
+
   // Makes kernel calls on this thread record into this sequence until deactivate().
   void activate();
   void deactivate();

@@ -33,9 +33,9 @@ Tensor::Tensor(std::shared_ptr<Allocation> allocation, std::vector<int64_t> shap
 }
 
 Tensor Tensor::empty(const std::shared_ptr<Device>& device, std::span<const int64_t> shape,
-                     DType dtype, Placement placement) {
+                     DType dtype, Placement placement, bool by_op) {
   const uint64_t bytes = element_count(shape, dtype) * dtype_size(dtype);
-  return Tensor(device->allocate(bytes, placement), {shape.begin(), shape.end()}, dtype);
+  return Tensor(device->allocate(bytes, placement, by_op), {shape.begin(), shape.end()}, dtype);
 }
 
 Tensor Tensor::import_host(const std::shared_ptr<Device>& device, void* data,
@@ -59,6 +59,7 @@ void Tensor::upload(const void* source, uint64_t bytes) {
                      std::to_string(nbytes()) + " bytes");
   if (bytes == 0) return;
   device().ensure_usable();
+  allocation_->mark_host_data();
   if (host_visible()) {
     std::memcpy(mapped_data(), source, bytes);
     return;

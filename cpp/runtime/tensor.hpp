@@ -15,8 +15,10 @@ class Device;
 class Tensor {
  public:
   Tensor(std::shared_ptr<Allocation> allocation, std::vector<int64_t> shape, DType dtype);
+  // by_op: made by an op for its result (a recording graph with reuse_memory may give it, and
+  // later take, an intermediate's memory: Graph); false for tensors a caller makes and fills.
   static Tensor empty(const std::shared_ptr<Device>& device, std::span<const int64_t> shape,
-                      DType dtype, Placement placement = Placement::device);
+                      DType dtype, Placement placement = Placement::device, bool by_op = true);
   // Wraps caller-owned host memory (VK_EXT_external_memory_host); `owner` keeps it alive.
   static Tensor import_host(const std::shared_ptr<Device>& device, void* data,
                             std::span<const int64_t> shape, DType dtype,

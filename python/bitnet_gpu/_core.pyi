@@ -284,7 +284,7 @@ class RecordedGraph:
     """
     Ops recorded once, replayed in one submission.
     """
-    def __init__(self, device: Device, timings: str = 'off') -> None:
+    def __init__(self, device: Device, timings: str = 'off', reuse_memory: bool = False) -> None:
         ...
     def begin(self) -> None:
         ...

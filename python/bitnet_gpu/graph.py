@@ -26,14 +26,18 @@ __all__ = ["Graph"]
 class Graph:
     """Ops recorded once and replayed in one queue submission (see the module's docstring)."""
 
-    def __init__(self, device=None, *, timings=False):
+    def __init__(self, device=None, *, timings=False, reuse_memory=False):
         """timings: False, True (a timestamp after every op) or "total" (one pair around the
-        whole graph); the last run's are then in timings()."""
+        whole graph); the last run's are then in timings(). reuse_memory: a tensor of 256 KiB or
+        more that an op made while the graph recorded and that nothing holds any more (Python
+        dropped it) gives its memory to a later op's tensor, so a graph of many layers holds about
+        one layer's intermediates; for graphs whose ops read only what earlier ops wrote, inputs
+        and tensors held by the caller (never a tensor filled from NumPy and then dropped)."""
         from . import default_device
 
         self.device = device or default_device()
         mode = "total" if timings == "total" else ("per_op" if timings else "off")
-        self._core = _core.RecordedGraph(self.device, mode)
+        self._core = _core.RecordedGraph(self.device, mode, bool(reuse_memory))
         self._inputs: dict[str, Tensor] = {}
         self._outputs: dict[str, Tensor] = {}
         self._failed = None

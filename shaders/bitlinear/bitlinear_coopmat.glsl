@@ -15,6 +15,11 @@
 // K are whole tiles and steps, so no load or store is tested. TERNARY = false multiplies two
 // interleaved int8 matrices (int8_matmul). Shared memory: (TILE_M + TILE_N) * (BLOCKS + 1) * 16
 // bytes.
+// SPLITS > 1 (few rows of x, where the tiles alone leave most multiprocessors idle): workgroup
+// (x, y, z) takes blocks [z p.split_blocks, (z + 1) p.split_blocks) of K only and adds its int32
+// sums into `partial` [M, N] with integer atomics (exact in any order); the last of a tile's
+// SPLITS workgroups to finish, counted in tickets[tile], takes the sums (zeroing them and its
+// ticket for the next call) and runs the epilogue: bit for bit the unsplit result.
 #include "bitlinear_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool TERNARY = true;
@@ -33,6 +38,7 @@ layout(constant_id = 8) const uint DEPTH = 1;          // K steps loaded ahead: 
 layout(constant_id = 9) const bool RESIDUAL = false;
 layout(constant_id = 10) const bool VECTOR_ROWS = false;  // N % 4 == 0: rows of whole vec4s
 layout(constant_id = 11) const bool FULL_TILES = false;
+layout(constant_id = 12) const uint SPLITS = 1;
 const uint SUBGROUP_COLS = 8 / SUBGROUP_ROWS;
 const uint C_ROWS = TILE_M / (SUBGROUP_ROWS * 16), C_COLS = TILE_N / (SUBGROUP_COLS * 16);
 const uint A_LOADS = TILE_M * BLOCKS / 256, B_LOADS = TILE_N * BLOCKS / 256;
@@ -48,7 +54,10 @@ layout(std430, binding = 6) writeonly buffer Output { float y[]; };
 layout(std430, binding = 7) writeonly buffer Accumulators { int accumulators[]; };
 layout(std430, binding = 6) writeonly buffer Output4 { vec4 y4[]; };
 layout(std430, binding = 7) writeonly buffer Accumulators4 { ivec4 accumulators4[]; };
-layout(push_constant) uniform Push { uint m; uint n; uint blocks; } p;
+layout(std430, binding = 8) coherent buffer Partial { int partial[]; };     // SPLITS: [M, N], zero
+layout(std430, binding = 9) coherent buffer Tickets { uint tickets[]; };   // SPLITS: a tile's, zero
+layout(push_constant) uniform Push { uint m; uint n; uint blocks; uint split_blocks; } p;
+shared bool s_last;
 
 // The A tile, then the B tile; after the K loop, one 16 x 16 int32 result per subgroup (64 uvec4).
 shared uvec4 tiles[(TILE_M + TILE_N) * STRIDE];
@@ -70,6 +79,9 @@ uvec4 expand(uint word) {
 void main() {
   const uint thread = gl_LocalInvocationID.x;
   const uint m0 = gl_WorkGroupID.y * TILE_M, n0 = gl_WorkGroupID.x * TILE_N;
+  // The blocks of K this workgroup takes: all, or its split's.
+  const uint k_first = SPLITS > 1 ? gl_WorkGroupID.z * p.split_blocks : 0;
+  const uint k_end = SPLITS > 1 ? min(k_first + p.split_blocks, p.blocks) : p.blocks;
   const uint subgroup = gl_SubgroupID;
   const uint sub_row = subgroup / SUBGROUP_COLS, sub_col = subgroup % SUBGROUP_COLS;
 
@@ -88,12 +100,12 @@ void main() {
   #define LOAD_STEP(first, A, W, B)                                                          \
     [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {                                          \
       const uint e = thread + l * 256, row = e / BLOCKS, block = (first) + e % BLOCKS;        \
-      A[l] = FULL_TILES || (m0 + row < p.m && block < p.blocks) ? a[(m0 + row) * p.blocks + block] \
-                                                              : uvec4(0);                   \
+      A[l] = FULL_TILES || (m0 + row < p.m && block < k_end) ? a[(m0 + row) * p.blocks + block] \
+                                                             : uvec4(0);                    \
     }                                                                                        \
     [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {                                          \
       const uint e = thread + l * 256, row = e / BLOCKS, block = (first) + e % BLOCKS;        \
-      const bool inside = FULL_TILES || (n0 + row < p.n && block < p.blocks);                \
+      const bool inside = FULL_TILES || (n0 + row < p.n && block < k_end);                   \
       if (TERNARY) W[l] = inside ? w[(n0 + row) * p.blocks + block] : 0x55555555u;           \
       else B[l] = inside ? b[(n0 + row) * p.blocks + block] : uvec4(0);                      \
     }
@@ -127,22 +139,22 @@ void main() {
       }                                                                                      \
     }
 
-  LOAD_STEP(0, a0, w0, b0)
+  LOAD_STEP(k_first, a0, w0, b0)
   if (DEPTH == 1) {
-    for (uint first = 0; first < p.blocks; first += BLOCKS) {
+    for (uint first = k_first; first < k_end; first += BLOCKS) {
       STORE_STEP(a0, w0, b0)
-      if (first + BLOCKS < p.blocks) { LOAD_STEP(first + BLOCKS, a0, w0, b0) }
+      if (first + BLOCKS < k_end) { LOAD_STEP(first + BLOCKS, a0, w0, b0) }
       MULTIPLY_STEP()
     }
   } else {  // two steps a round, the loads two steps ahead
-    if (BLOCKS < p.blocks) { LOAD_STEP(BLOCKS, a1, w1, b1) }
-    for (uint first = 0; first < p.blocks; first += 2 * BLOCKS) {
+    if (k_first + BLOCKS < k_end) { LOAD_STEP(k_first + BLOCKS, a1, w1, b1) }
+    for (uint first = k_first; first < k_end; first += 2 * BLOCKS) {
       STORE_STEP(a0, w0, b0)
-      if (first + 2 * BLOCKS < p.blocks) { LOAD_STEP(first + 2 * BLOCKS, a0, w0, b0) }
+      if (first + 2 * BLOCKS < k_end) { LOAD_STEP(first + 2 * BLOCKS, a0, w0, b0) }
       MULTIPLY_STEP()
-      if (first + BLOCKS >= p.blocks) break;  // uniform
+      if (first + BLOCKS >= k_end) break;  // uniform
       STORE_STEP(a1, w1, b1)
-      if (first + 3 * BLOCKS < p.blocks) { LOAD_STEP(first + 3 * BLOCKS, a1, w1, b1) }
+      if (first + 3 * BLOCKS < k_end) { LOAD_STEP(first + 3 * BLOCKS, a1, w1, b1) }
       MULTIPLY_STEP()
     }
   }
@@ -191,6 +203,42 @@ void main() {
       if (HAS_BIAS) scaled += (added);                                                        \
       out_value = scaled;                                                                     \
     }
+  if (SPLITS > 1) {
+    // This split's sums into `partial` (rows of x past M hold nothing: not added).
+    [[unroll]] for (uint f = 0; f < RESULTS; ++f) {
+      const uint row0 = RESULT_ROW0(f / C_COLS), col0 = RESULT_COL0(f % C_COLS);
+      STORE_MATRIX(result[f / C_COLS][f % C_COLS], tiles, staging, 4, false);
+      subgroupBarrier();
+      [[unroll]] for (uint t = 0; t < PER_LANE; ++t) {
+        const uint e = lane + 32 * t, m = row0 + e / 16, n = col0 + e % 16;
+        if (m < p.m && n < p.n) atomicAdd(partial[m * p.n + n], int(tiles[staging + e / 4][e % 4]));
+      }
+      subgroupBarrier();
+    }
+    memoryBarrierBuffer();
+    barrier();
+    const uint tile = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    if (thread == 0) {
+      s_last = atomicAdd(tickets[tile], 1u) == SPLITS - 1;
+      if (s_last) tickets[tile] = 0u;  // every split has counted: ready for the next call
+    }
+    barrier();
+    if (!s_last) return;
+    memoryBarrierBuffer();
+    // The epilogue over the whole tile, a value an invocation at a time (taken and zeroed).
+    for (uint e = thread; e < TILE_M * TILE_N; e += 256) {
+      const uint m = m0 + e / TILE_N, n = n0 + e % TILE_N;
+      if (m >= p.m || n >= p.n) continue;
+      const int value = atomicExchange(partial[m * p.n + n], 0);
+      if (WITH_ACCUMULATOR) accumulators[m * p.n + n] = value;
+      if (WITH_OUTPUT) {
+        float out_value;
+        SCALED(value, scales[m], RESIDUAL ? bias[m * p.n + n] : bias[n], out_value)
+        y[m * p.n + n] = out_value;
+      }
+    }
+    return;
+  }
   [[unroll]] for (uint f = 0; f < RESULTS; ++f) {
     const uint i = f / C_COLS, j = f % C_COLS;
     float residual[PER_LANE];

@@ -136,7 +136,7 @@ Tensor from_numpy(py::object source, std::shared_ptr<Device> device, const std::
       (flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_)
           ? array
           : py::array(py::module_::import("numpy").attr("ascontiguousarray")(array));
-  Tensor tensor = Tensor::empty(device, shape, dtype, to_placement(memory));
+  Tensor tensor = Tensor::empty(device, shape, dtype, to_placement(memory), false);
   const void* data = contiguous.data();
   const uint64_t bytes = tensor.nbytes();
   if (bytes < (1u << 20)) {  // a small copy costs less than handing the GIL over and back

@@ -120,15 +120,18 @@ void bind_recording(py::module_& m) {
       .def_property_readonly("timings_enabled", &Sequence::timings_enabled);
 
   declared<Graph, std::shared_ptr<Graph>>(m, "RecordedGraph")
-      .def(py::init([](std::shared_ptr<Device> device, const std::string& timings) {
-             if (timings != "off" && timings != "per_op" && timings != "total")
-               throw ArgumentError("timings: expected 'off', 'per_op' or 'total', got '" + timings +
-                                   "'");
-             return std::make_shared<Graph>(std::move(device), timings == "per_op"  ? Timing::per_op
-                                                               : timings == "total" ? Timing::total
-                                                                                    : Timing::off);
-           }),
-           py::arg("device"), py::arg("timings") = "off")
+      .def(py::init(
+               [](std::shared_ptr<Device> device, const std::string& timings, bool reuse_memory) {
+                 if (timings != "off" && timings != "per_op" && timings != "total")
+                   throw ArgumentError("timings: expected 'off', 'per_op' or 'total', got '" +
+                                       timings + "'");
+                 return std::make_shared<Graph>(std::move(device),
+                                                timings == "per_op"  ? Timing::per_op
+                                                : timings == "total" ? Timing::total
+                                                                     : Timing::off,
+                                                reuse_memory);
+               }),
+           py::arg("device"), py::arg("timings") = "off", py::arg("reuse_memory") = false)
       .def("begin", &Graph::begin)
       .def("end", &Graph::end)
       .def("replay", &Graph::replay, py::call_guard<py::gil_scoped_release>())

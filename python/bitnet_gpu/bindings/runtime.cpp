@@ -125,7 +125,7 @@ void bind_runtime(py::module_& m) {
           "empty",
           [](std::shared_ptr<Device> d, py::handle shape, py::handle dtype,
              const std::string& memory) {
-            return Tensor::empty(d, to_shape(shape), to_dtype(dtype), to_placement(memory));
+            return Tensor::empty(d, to_shape(shape), to_dtype(dtype), to_placement(memory), false);
           },
           py::arg("shape"), py::arg("dtype") = py::str("float32"), py::arg("memory") = "auto")
       .def(

@@ -99,7 +99,8 @@ class StepRecorder:
         self.timings: bool | str = False
 
     def record(self, plan: StepPlan, caches: list[tuple[Tensor, Tensor]]) -> RecordedStep:
-        graph = Graph(self.device, timings=self.timings)
+        # A prefill's layers hold MBs of intermediates each: one layer's, reused, not every one's.
+        graph = Graph(self.device, timings=self.timings, reuse_memory=plan.prefill)
         with graph:
             ids = graph.input("ids", (plan.rows,), np.int32)
             sampling = graph.input("sampling", (6,), np.uint32) if plan.pick.draws else None
