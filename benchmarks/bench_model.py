@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -32,6 +33,7 @@ from bitnet_gpu.telemetry import TelemetrySampler
 from bitnet_gpu.telemetry import summary as telemetry_summary
 from bitnet_gpu.models import BitNetConfig, BitNetModel, Pick, Step
 from common import arguments, median_wall, torch_copy_gbps, torch_cuda, write_results
+from model_batches import BATCH_NEW, batch_rows, verify_rows
 
 
 def op_kind(label):
@@ -272,14 +274,23 @@ def main():
             ),
             p.add_argument(
                 "--batches",
-                default="2,4,8",
-                help="batch sizes of the batched generate rows ('': none)",
+                default="1,8,16,32,64",
+                help="batch sizes of the generate_batch rows ('': none)",
+            ),
+            p.add_argument(
+                "--verify", default="2,4,8", help="tokens of the verify rows ('': none)"
+            ),
+            p.add_argument(
+                "--max-tokens", type=int, default=None, help="KV cache a sequence (the config's)"
+            ),
+            p.add_argument(
+                "--no-anchor", action="store_true", help="no bf16 batched anchor beside batches"
             ),
         ),
     )
     if args.tiny:
         args.config, args.contexts, args.prefill, args.steps = "tiny", "8", 16, 2
-        args.generate, args.batches, args.repeats = 8, "2", 2
+        args.generate, args.batches, args.repeats, args.max_tokens = 8, "1,2", 2, 64
     contexts = [int(c) for c in args.contexts.split(",")]
     config = BitNetConfig.preset(args.config)
     device = bg.default_device()
@@ -288,7 +299,11 @@ def main():
     copy_gbps = torch_copy_gbps(torch, args.repeats) if torch else None
     results["copy_gbps"] = copy_gbps
 
-    max_tokens = max(contexts + [args.prefill, GENERATE_PROMPT + args.generate]) + 8
+    # A sequence's cache holds max_tokens (the config's 4096 unless told): what a batch row's
+    # memory a sequence counts.
+    max_tokens = args.max_tokens or max(
+        config.max_position_embeddings, *contexts, args.prefill, GENERATE_PROMPT + args.generate + 8
+    )
     before = device.memory_stats()["in_use_bytes"]
     start = time.perf_counter()
     model = BitNetModel.random(config, seed=0, max_tokens=max_tokens)
@@ -463,45 +478,16 @@ def main():
                 else ""
             )
         )
-        # Batches of sequences (the float16 head: screening is for one sequence), greedy and
-        # sampled, tokens/s over all sequences.
-        for batch in [int(b) for b in args.batches.split(",") if b]:
-            prompts = np.random.default_rng(3).integers(
-                0, config.vocab_size, (batch, GENERATE_PROMPT)
-            )
-            greedy = batch * generate_rate(model, prompts, args.generate, chunk, repeats)
-            drawn = batch * generate_rate(model, prompts, args.generate, chunk, repeats, **SAMPLING)
-            # One greedy decode step of the batch after GENERATE_PROMPT tokens: GPU time, per op.
-            step = decode_step(model, GENERATE_PROMPT, batch)
-            step()
-            gpu = gpu_seconds(model, step, args.steps)
-            ops = split(per_op(model, step))
-            results["rows"].append(
-                {
-                    "phase": "generate_batch",
-                    "batch": batch,
-                    "prompt": GENERATE_PROMPT,
-                    "tokens": args.generate,
-                    "decode_chunk": chunk,
-                    "tokens_per_s": greedy,
-                    "sampled_tokens_per_s": drawn,
-                    "sampling": SAMPLING,
-                    "decode_step_gpu_s": gpu,
-                    "decode_step_split_s": ops,
-                }
-            )
-            print(
-                f"generate {args.generate} tokens after {GENERATE_PROMPT} for {batch} sequences: "
-                f"{greedy:.0f} "
-                f"tokens/s greedy, {drawn:.0f} sampled, over all sequences "
-                f"({greedy / rates[chunk]:.2f}x and "
-                f"{drawn / sampled[chunk]:.2f}x one sequence's); a greedy decode step "
-                f"{gpu * 1e6:.0f} us GPU"
-            )
-            for kind, seconds in ops.items():
-                print(f"    {kind:40s} {seconds * 1e6:9.1f} us")
-            model.runner.release_shared(batch)  # the batch's KV cache and graphs, before the next
-            model.reset_graphs()
+
+    if args.batches:
+        batches = [int(b) for b in args.batches.split(",") if b]
+        results["rows"] += batch_rows(
+            model, batches, args.generate or BATCH_NEW, max(2, args.repeats // 4), args.steps,
+            None if args.no_anchor else torch, sys.modules[__name__],
+        )  # fmt: skip
+    if args.verify:
+        counts = [int(t) for t in args.verify.split(",") if t]
+        results["rows"] += verify_rows(model, counts, args.steps, sys.modules[__name__])
 
     if args.prefill:
         prompt = (

@@ -12,6 +12,7 @@ from conftest import package_env
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "benchmarks" / "investigations").glob("*.py")) + [
     ROOT / "benchmarks" / "bench_model.py",
+    ROOT / "benchmarks" / "bench_roundtrip.py",
 ]
 
 

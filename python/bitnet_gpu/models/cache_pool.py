@@ -35,7 +35,9 @@ class CachePool:
         self._recorder = recorder
         self._caches: list[tuple[Tensor, Tensor]] | None = None
         self._free = list(range(slots))
-        self.graphs = GraphCache(lambda plan: recorder.record(plan, self.caches), kept_prefill)
+        self.graphs = GraphCache(
+            lambda plan: recorder.record(plan, self.caches), lambda: recorder.timings, kept_prefill
+        )
 
     @property
     def caches(self) -> list[tuple[Tensor, Tensor]]:

@@ -14,25 +14,34 @@ __all__ = ["GraphCache"]
 
 
 class GraphCache:
-    def __init__(self, record: Callable[[StepPlan], RecordedStep], kept_prefill: int = 2) -> None:
-        self._record = record
+    """record(plan) records a plan's graph; timing() says how graphs are timed now (a graph
+    recorded under another timing is recorded again)."""
+
+    def __init__(
+        self,
+        record: Callable[[StepPlan], RecordedStep],
+        timing: Callable[[], object],
+        kept_prefill: int = 2,
+    ) -> None:
+        self._record, self._timing = record, timing
         self.kept_prefill = kept_prefill
-        self._graphs: dict[StepPlan, RecordedStep] = {}
+        self._graphs: dict[tuple[StepPlan, object], RecordedStep] = {}
 
     def get(self, plan: StepPlan) -> RecordedStep:
         """The graph of `plan`, recorded now if it is not kept."""
-        graph = self._graphs.pop(plan, None)
+        key = (plan, self._timing())
+        graph = self._graphs.pop(key, None)
         if graph is None:
-            prefill = [p for p in self._graphs if p.prefill]
+            prefill = [k for k in self._graphs if k[0].prefill]
             if plan.prefill and len(prefill) >= max(1, self.kept_prefill):
                 del self._graphs[prefill[0]]  # the least recently used
             graph = self._record(plan)
-        self._graphs[plan] = graph  # most recently used last
+        self._graphs[key] = graph  # most recently used last
         return graph
 
     def plans(self) -> list[StepPlan]:
         """The plans of the kept graphs, least recently used first."""
-        return list(self._graphs)
+        return [plan for plan, _ in self._graphs]
 
     def clear(self) -> None:
         self._graphs.clear()

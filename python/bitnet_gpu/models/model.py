@@ -129,8 +129,9 @@ class BitNetModel(WeightsAccess):
 
     @property
     def timings(self) -> bool | str:
-        """False, True (a timestamp after every op) or "total": how graphs recorded from now on
-        are timed (benchmarks read last_step.timings()); changing it drops the recorded graphs."""
+        """False, True (a timestamp after every op) or "total": how the graphs of the steps that run
+        from now on are timed (benchmarks read last_step.timings()); each pool records a step again
+        the first time it runs under a new setting, and drops the shared pools' graphs."""
         return self.runner.recorder.timings
 
     @timings.setter
