@@ -240,15 +240,19 @@ def test_matvec_default_grid(device, rng, m, k, expected):
     """Which matvec runs by default: strided (one fused dispatch) for one or two float32 rows of
     6912 to 16384 values where the multiprocessor count is known (the H100), else the ordinary
     fused matvec for one or two rows up to 16384 values of x, else a separate pre-pass (the split
-    one from K = 12288)."""
+    one from K = 12288) before the matvec, or from three rows before the tensor cores where the
+    device has them."""
     x, q, _ = case(rng, m, k, 64)
     with bg.profile(device) as p:
         bg.bitlinear(x, q)
     kernels = [name for name, _ in p.timings if name.startswith("bitlinear")]  # not the copies back
     if expected == "strided" and not device.info.multiprocessors:
         expected = "fused" if m <= 2 and m * k <= 16384 else "pre-pass"
+    features = device.info.features
+    tensor_cores = features["cooperative_matrix_int8"] or features["cooperative_matrix_khr_int8"]
     if expected == "pre-pass":
-        assert kernels[-1].startswith("bitlinear_matvec") and not kernels[-1].endswith("_fused")
+        last = "bitlinear_coopmat" if tensor_cores and m >= 3 else "bitlinear_matvec"
+        assert kernels[-1].startswith(last) and not kernels[-1].endswith("_fused")
         assert (
             all(name.startswith("bitlinear_prepare") for name in kernels[:-1]) and len(kernels) >= 2
         )

@@ -120,6 +120,8 @@ Tensor zeroed_counter(const std::shared_ptr<Device>& device) {
 }
 
 Tensor self_resetting_counters(const std::shared_ptr<Device>& device, int64_t count) {
+  // In a graph, ones an earlier op left zero where a barrier has ordered that op before this one.
+  if (Graph* graph = device->recording_graph()) return graph->zeroed_scratch(count);
   // Not an op's result (Tensor::empty's by_op): its zeros come from the host.
   Tensor counters =
       Tensor::empty(device, std::vector<int64_t>{count}, DType::uint32, Placement::device, false);

@@ -56,6 +56,29 @@ void Graph::track(const std::shared_ptr<Allocation>& allocation) {
   if (reuse_memory_ && recording_ && allocation->size() >= kReusedFrom) made_.push_back(allocation);
 }
 
+Tensor Graph::zeroed_scratch(int64_t count) {
+  const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(uint32_t);
+  Lent* best = nullptr;
+  // Sharing is always right (the op that takes it writes it, so the sequence puts a barrier
+  // after the last op that used it where one is needed); these are the ones that need none: not
+  // lent since the last barrier, and not used since it.
+  for (Lent& lent : zeroed_)
+    if (lent.barriers < sequence_.barrier_count() &&
+        !sequence_.pending(lent.tensor.allocation()->buffer()) && lent.tensor.nbytes() >= bytes &&
+        (!best || lent.tensor.nbytes() < best->tensor.nbytes()))
+      best = &lent;
+  if (!best) {
+    Tensor tensor = Tensor::empty(device(), std::vector<int64_t>{count}, DType::uint32,
+                                  Placement::device, false);
+    const std::vector<uint32_t> zeros(static_cast<size_t>(count), 0u);
+    tensor.upload(zeros.data(), tensor.nbytes());
+    zeroed_.push_back({std::move(tensor), 0});
+    best = &zeroed_.back();
+  }
+  best->barriers = sequence_.barrier_count();
+  return Tensor(best->tensor.allocation(), {count}, DType::uint32);
+}
+
 void Graph::check_after_replay(std::function<void()> check) { checks_.push_back(std::move(check)); }
 
 void Graph::spoil(const std::string& why) {

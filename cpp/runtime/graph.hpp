@@ -44,6 +44,10 @@ class Graph {
   // ops holds, or null; track() registers a new allocation made while recording.
   std::shared_ptr<Allocation> reusable(uint64_t size, Placement placement);
   void track(const std::shared_ptr<Allocation>& allocation);
+  // A tensor of `count` uint32 zeros that the op using it leaves zero (self-resetting counters and
+  // sums): one the graph already has whose earlier users a recorded barrier has ordered before
+  // this point, else a new one.
+  Tensor zeroed_scratch(int64_t count);
   void check_after_replay(std::function<void()> check);
   // An op failed halfway through recording: the graph can no longer be replayed.
   void spoil(const std::string& why);
@@ -59,6 +63,11 @@ class Graph {
   std::vector<Tensor> counters_;
   bool reuse_memory_;
   std::vector<std::weak_ptr<Allocation>> made_;  // allocations made while recording, oldest first
+  struct Lent {
+    Tensor tensor;
+    size_t barriers;  // the sequence's barrier count when it was last lent
+  };
+  std::vector<Lent> zeroed_;
   std::vector<std::function<void()>> checks_;
 };
 

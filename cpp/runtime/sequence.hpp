@@ -94,6 +94,10 @@ class Sequence {
 
   // Whether a recorded op holds `object` alive (a binding's allocation, a pipeline).
   bool keeps(const void* object) const { return kept_.count(object) != 0; }
+  // Whether an op since the last barrier read or wrote `buffer` (the next op to write it waits).
+  bool pending(VkBuffer buffer) const {
+    return pending_reads_.count(buffer) != 0 || pending_writes_.count(buffer) != 0;
+  }
 
   // Makes kernel calls on this thread record into this sequence until deactivate().
   void activate();

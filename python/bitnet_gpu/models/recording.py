@@ -99,8 +99,9 @@ class StepRecorder:
         self.timings: bool | str = False
 
     def record(self, plan: StepPlan, caches: list[tuple[Tensor, Tensor]]) -> RecordedStep:
-        # A prefill's layers hold MBs of intermediates each: one layer's, reused, not every one's.
-        graph = Graph(self.device, timings=self.timings, reuse_memory=plan.prefill)
+        # A prefill's layers hold MBs of intermediates each, and a decode step's attention its
+        # partial sums (sized by the cache's rows): a layer's, reused, not every layer's and step's.
+        graph = Graph(self.device, timings=self.timings, reuse_memory=True)
         with graph:
             ids = graph.input("ids", (plan.rows,), np.int32)
             sampling = graph.input("sampling", (6,), np.uint32) if plan.pick.draws else None
