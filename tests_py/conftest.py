@@ -73,7 +73,7 @@ def rel(a, b):
     return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
 
 
-def check_draws(logits, drawn, temperature, top_k, seed, step, top_p=None):
+def check_draws(logits, drawn, temperature, top_k, seed, step, top_p=None, first_row=0):
     """drawn is reference.sample_rows's draw, row for row, except where the reference's best two
     kept scores lie within float32 rounding of each other (the kernel's scores are float32, its
     logs within a few ulps: 1e-6 relative plus 4e-5 min(t, 1)) or, with top_p, where the nucleus
@@ -82,7 +82,7 @@ def check_draws(logits, drawn, temperature, top_k, seed, step, top_p=None):
     from bitnet_gpu import reference
 
     differences = reference.sampling_differences(
-        logits, drawn, temperature, top_k, seed, step, top_p
+        logits, drawn, temperature, top_k, seed, step, top_p, first_row
     )
     for m, got, want, kept, best, gap in differences:
         assert kept, f"row {m}: drew {got}, not a kept index"

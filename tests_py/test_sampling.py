@@ -7,7 +7,7 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.graph import Graph
-from bitnet_gpu.sampling import sampling_params
+from bitnet_gpu.sampling import sampling_params, sampling_rows
 from conftest import check_draws
 
 
@@ -359,3 +359,35 @@ def test_top_p_in_a_graph(device, rng):
             numpy=True,
         )["ids"]
         assert check_draws(logits, got, temperature, top_k, 5, step + 1, top_p) <= 1
+
+
+@pytest.mark.parametrize("rows", [1, 5, 70])
+def test_each_row_its_own_parameters(device, rng, rows):
+    """params [M, 8] (sampling.sampling_rows): each row drawn with its own temperature (0 among
+    them: the argmax), top_k, top_p, seed and key row, as that row alone would be drawn with those
+    (reference.sample_rows keyed by its key row), in one call; across blocks of 64 rows too."""
+    if not device.info.features["int64_atomics"]:
+        pytest.skip("top-p needs 64-bit integer atomics")
+    n = 777
+    logits = (rng.standard_normal((rows, n)) * 3).astype(np.float32)
+    settings = []
+    for r in range(rows):
+        temperature = [0.0, 0.4, 1.0, 2.5][r % 4]
+        top_k = [None, 5, None, 40][(r // 2) % 4]
+        top_p = [None, 0.9, 0.5][r % 3]
+        seed, key = int(rng.integers(0, 2**63)), int(rng.integers(0, 8))
+        settings.append((temperature, top_k, top_p, seed, key))
+    params = sampling_rows(
+        [sampling_params(t, k, s, n, p) for t, k, p, s, _ in settings], [c[4] for c in settings]
+    )
+    start = bg.Tensor.from_numpy(np.full(rows, 9, np.int32))
+    drawn = _core.sample_rows(
+        bg.Tensor.from_numpy(logits), bg.Tensor.from_numpy(params), start, 0, None, True, True
+    ).numpy()
+    differed = 0
+    for r, (t, k, p, s, key) in enumerate(settings):
+        # Its asserts: the reference's draw, or a near tie of two kept scores (a kept index).
+        differed += check_draws(logits[r : r + 1], drawn[r : r + 1], t, k, s, 9, p, key)
+        if t == 0:
+            assert drawn[r] == logits[r].argmax()
+    assert differed <= max(1, rows // 20)

@@ -33,9 +33,9 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
                    int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase,
                    int64_t last_phase, bool nucleus = false);
 
-// The checks sample_rows and screened_sample share: params uint32 [6], start int32 [1] or one a
-// row ([rows]), both on `on`'s device, offset in [0, 2^32); UnsupportedError for top-p without
-// 64-bit integer atomics.
+// The checks sample_rows and screened_sample share: params uint32 [6] or [rows, 8], start int32
+// [1] or one a row ([rows]), both on `on`'s device, offset in [0, 2^32); UnsupportedError for
+// top-p without 64-bit integer atomics.
 void check_sampling(const Tensor& params, const Tensor& start, int64_t offset, int64_t rows,
                     const Tensor& on);
 void check_top_p(const Device& device, bool top_p);

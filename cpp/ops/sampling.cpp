@@ -51,10 +51,13 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
                    const BufferBinding& out, const Tensor& params, const Tensor& start, int64_t n,
                    int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase,
                    int64_t last_phase, bool nucleus) {
+  // params [6] (every row's) or [rows, 8] (each row's own): the shaders' index step through it.
+  const uint32_t params_stride = params.shape().size() == 2 ? 8u : 0u;
   struct {
-    uint32_t n, chunks, offset, row0, start_stride;
-  } push{static_cast<uint32_t>(n), scratch.chunks, static_cast<uint32_t>(offset),
-         static_cast<uint32_t>(row0), start.size() == 1 ? 0u : 1u};
+    uint32_t n, chunks, offset, row0, start_stride, params_stride;
+  } push{static_cast<uint32_t>(n),      scratch.chunks,
+         static_cast<uint32_t>(offset), static_cast<uint32_t>(row0),
+         start.size() == 1 ? 0u : 1u,   params_stride};
   BufferBinding bindings[] = {logits,
                               params.binding(),
                               start.binding(),
@@ -69,8 +72,9 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
   for (int64_t phase = first_phase; phase <= last_phase; ++phase) {
     if (phase == 3 && nucleus) {
       struct {
-        uint32_t n, chunks;
-      } nucleus_push{static_cast<uint32_t>(n), scratch.chunks};
+        uint32_t n, chunks, row0, params_stride;
+      } nucleus_push{static_cast<uint32_t>(n), scratch.chunks, static_cast<uint32_t>(row0),
+                     params_stride};
       BufferBinding nucleus_bindings[] = {logits,
                                           params.binding(),
                                           scratch.bins.binding(),
@@ -91,9 +95,11 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
 // The checks sample_rows and screened_sample share.
 void check_sampling(const Tensor& params, const Tensor& start, int64_t offset, int64_t rows,
                     const Tensor& on) {
-  if (params.dtype() != DType::uint32 || params.shape() != std::vector<int64_t>{6})
-    throw DTypeError("params: expected uint32 [6], got " + std::string(dtype_name(params.dtype())) +
-                     " " + shape_text(params.shape()));
+  if (params.dtype() != DType::uint32 || (params.shape() != std::vector<int64_t>{6} &&
+                                          params.shape() != std::vector<int64_t>{rows, 8}))
+    throw DTypeError("params: expected uint32 [6] (every row's) or [" + std::to_string(rows) +
+                     ", 8] (each row's own, its draw's key row at 6), got " +
+                     std::string(dtype_name(params.dtype())) + " " + shape_text(params.shape()));
   if (start.dtype() != DType::int32 || start.shape().size() != 1 ||
       (start.size() != 1 && start.size() != static_cast<uint64_t>(rows)))
     throw DTypeError("start: expected int32 [1] or [" + std::to_string(rows) +

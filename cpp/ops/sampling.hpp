@@ -12,7 +12,9 @@ namespace bitnet::ops {
 // (seed, start[m] + offset, m) and that row alone (shaders/sampling/sample_rows.comp, whose
 // formulas reference.sample_rows repeats). params: uint32 [6], the float32 bits of the temperature
 // t and of 1 / t (used where t >= 1), top_k, the seed's low and high words and top-p's P = round(p
-// 2^32) (0: none), read when the op runs (a graph replays with new ones); t = 0 draws the first
+// 2^32) (0: none), or [M, 8] each row's own, with at 6 the row its draw is keyed by instead of m
+// (a sequence's draw alone, whatever its row); read when the op runs (a graph replays with new
+// ones); t = 0 draws the first
 // largest kept value, +inf values the first of them. top_p: records the nucleus passes
 // (shaders/sampling/sample_nucleus.comp) that keep, of the top_k values, the smallest set of the
 // largest holding the share p of softmax(logits / t) (UnsupportedError on a device without 64-bit

@@ -284,7 +284,9 @@ def sample_rows(logits, temperature, top_k=None, seed=0, step=0, top_p=None, fir
 NUCLEUS_MARGIN = 1e-5
 
 
-def sampling_differences(logits, drawn, temperature, top_k=None, seed=0, step=0, top_p=None):
+def sampling_differences(
+    logits, drawn, temperature, top_k=None, seed=0, step=0, top_p=None, first_row=0
+):
     """The rows where `drawn` (indices [...] a device drew from logits [..., N] with these
     arguments) is not sample_rows's index: (row, drawn index, the reference's index, whether the
     drawn index is a kept one, the reference's best score, how far below it the drawn index's score
@@ -294,11 +296,11 @@ def sampling_differences(logits, drawn, temperature, top_k=None, seed=0, step=0,
     ties, within float32 rounding."""
     rows = np.asarray(logits, np.float32).reshape(-1, np.shape(logits)[-1])
     drawn = np.asarray(drawn).reshape(-1)
-    expected = sample_rows(rows, temperature, top_k, seed, step, top_p)
+    expected = sample_rows(rows, temperature, top_k, seed, step, top_p, first_row)
     differences = []
     for m in np.flatnonzero(drawn != expected):
         got = int(drawn[m])
-        scores = sampling_scores(rows[m], temperature, seed, step, m)
+        scores = sampling_scores(rows[m], temperature, seed, step, first_row + m)
         inside = 0 <= got < rows.shape[1]
         top = _top_k_kept(rows[m], top_k)
         tau, margin = _nucleus(rows[m], top, top_p, temperature)

@@ -57,6 +57,17 @@ def sampling_params(temperature, top_k, seed, n, top_p=None):
     )
 
 
+def sampling_rows(params, key_rows) -> np.ndarray:
+    """uint32 [B, 8]: each row's own sampling parameters (sampling_params' [6] each) and, at 6, the
+    row its draws are keyed by (its index in a batch, or 0 for a sequence drawn as alone): what
+    _core.sample_rows takes for rows of different settings."""
+    rows = np.zeros((len(params), 8), np.uint32)
+    for b, (row, key) in enumerate(zip(params, key_rows)):
+        rows[b, :6] = np.asarray(row, np.uint32)
+        rows[b, 6] = key
+    return rows
+
+
 def sample_logits(logits, temperature=1.0, top_k=None, top_p=None, *, seed=0, step=0, out=None):
     """One index a row of float32 logits [..., N], drawn from softmax(logits / temperature) over
     the row's top_k largest values (every value at least the top_k-th largest, so ties are kept;

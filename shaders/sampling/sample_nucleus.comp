@@ -37,7 +37,7 @@ layout(constant_id = 0) const uint PHASE = 0;
 // Rows in blocks, as sample_rows.comp binds them: x starts at the block's first row, the scratch
 // is indexed by the row within the block.
 layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) readonly buffer Params { uint params[6]; };  // as sample_rows.comp's
+layout(std430, binding = 1) readonly buffer Params { uint params[]; };  // as sample_rows.comp's
 // [M, BINS], zero between phases
 layout(std430, binding = 2) coherent buffer Counts { uint counts[]; };
 // sample_rows.comp's top-k state
@@ -54,7 +54,10 @@ struct NucleusState {
   uint64_t total;  // Z
 };
 layout(std430, binding = 6) coherent buffer Nucleus { NucleusState nucleus[]; };
-layout(push_constant) uniform Push { uint n; uint chunks; } p;
+layout(push_constant) uniform Push { uint n; uint chunks; uint row0; uint params_stride; } p;
+
+// Parameter i of block row `row` (sample_rows.comp's).
+uint param(uint row, uint i) { return params[(p.row0 + row) * p.params_stride + i]; }
 
 const uint CHUNK = 1024, BINS = 2048, PER_INVOCATION = CHUNK / 256, TICKETS = 8;
 // A chunk's weights by bin, their low 16 bits and the rest summed apart in 32-bit atomics (at
@@ -85,7 +88,7 @@ bool under_share(uint64_t above, uint share, uint64_t total) {
 
 // The smallest key top-k keeps in this row (every number's key is above 0).
 uint top_k_threshold(uint row) {
-  if (params[2] == 0u) return 0u;
+  if (param(row, 2) == 0u) return 0u;
   const uvec4 state = select_state[row];
   return state.z != 0u ? 0u : state.x;
 }
@@ -116,8 +119,8 @@ void select_digit(uint row, uint kept_from) {
   const uint high = shift + (level == 2 ? 10u : 11u), digit_mask = (1u << (high - shift)) - 1u;
   const uint max_key = nucleus[row].max_key;
   if (!nucleus_applies(max_key)) return;
-  const float m = unkey(max_key), t = uintBitsToFloat(params[0]),
-              inverse = uintBitsToFloat(params[1]);
+  const float m = unkey(max_key), t = uintBitsToFloat(param(row, 0)),
+              inverse = uintBitsToFloat(param(row, 1));
   const uint prefix = level == 0 ? 0u : nucleus[row].prefix;
   [[unroll]] for (uint i = 0; i < BINS / 256; ++i) {
     s_counts[id + 256 * i] = 0u;
@@ -172,7 +175,7 @@ void select_digit(uint row, uint kept_from) {
     barrier();
   }
   const uint64_t total = level == 0 ? s_scan[255] : nucleus[row].total;
-  const uint share = params[5];
+  const uint share = param(row, 5);
   uint64_t above = (level == 0 ? 0ul : nucleus[row].above) + (s_scan[id] - sum);
   uint pick = BINS;
   uint64_t pick_above = 0ul;
@@ -194,7 +197,8 @@ void select_digit(uint row, uint kept_from) {
 
 void main() {
   const uint row = gl_WorkGroupID.y;
-  if (params[5] == 0u || uintBitsToFloat(params[0]) == 0.0) return;  // no top-p, or the argmax
+  // No top-p, or the argmax.
+  if (param(row, 5) == 0u || uintBitsToFloat(param(row, 0)) == 0.0) return;
   const uint kept_from = top_k_threshold(row);
   if (PHASE == 0) {
     largest(row, kept_from);

@@ -7,7 +7,8 @@
 //     g_j = -log(-log(1 - u_j)),   u_j = (h_j + 0.5) / 2^32,
 // with 1 / T rounded to float32 by the host, the first of equal ones (the first NaN where the row
 // holds one: index -1 then), which is a draw from softmax(x / T) over the kept values.
-// h_j = pcg(pcg(j) ^ key), key = pcg(m ^ pcg(step ^ pcg(seed_lo ^ pcg(seed_hi)))),
+// h_j = pcg(pcg(j) ^ key), key = pcg(m ^ pcg(step ^ pcg(seed_lo ^ pcg(seed_hi)))) (m the row's own
+// key row where each row has its parameters),
 // step = start[m] + offset (start[0] + offset where start holds one value): the noise depends on
 // (seed, step, m, j) alone, so a row's draw does not depend on the other rows or on how the work
 // is split (sampling_common.glsl).
@@ -35,8 +36,9 @@ layout(constant_id = 0) const uint PHASE = 0;
 // array (which keys the noise); the scratch, reused by every block, is indexed by the row within
 // it.
 layout(std430, binding = 0) readonly buffer X { float x[]; };
-// T and 1 / T (float32 bits), k, seed_lo, seed_hi, top-p as p 2^32 (0: none)
-layout(std430, binding = 1) readonly buffer Params { uint params[6]; };
+// T and 1 / T (float32 bits), k, seed_lo, seed_hi, top-p as p 2^32 (0: none): [6] for every row,
+// or with p.params_stride 8 [M, 8], each row's own and at 6 the row its draw is keyed by
+layout(std430, binding = 1) readonly buffer Params { uint params[]; };
 // [1], or [M] for a step of each row's own (p.start_stride 1)
 layout(std430, binding = 2) readonly buffer Start { int start[]; };
 // [M, BINS], zero between phases
@@ -53,8 +55,12 @@ layout(std430, binding = 8) writeonly buffer Out { int index_out[]; };
 // key
 layout(std430, binding = 9) coherent buffer Nucleus { uint nucleus[]; };
 layout(push_constant) uniform Push {
-  uint n; uint chunks; uint offset; uint row0; uint start_stride;
+  uint n; uint chunks; uint offset; uint row0; uint start_stride; uint params_stride;
 } p;
+
+// Parameter i of block row `row`, and the row its draw is keyed by (its index, or its own).
+uint param(uint row, uint i) { return params[(p.row0 + row) * p.params_stride + i]; }
+uint key_row(uint row) { return p.params_stride == 0 ? p.row0 + row : param(row, 6); }
 
 const uint CHUNK = 1024, BINS = 2048, PER_INVOCATION = CHUNK / 256, TICKETS = 8;
 shared uint s_bins[BINS];
@@ -128,12 +134,13 @@ void draw(uint row, uint k) {
   const uint id = gl_LocalInvocationID.x;
   const uvec4 state = k == 0u ? uvec4(0u, 0u, 1u, 0u) : select_state[row];
   uint threshold = state.z != 0u ? 0u : state.x;  // every number's key is above 0
-  const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
-  const bool nucleus_ran = params[5] != 0u && temperature != 0.0;
+  const float temperature = uintBitsToFloat(param(row, 0));
+  const float inverse = uintBitsToFloat(param(row, 1));
+  const bool nucleus_ran = param(row, 5) != 0u && temperature != 0.0;
   if (nucleus_ran && nucleus_applies(nucleus[row * 8]))
     threshold = max(threshold, nucleus[row * 8 + 1]);
   const uint step = uint(start[(p.row0 + row) * p.start_stride]) + p.offset;
-  const uint row_key = draw_key(p.row0 + row, step, params[3], params[4]);
+  const uint row_key = draw_key(key_row(row), step, param(row, 3), param(row, 4));
   const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.n);
   float v[PER_INVOCATION];
   [[unroll]] for (uint t = 0; t < PER_INVOCATION; ++t) {
@@ -167,7 +174,7 @@ void draw(uint row, uint k) {
 }
 
 void main() {
-  const uint row = gl_WorkGroupID.y, k = params[2];
+  const uint row = gl_WorkGroupID.y, k = param(row, 2);
   if (PHASE < 3) {
     if (k != 0u) select_digit(row, k);
   } else {

@@ -72,7 +72,10 @@ class RecordedStep:
             inputs["last"] = (np.arange(plan.batch) * plan.tokens + lengths - 1).astype(np.int32)
         if plan.pick.draws:
             assert step.sampling is not None  # Step checks it
-            inputs["sampling"] = step.sampling
+            sampling = np.asarray(step.sampling, np.uint32)
+            if plan.row_sampling and plan.every_token:  # each of a sequence's rows its parameters
+                sampling = np.repeat(sampling, plan.tokens, axis=0)
+            inputs["sampling"] = sampling
         return StepResult(plan, self.graph.run(**inputs))
 
     def timings(self) -> list[tuple[str, float]]:
@@ -104,7 +107,11 @@ class StepRecorder:
         graph = Graph(self.device, timings=self.timings, reuse_memory=True)
         with graph:
             ids = graph.input("ids", (plan.rows,), np.int32)
-            sampling = graph.input("sampling", (6,), np.uint32) if plan.pick.draws else None
+            sampling = None
+            if plan.pick.draws:
+                picked = plan.rows if plan.every_token else plan.batch
+                shape = (picked, 8) if plan.row_sampling else (6,)
+                sampling = graph.input("sampling", shape, np.uint32)
             last = None
             if plan.prefill and plan.pick is not Pick.LOGITS and not plan.every_token:
                 last = graph.input("last", (plan.batch,), np.int32)

@@ -4,9 +4,12 @@ pool's graph for it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .. import _core
+from ..sampling import sampling_rows
 from .._core import Tensor
 from ..attention import rope_tables
 from .cache_pool import CachePool
@@ -131,6 +134,7 @@ class StepRunner:
             split_keys=self.policy.split_keys(tokens, int(np.max(step.starts))),
             screened=screened,
             float16_attention=self.float16_prefill and tokens > _FLOAT16_FROM_TOKENS,
+            row_sampling=step.pick.draws and np.ndim(step.sampling) == 2,
         )
 
     def run(self, pool: CachePool, step: Step) -> StepResult:
@@ -146,6 +150,10 @@ class StepRunner:
                 f"{int(np.max(step.starts))} cached + {step.tokens + step.chain - 1} new tokens "
                 f"exceed max_tokens={pool.max_tokens}"
             )
+        if step.every_token and step.pick.draws and np.ndim(step.sampling) == 1:
+            # Every row of a sequence drawn as that sequence's (keyed by its index), not by its row.
+            rows = sampling_rows([step.sampling] * step.batch, range(step.batch))
+            step = dataclasses.replace(step, sampling=rows)
         graph = pool.graphs.get(self.plan(step))
         self.last = graph
         return graph.run(step)

@@ -39,13 +39,17 @@ class Pick(enum.Enum):
 
     @classmethod
     def for_sampling(cls, sampling: np.ndarray | None) -> Pick:
-        """ARGMAX without sampling parameters (or at temperature 0), else the draw they need
-        (sampling.sampling_params: [2] top_k, [5] top-p's share)."""
-        if sampling is None or sampling[0] == 0:
+        """ARGMAX without sampling parameters (or where every temperature is 0), else the draw they
+        need: sampling.sampling_params' [6] ([2] top_k, [5] top-p's share) or sampling_rows'
+        [B, 8] (the nucleus passes where any row has top-p)."""
+        if sampling is None:
             return cls.ARGMAX
-        if not sampling[5]:
+        rows = np.asarray(sampling).reshape(-1, np.shape(sampling)[-1])
+        if not rows[:, 0].any():
+            return cls.ARGMAX
+        if not rows[:, 5].any():
             return cls.SAMPLE
-        return cls.NUCLEUS_TOP_K if sampling[2] else cls.NUCLEUS
+        return cls.NUCLEUS_TOP_K if rows[:, 2].all() else cls.NUCLEUS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +65,7 @@ class StepPlan:
     split_keys: int = 0  # keys a decode attention workgroup takes (0 for steps of several tokens)
     screened: bool = False  # the next id through the screened head
     float16_attention: bool = False  # attention over the new tokens on float16 tensor cores
+    row_sampling: bool = False  # each sequence's own sampling parameters (sampling_rows)
 
     @property
     def prefill(self) -> bool:
@@ -104,6 +109,10 @@ class Step:
             raise _core.ArgumentError("step: a chain of decode steps feeds one id a sequence")
         if self.pick.draws and self.sampling is None:
             raise _core.ArgumentError(f"step: pick {self.pick.value} needs sampling parameters")
+        if self.sampling is not None and np.shape(self.sampling) not in ((6,), (batch, 8)):
+            raise _core.ShapeError(
+                f"step: sampling parameters [6] or [{batch}, 8], got {np.shape(self.sampling)}"
+            )
 
     @property
     def batch(self) -> int:
