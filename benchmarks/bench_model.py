@@ -33,7 +33,7 @@ from bitnet_gpu.telemetry import TelemetrySampler
 from bitnet_gpu.telemetry import summary as telemetry_summary
 from bitnet_gpu.models import BitNetConfig, BitNetModel, Pick, Step
 from common import arguments, median_wall, torch_copy_gbps, torch_cuda, write_results
-from model_batches import BATCH_NEW, batch_rows, verify_rows
+from model_phases import BATCH_NEW, batch_rows, speculative_rows, verify_rows
 
 
 def op_kind(label):
@@ -286,11 +286,15 @@ def main():
             p.add_argument(
                 "--no-anchor", action="store_true", help="no bf16 batched anchor beside batches"
             ),
+            p.add_argument(
+                "--speculative", default="2,4,8", help="k of the speculative rows ('': none)"
+            ),
         ),
     )
     if args.tiny:
         args.config, args.contexts, args.prefill, args.steps = "tiny", "8", 16, 2
-        args.generate, args.batches, args.repeats, args.max_tokens = 8, "1,2", 2, 64
+        args.generate, args.batches, args.repeats, args.max_tokens = 8, "1,2", 2, 320
+        args.speculative = "4"
     contexts = [int(c) for c in args.contexts.split(",")]
     config = BitNetConfig.preset(args.config)
     device = bg.default_device()
@@ -488,6 +492,15 @@ def main():
     if args.verify:
         counts = [int(t) for t in args.verify.split(",") if t]
         results["rows"] += verify_rows(model, counts, args.steps, sys.modules[__name__])
+    if args.speculative:
+        counts = [int(k) for k in args.speculative.split(",") if k]
+        results["rows"] += speculative_rows(
+            model,
+            counts,
+            max(2, args.repeats // 4),
+            sys.modules[__name__],
+            24 if args.tiny else 128,
+        )
 
     if args.prefill:
         prompt = (

@@ -130,3 +130,34 @@ def test_session_truncate_forgets_tokens(model):
     np.testing.assert_array_equal(again, first[7:])
     with pytest.raises(bg.ArgumentError, match="truncate"):
         session.truncate(np.array([0]))
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_verify_step_is_its_decode_steps_bit_for_bit(model, batch):
+    """T tokens of each sequence in one verify step (the pick at every token) give, bit for bit,
+    the logits and ids that T decode steps of one token give: what speculative decoding's identity
+    with plain decoding rests on."""
+    rng = np.random.default_rng(10 + batch)
+    prompts = [rng.integers(0, VOCAB, n) for n in (5, 9, 2)[:batch]]
+    tokens = 6
+    feeds = [rng.integers(0, VOCAB, tokens) for _ in range(batch)]
+    slots = np.arange(batch)
+    logits = {}
+    for way in ("steps", "verify"):
+        pool = model.runner.pool(batch)
+        model.runner.run(pool, _step(slots, [0] * batch, prompts))
+        starts = np.array([len(p) for p in prompts])
+        if way == "steps":
+            rows = []
+            for t in range(tokens):
+                step = _step(slots, starts + t, [f[t : t + 1] for f in feeds], Pick.ARGMAX,
+                             keep_logits=True)  # fmt: skip
+                rows.append(model.runner.run(pool, step).logits())
+            logits[way] = np.stack(rows, axis=1)
+        else:
+            step = _step(slots, starts, feeds, Pick.ARGMAX, keep_logits=True, every_token=True)
+            result = model.runner.run(pool, step)
+            logits[way] = result.logits()
+            ids = result.ids()
+    np.testing.assert_array_equal(logits["verify"], logits["steps"])
+    np.testing.assert_array_equal(ids, logits["steps"].argmax(axis=-1))

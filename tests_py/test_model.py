@@ -147,17 +147,18 @@ def test_screened_head_is_built_once_and_only_when_on():
 
 
 def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatch):
-    """Decode graphs take 16 keys a workgroup up to the policy's short_context tokens, 32 up to
-    long_context and 64 beyond: a generation that crosses both switches (set at 9 and 17 tokens
-    here) still gives the reference's ids, and records decode graphs of each kind (chunks of
-    steps that stop at each switch)."""
+    """Decode graphs of one sequence take 16 keys a workgroup up to the policy's short_context
+    tokens, 32 up to long_context and 64 beyond: a generation that crosses both switches (set at 9
+    and 17 tokens here) still gives the reference's ids, and records decode graphs of each kind
+    (chunks of steps that stop at each switch); two sequences take the batch split throughout,
+    and so does one where split_by_context is off."""
     monkeypatch.setattr(
         tiny_model,
         "policy",
         dataclasses.replace(tiny_model.policy, short_context=9, long_context=17),
     )
     tiny_model.reset_graphs()
-    prompt = np.random.default_rng(11).integers(0, tiny_model.config.vocab_size, (2, 6))
+    prompt = np.random.default_rng(11).integers(0, tiny_model.config.vocab_size, (1, 6))
     out = tiny_model.generate(prompt, 24)
     ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 24)
     np.testing.assert_array_equal(out, ref)
@@ -166,6 +167,19 @@ def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatc
         32,
         64,
     ]
+    tiny_model.reset_graphs()
+    pair = np.concatenate([prompt, prompt[:, ::-1]])
+    np.testing.assert_array_equal(
+        tiny_model.generate(pair, 24),
+        reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, pair, 24),
+    )
+    assert {p.split_keys for p in tiny_model.recorded_plans() if p.tokens == 1} == {32}
+    tiny_model.reset_graphs()
+    monkeypatch.setattr(
+        tiny_model, "policy", dataclasses.replace(tiny_model.policy, split_by_context=False)
+    )
+    np.testing.assert_array_equal(tiny_model.generate(prompt, 24), out)
+    assert {p.split_keys for p in tiny_model.recorded_plans() if p.tokens == 1} == {32}
     tiny_model.reset_graphs()
 
 

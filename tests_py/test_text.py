@@ -319,3 +319,17 @@ def test_the_command_line_chats(checkpoint):
         env=package_env(),
     )
     assert missing.returncode == 2 and "chat:" in missing.stderr
+
+
+def test_text_with_prompt_lookup_is_the_plain_text(model):
+    """generate_text and stream_text with prompt lookup give the plain text, also continuing a
+    chat's session."""
+    prompt = "the quick brown fox jumps over the quick brown fox jumps over the quick"
+    want = model.generate_text(prompt, 24)
+    assert model.generate_text(prompt, 24, prompt_lookup_num_tokens=4) == want
+    assert "".join(model.stream_text(prompt, 24, prompt_lookup_num_tokens=6)) == want
+    chat = [{"role": "user", "content": prompt}]
+    plain, fast = model.session(), model.session()
+    a = "".join(model.stream_text(chat, 12, session=plain))
+    b = "".join(model.stream_text(chat, 12, session=fast, prompt_lookup_num_tokens=3))
+    assert a == b and np.array_equal(plain.token_ids[0], fast.token_ids[0])

@@ -61,6 +61,13 @@ def main(argv=None) -> int:
         "tokens holding this share of the probability (0 < p <= 1)",
     )
     gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument(
+        "--prompt-lookup",
+        type=int,
+        default=None,
+        metavar="K",
+        help="speculative decoding: up to K ids drafted a round by prompt lookup (the same ids)",
+    )
     gen.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
     talk = sub.add_parser("chat", help="chat with a checkpoint, its KV cache kept between turns")
     talk.add_argument("--weights", required=True, help="a checkpoint directory")
@@ -72,6 +79,7 @@ def main(argv=None) -> int:
     talk.add_argument("--top-k", type=int, default=None)
     talk.add_argument("--top-p", type=float, default=None)
     talk.add_argument("--seed", type=int, default=0)
+    talk.add_argument("--prompt-lookup", type=int, default=None, metavar="K", help="as generate's")
     talk.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
     args = parser.parse_args(argv)
     handlers = {"info": info, "demo": demo, "generate": generate, "chat": chat}

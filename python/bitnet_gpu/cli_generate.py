@@ -16,14 +16,15 @@ from bitnet_gpu.models.text_generation import prompt_ids
 
 
 def options(args, **changes) -> GenerationOptions:
-    """The command line's generation options (--tokens, --temperature, --top-k, --top-p, --seed)
-    as GenerationOptions, with `changes` on top."""
+    """The command line's generation options (--tokens, --temperature, --top-k, --top-p, --seed,
+    --prompt-lookup) as GenerationOptions, with `changes` on top."""
     chosen = GenerationOptions(
         args.tokens,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
+        prompt_lookup_num_tokens=args.prompt_lookup,
     )
     return dataclasses.replace(chosen, **changes)
 

@@ -20,6 +20,7 @@ import numpy as np
 from .. import _core
 from .._args import integer
 from ..sampling import sampling_params, processed_scores
+from .speculative import check_speculative, continue_speculative
 from .step import Pick
 
 if TYPE_CHECKING:
@@ -50,6 +51,12 @@ class GenerationOptions:
     id alone).
     output_logits / output_scores / return_dict_in_generate: generate returns a GenerateOutput
     holding each step's raw logits and the logits as the draw saw them (transformers').
+    prompt_lookup_num_tokens: speculative decoding with up to this many drafted ids a round, found
+    by prompt lookup (the text so far's earlier occurrences of its last max_matching_ngram_size
+    ids, 2 unless given); proposer(ids so far, count) -> up to count ids drafts instead (with
+    prompt_lookup_num_tokens as the most a round, 8 unless given). Either way the ids are those
+    plain decoding gives, greedy or sampled, bit for bit; fewer drafts are asked for where they
+    keep failing.
     session: a DecodeSession to continue instead of a fresh cache (the model's methods).
     """
 
@@ -66,6 +73,9 @@ class GenerationOptions:
     output_logits: bool = False
     output_scores: bool = False
     return_dict_in_generate: bool = False
+    prompt_lookup_num_tokens: int | None = None
+    max_matching_ngram_size: int | None = None
+    proposer: Callable[[np.ndarray, int], Sequence[int]] | None = None
     session: DecodeSession | None = None
 
     def __post_init__(self) -> None:
@@ -84,6 +94,12 @@ class GenerationOptions:
         if self.pad_token_id is not None:
             integer(self.pad_token_id, "pad_token_id")
         end_ids(self.eos_token_id, {})  # checks the ids
+        check_speculative(self)
+
+    @property
+    def speculative(self) -> bool:
+        """Whether ids are drafted and verified (prompt lookup or a proposer)."""
+        return bool(self.prompt_lookup_num_tokens) or self.proposer is not None
 
     def resolved(self, generation_config: dict, text: bool) -> GenerationOptions:
         """These options with the sampling left unset filled in: greedy for the id methods; for
@@ -226,6 +242,11 @@ def stream_ids(
     pick = Pick.for_sampling(sampling)
     stop = StopRule(options, config, batch)
     result = session.feed(sequences, pick, sampling, keep_logits=want_logits)
+    if options.speculative:
+        yield from continue_speculative(
+            session, result, new_tokens, pick, sampling, stop, options, want_logits
+        )
+        return
     steps, made, base = 1, 0, None
     while True:
         for step in range(steps):
@@ -238,7 +259,7 @@ def stream_ids(
             if made == new_tokens or stop.finished:
                 return
         base = session.cached.copy()
-        steps = model.policy.chain(int(base.max()), new_tokens - made)
+        steps = model.policy.chain(int(base.max()), new_tokens - made, batch)
         result = session.decode(steps, pick, sampling, keep_logits=want_logits)
 
 

@@ -59,7 +59,12 @@ class RecordedStep:
         lengths = step.lengths
         inputs: dict[str, np.ndarray] = {"ids": step.padded_ids().reshape(-1)}
         for i in range(plan.chain):
-            inputs[f"positions{i}"] = np.stack([starts + i, slots]).astype(np.int32)
+            if plan.every_token:  # a row a token: its position, its sequence's slot
+                at = starts[:, None] + i + np.arange(plan.tokens)[None, :]
+                rows = np.stack([at.reshape(-1), np.repeat(slots, plan.tokens)])
+                inputs[f"positions{i}"] = rows.astype(np.int32)
+            else:
+                inputs[f"positions{i}"] = np.stack([starts + i, slots]).astype(np.int32)
             if plan.pick.draws:
                 # The drawn token's position keys its draw: after the last token fed, or after
                 # each token for a pick at every token.
@@ -116,7 +121,9 @@ class StepRecorder:
             if plan.prefill and plan.pick is not Pick.LOGITS and not plan.every_token:
                 last = graph.input("last", (plan.batch,), np.int32)
             for i in range(plan.chain):
-                positions = graph.input(f"positions{i}", (2, plan.batch), np.int32)
+                # [2, B] (a sequence's position and slot), or [2, B * T] a row each (verify).
+                width = plan.rows if plan.every_token else plan.batch
+                positions = graph.input(f"positions{i}", (2, width), np.int32)
                 drawn_at = None
                 if plan.pick.draws:
                     count = plan.rows if plan.every_token else plan.batch
@@ -149,6 +156,14 @@ class StepRecorder:
             k = k.reshape(rows, c.num_key_value_heads, c.head_dim)
             v = v.reshape(rows, c.num_key_value_heads, c.head_dim)
             if plan.tokens == 1:  # RoPE, the cache append and attention in one dispatch
+                a = _core.decode_attention(
+                    q, k, v, self.cos, self.sin, positions, k_cache, v_cache, plan.split_keys
+                )
+            elif plan.every_token:
+                # A verify step: every token's keys and values appended first, then each token's
+                # attention as its decode step computes it (its row of positions; it appends its key
+                # again, the same values), so that its logits are the decode step's, bit for bit.
+                _core.rope_append(q, k, v, self.cos, self.sin, positions, k_cache, v_cache)
                 a = _core.decode_attention(
                     q, k, v, self.cos, self.sin, positions, k_cache, v_cache, plan.split_keys
                 )

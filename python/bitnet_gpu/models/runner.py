@@ -131,7 +131,11 @@ class StepRunner:
             chain=step.chain,
             every_token=step.every_token,
             keep_logits=step.keep_logits,
-            split_keys=self.policy.split_keys(tokens, int(np.max(step.starts))),
+            split_keys=self.policy.split_keys(
+                1 if step.every_token else tokens,
+                int(np.max(step.starts)) + (tokens - 1 if step.every_token else 0),
+                step.batch,
+            ),
             screened=screened,
             float16_attention=self.float16_prefill and tokens > _FLOAT16_FROM_TOKENS,
             row_sampling=step.pick.draws and np.ndim(step.sampling) == 2,

@@ -144,15 +144,53 @@ class DecodeSession:
         return self.model.runner.run(self.pool, step)
 
     def accept(self, new_ids: Sequence[np.ndarray], cached: np.ndarray | None = None) -> None:
-        """Each sequence's chosen ids, the last of them now pending (one or more a sequence); with
-        `cached`, the tokens the cache now holds for each (what the step that chose them fed)."""
+        """Each sequence's chosen ids, the last of them now pending (none: its pending id stays);
+        with `cached`, the tokens the cache now holds for each (what the step that chose them
+        fed)."""
         if len(new_ids) != self.batch:
             raise _core.ShapeError(f"accept: {len(new_ids)} sequences for batch {self.batch}")
+        if self._pending is None and any(len(ids) == 0 for ids in new_ids):
+            raise _core.ArgumentError("accept: every sequence needs an id where none is pending")
         for b, ids in enumerate(new_ids):
             self._tokens[b].extend(int(i) for i in ids)
         if cached is not None:
             self._cached = np.asarray(cached, np.int64).copy()
-        self._pending = np.array([int(ids[-1]) for ids in new_ids], np.int64)
+        pending = self._pending
+        self._pending = np.array(
+            [int(ids[-1]) if len(ids) else int(pending[b]) for b, ids in enumerate(new_ids)],
+            np.int64,
+        )
+
+    def verify(
+        self,
+        drafts: Sequence[np.ndarray],
+        held: Sequence[bool],
+        pick: Pick,
+        sampling: np.ndarray | None = None,
+        keep_logits: bool = False,
+    ) -> StepResult:
+        """One step that picks at every token (speculative decoding's verify step): each sequence
+        feeds its pending id and its draft; a held sequence feeds its last cached id again
+        instead (its cache rewritten with what it holds) and keeps everything as it was, its
+        picks meaningless. The others' drafts are then cached and nothing is pending: the caller
+        keeps what it accepts (truncate, then accept)."""
+        if self._pending is None:
+            raise _core.ArgumentError("verify: no generated id is pending")
+        ids, starts = [], self._cached.copy()
+        for b, (draft, hold) in enumerate(zip(drafts, held)):
+            if hold:
+                ids.append(np.array([self._tokens[b][int(self._cached[b]) - 1]], np.int32))
+                starts[b] -= 1
+            else:
+                ids.append(np.concatenate([self._pending[b : b + 1], draft]).astype(np.int32))
+        step = Step(self.slots, starts, tuple(ids), pick, sampling=sampling,
+                    keep_logits=keep_logits, every_token=True)  # fmt: skip
+        result = self.model.runner.run(self.pool, step)
+        for b, (draft, hold) in enumerate(zip(drafts, held)):
+            if not hold:
+                self._tokens[b].extend(int(i) for i in draft)
+                self._cached[b] += 1 + len(draft)
+        return result
 
     def truncate(self, lengths: np.ndarray) -> None:
         """Forgets every token past lengths[b] of each sequence (their cache rows are rewritten

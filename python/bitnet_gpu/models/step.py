@@ -139,33 +139,50 @@ class Step:
 class DecodePolicy:
     """The model's choices of graph shapes (docs/PERFORMANCE.md has the measurements behind them).
 
-    A decode step's attention takes 16 keys a workgroup while the context is at most
+    A decode step of one sequence attends with 16 keys a workgroup while its context is at most
     short_context tokens, 32 up to long_context and 64 beyond (one recorded decode graph for each):
     smaller splits fill the GPU at short contexts, larger ones keep the merge to one chunk and the
-    workgroups to one round at long ones. Greedy and sampled decoding record up to decode_chunk
-    steps in one graph; prefill graphs hold their intermediates, so only the latest
-    kept_prefill_graphs of them are kept."""
+    workgroups to one round at long ones. A step of several sequences, whose rows sit at different
+    positions, takes batch_split keys whatever their contexts, as does every step where
+    split_by_context is False: a sequence's attention then sums in the same order whatever shares
+    its step (the serving engine's steps, speculative verify steps of a batch). Greedy and sampled
+    decoding record up to decode_chunk steps in one graph; prefill graphs hold their
+    intermediates, so only the latest kept_prefill_graphs of them are kept."""
 
     decode_chunk: int = 8
     short_context: int = 384
     long_context: int = 640
     kept_prefill_graphs: int = 2
+    batch_split: int = 32
+    split_by_context: bool = True
 
-    def split_keys(self, tokens: int, start: int) -> int:
-        """The keys a decode attention workgroup takes for a step after `start` cached tokens (0
-        for steps of several tokens)."""
+    def split_keys(self, tokens: int, start: int, batch: int = 1) -> int:
+        """The keys a decode attention workgroup takes for one-token rows of `batch` sequences, the
+        last of them after `start` cached tokens (0 for a prefill: `tokens` > 1 a sequence)."""
         if tokens > 1:
             return 0
+        if batch > 1 or not self.split_by_context:
+            return self.batch_split
         context = start + 1
         return 16 if context <= self.short_context else 32 if context <= self.long_context else 64
 
-    def chain(self, start: int, remaining: int) -> int:
+    def chain(self, start: int, remaining: int, batch: int = 1) -> int:
         """Decode steps the next replay runs from `start` cached tokens, `remaining` wanted:
         decode_chunk, else (fewer wanted, or the attention's split changing within the chunk,
         which must not change a step's graph) the largest power of two that fits."""
         most = min(self.decode_chunk, remaining)
-        split = self.split_keys(1, start)
+        split = self.split_keys(1, start, batch)
         steps = 1
-        while steps < most and self.split_keys(1, start + steps) == split:
+        while steps < most and self.split_keys(1, start + steps, batch) == split:
             steps += 1
         return steps if steps == self.decode_chunk else 1 << (steps.bit_length() - 1)
+
+    def verify_tokens(self, start: int, most: int) -> int:
+        """How many tokens of one sequence after `start` cached ones a verify step may take (at
+        most `most`): rows whose decode steps would all take one split, so that each is computed
+        as its decode step would be."""
+        split = self.split_keys(1, start)
+        tokens = 1
+        while tokens < most and self.split_keys(1, start + tokens) == split:
+            tokens += 1
+        return tokens

@@ -161,3 +161,79 @@ def timed(label, fn):
     value = fn()
     print(f"({label}: {time.perf_counter() - start:.1f} s)")
     return value
+
+
+SPECULATIVE_PROMPT = 128
+SPECULATIVE_NEW = 128
+
+
+def speculative_rows(model, counts, repeats, helpers, new=SPECULATIVE_NEW):
+    """Tokens/s of one stream with speculative decoding beside plain greedy generate, for k in
+    `counts`: drafts that are all accepted (a proposer handing in plain decoding's own
+    continuation), none (random ids), and prompt lookup on a copy-heavy prompt (64 random ids
+    twice); mean accepted drafts a verify step, counted from the steps the runner replays."""
+    vocab = model.config.vocab_size
+    rng = np.random.default_rng(5)
+    half = rng.integers(0, vocab, SPECULATIVE_PROMPT // 2)
+    prompt = np.concatenate([half, half])
+    new = min(new, model.max_tokens - SPECULATIVE_PROMPT - 1)
+    plain_rate = helpers.generate_rate(model, prompt, new, model.decode_chunk, repeats)
+    own = model.generate(prompt, new)[SPECULATIVE_PROMPT:]
+    noise = np.random.default_rng(6)
+
+    def all_right(ids, count):
+        made = len(ids) - SPECULATIVE_PROMPT
+        return own[made : made + count]
+
+    def never_right(ids, count):
+        return noise.integers(0, vocab, count)
+
+    plans, run = [], model.runner.run
+
+    def counted(pool, step):
+        plans.append(model.runner.plan(step))
+        return run(pool, step)
+
+    rows = []
+    for accepted, options in [
+        ("all", {"proposer": all_right}),
+        ("none", {"proposer": never_right}),
+        ("lookup", {}),
+    ]:
+        for k in counts:
+            settings = dict(prompt_lookup_num_tokens=k, **options)
+            same = np.array_equal(model.generate(prompt, new, **settings)[SPECULATIVE_PROMPT:], own)
+            rate = helpers.generate_rate(
+                model, prompt, new, model.decode_chunk, repeats, **settings
+            )
+            plans.clear()
+            model.runner.run = counted
+            try:
+                model.generate(prompt, new, **settings)
+            finally:
+                model.runner.run = run
+            verify = [p for p in plans if p.every_token]
+            plain = sum(p.chain for p in plans if p.tokens == 1 and not p.every_token)
+            by_verify = new - 1 - plain  # the prompt's step makes the first id
+            mean = (by_verify - len(verify)) / len(verify) if verify else 0.0
+            rows.append(
+                {
+                    "phase": "speculative",
+                    "accepted": accepted,
+                    "k": k,
+                    "tokens": new,
+                    "tokens_per_s": rate,
+                    "plain_tokens_per_s": plain_rate,
+                    "over_plain": rate / plain_rate,
+                    "mean_accepted": mean,
+                    "verify_steps": len(verify),
+                    "same_ids_as_plain": same,
+                }
+            )
+            print(
+                f"speculative, drafts {accepted:6s} k {k}: {rate:.0f} tokens/s "
+                f"({rate / plain_rate:.2f}x plain greedy's {plain_rate:.0f}); {len(verify)} verify "
+                f"steps, {mean:.2f} drafts accepted each{'' if same else '; IDS DIFFER'}",
+                flush=True,
+            )
+    return rows
