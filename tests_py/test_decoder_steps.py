@@ -2,6 +2,8 @@
 without the others' caches moving), the session's primitives (feed, decode, accept, truncate),
 and the checks on what a step is given."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -161,3 +163,28 @@ def test_a_verify_step_is_its_decode_steps_bit_for_bit(model, batch):
             ids = result.ids()
     np.testing.assert_array_equal(logits["verify"], logits["steps"])
     np.testing.assert_array_equal(ids, logits["steps"].argmax(axis=-1))
+
+
+def test_long_prompts_feed_in_chunks(model):
+    """A prompt of more than the policy's prefill_chunk tokens runs as steps of that many: its
+    logits are the reference's, every token's (forward) or the last's (step), greedy ids too,
+    for ragged batches whose sequences end in different chunks."""
+    chunked = BitNetModel.random(
+        BitNetConfig.preset("tiny", tie_word_embeddings=False), seed=5,
+        embedding_dtype=np.float32, max_tokens=64,
+    )  # fmt: skip
+    chunked.policy = dataclasses.replace(chunked.policy, prefill_chunk=7)
+    rng = np.random.default_rng(12)
+    prompts = [rng.integers(0, VOCAB, n) for n in (23, 5, 15)]
+    params = model.reference_params()
+    for b, p in enumerate(prompts):
+        want = reference.bitnet_forward(params, model.config, np.array(p)[None])[0]
+        got = chunked.forward(p)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    steps = chunked.session(3).step(prompts)
+    for b, p in enumerate(prompts):
+        want = reference.bitnet_forward(params, model.config, np.array(p)[None])[0, -1]
+        np.testing.assert_allclose(steps[b], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    for got, want in zip(chunked.generate(prompts, 6), model.generate(prompts, 6)):
+        np.testing.assert_array_equal(got, want)
+    assert all(p.tokens <= 7 for p in chunked.recorded_plans())

@@ -13,11 +13,12 @@ from ..sampling import sampling_rows
 from .._core import Tensor
 from ..attention import rope_tables
 from .cache_pool import CachePool
+from .chunked import run_in_chunks
 from .config import BitNetConfig
 from .screened_head import ScreenedHead
 from .weights import DecoderWeights
-from .recording import RecordedStep, StepRecorder, StepResult
-from .step import DecodePolicy, Pick, Step, StepPlan
+from .recording import RecordedStep, StepRecorder
+from .step import DecodePolicy, Pick, Step, StepOutputs, StepPlan
 
 __all__ = ["StepRunner"]
 
@@ -138,11 +139,14 @@ class StepRunner:
             ),
             screened=screened,
             float16_attention=self.float16_prefill and tokens > _FLOAT16_FROM_TOKENS,
-            row_sampling=step.pick.draws and np.ndim(step.sampling) == 2,
+            row_sampling=step.pick.draws and step.sampling is not None and step.sampling.ndim == 2,
         )
 
-    def run(self, pool: CachePool, step: Step) -> StepResult:
-        """One replay of `step` over `pool`'s caches."""
+    def run(self, pool: CachePool, step: Step) -> StepOutputs:
+        """One replay of `step` over `pool`'s caches (one a chunk where a sequence feeds more than
+        the policy's prefill_chunk tokens)."""
+        if step.tokens > self.policy.prefill_chunk and step.chain == 1 and not step.every_token:
+            return run_in_chunks(step, self.policy.prefill_chunk, lambda part: self.run(pool, part))
         slots = np.asarray(step.slots)
         if slots.dtype.kind not in "iu" or slots.min() < 0 or slots.max() >= pool.slots:
             raise _core.ArgumentError(f"step: slots must lie in [0, {pool.slots})")
@@ -154,7 +158,12 @@ class StepRunner:
                 f"{int(np.max(step.starts))} cached + {step.tokens + step.chain - 1} new tokens "
                 f"exceed max_tokens={pool.max_tokens}"
             )
-        if step.every_token and step.pick.draws and np.ndim(step.sampling) == 1:
+        if (
+            step.every_token
+            and step.pick.draws
+            and step.sampling is not None
+            and step.sampling.ndim == 1
+        ):
             # Every row of a sequence drawn as that sequence's (keyed by its index), not by its row.
             rows = sampling_rows([step.sampling] * step.batch, range(step.batch))
             step = dataclasses.replace(step, sampling=rows)

@@ -28,8 +28,7 @@ from .. import _core
 from .._args import integer
 from .cache_pool import CachePool
 from .generation import GenerationOptions, generate_ids, generation_method, is_ragged, stream_ids
-from .recording import StepResult
-from .step import Pick, Step
+from .step import Pick, Step, StepOutputs
 
 if TYPE_CHECKING:
     from .model import BitNetModel
@@ -105,7 +104,7 @@ class DecodeSession:
         sampling: np.ndarray | None = None,
         keep_logits: bool = False,
         every_token: bool = False,
-    ) -> StepResult:
+    ) -> StepOutputs:
         """One step over each sequence's ids (as prepare gives them): afterwards the cache holds
         them all and nothing is pending."""
         result = self.model.runner.run(
@@ -132,7 +131,7 @@ class DecodeSession:
         pick: Pick,
         sampling: np.ndarray | None = None,
         keep_logits: bool = False,
-    ) -> StepResult:
+    ) -> StepOutputs:
         """`chain` decode steps from the pending ids, each fed the id the one before chose; the
         caller accepts the ids it takes (accept)."""
         if self._pending is None:
@@ -155,9 +154,12 @@ class DecodeSession:
             self._tokens[b].extend(int(i) for i in ids)
         if cached is not None:
             self._cached = np.asarray(cached, np.int64).copy()
-        pending = self._pending
+        before = self._pending
         self._pending = np.array(
-            [int(ids[-1]) if len(ids) else int(pending[b]) for b, ids in enumerate(new_ids)],
+            [
+                int(ids[-1]) if len(ids) or before is None else int(before[b])
+                for b, ids in enumerate(new_ids)
+            ],
             np.int64,
         )
 
@@ -168,7 +170,7 @@ class DecodeSession:
         pick: Pick,
         sampling: np.ndarray | None = None,
         keep_logits: bool = False,
-    ) -> StepResult:
+    ) -> StepOutputs:
         """One step that picks at every token (speculative decoding's verify step): each sequence
         feeds its pending id and its draft; a held sequence feeds its last cached id again
         instead (its cache rewritten with what it holds) and keeps everything as it was, its

@@ -19,7 +19,7 @@ from .step import Pick
 
 if TYPE_CHECKING:
     from .generation import GenerationOptions, StopRule
-    from .recording import StepResult
+    from .step import StepOutputs
     from .session import DecodeSession
 
 __all__ = ["prompt_lookup", "Drafter", "continue_speculative"]
@@ -97,7 +97,7 @@ class Drafter:
 
 def continue_speculative(
     session: DecodeSession,
-    result: StepResult,
+    result: StepOutputs,
     new_tokens: int,
     pick: Pick,
     sampling: np.ndarray | None,
@@ -174,7 +174,11 @@ def proposer_of(options: GenerationOptions) -> Callable[[np.ndarray, int], Seque
     if options.proposer is not None:
         return options.proposer
     ngram = options.max_matching_ngram_size or 2
-    return lambda ids, count: prompt_lookup(ids, count, ngram)
+
+    def lookup(ids: np.ndarray, count: int) -> Sequence[int]:
+        return [int(i) for i in prompt_lookup(ids, count, ngram)]
+
+    return lookup
 
 
 def check_speculative(options: GenerationOptions) -> None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import Protocol
 
 import numpy as np
 
 from .. import _core
 
-__all__ = ["Pick", "Step", "StepPlan", "DecodePolicy"]
+__all__ = ["Pick", "Step", "StepOutputs", "StepPlan", "DecodePolicy"]
 
 
 class Pick(enum.Enum):
@@ -135,6 +136,15 @@ class Step:
         return out
 
 
+class StepOutputs(Protocol):
+    """What running a Step gives: the ids each step of its chain picked (int32 [B], or [B, T] for
+    a pick at every token) and the logits it kept."""
+
+    def ids(self, step: int = 0) -> np.ndarray: ...
+
+    def logits(self, step: int = 0) -> np.ndarray: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodePolicy:
     """The model's choices of graph shapes (docs/PERFORMANCE.md has the measurements behind them).
@@ -147,7 +157,8 @@ class DecodePolicy:
     split_by_context is False: a sequence's attention then sums in the same order whatever shares
     its step (the serving engine's steps, speculative verify steps of a batch). Greedy and sampled
     decoding record up to decode_chunk steps in one graph; prefill graphs hold their
-    intermediates, so only the latest kept_prefill_graphs of them are kept."""
+    intermediates, so only the latest kept_prefill_graphs of them are kept. A prompt of more than
+    prefill_chunk tokens a sequence is fed in steps of that many (chunked.py)."""
 
     decode_chunk: int = 8
     short_context: int = 384
@@ -155,6 +166,7 @@ class DecodePolicy:
     kept_prefill_graphs: int = 2
     batch_split: int = 32
     split_by_context: bool = True
+    prefill_chunk: int = 512
 
     def split_keys(self, tokens: int, start: int, batch: int = 1) -> int:
         """The keys a decode attention workgroup takes for one-token rows of `batch` sequences, the
