@@ -1,4 +1,4 @@
-"""Every investigation script and the decoder's benchmark run at their smallest sizes (--tiny) on
+"""Every investigation script and the decoder's benchmarks (the model, the round trip, the server) run at their smallest sizes (--tiny) on
 this device, so that none of them rots: each must exit 0 and print its table."""
 
 import pathlib
@@ -13,6 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "benchmarks" / "investigations").glob("*.py")) + [
     ROOT / "benchmarks" / "bench_model.py",
     ROOT / "benchmarks" / "bench_roundtrip.py",
+    ROOT / "benchmarks" / "bench_serve.py",
 ]
 
 

@@ -2,7 +2,8 @@
 quantizes a layer, runs BitLinear and a small decoder generating text, each against NumPy;
 ``python -m bitnet_gpu generate --config 2b4t --random-weights --tokens 64`` generates tokens with
 the BitNet decoder (``--weights DIR --prompt "text"`` streams a checkpoint's reply as text) and
-reports tokens/s; ``python -m bitnet_gpu chat --weights DIR`` is an interactive chat."""
+reports tokens/s; ``python -m bitnet_gpu chat --weights DIR`` is an interactive chat;
+``python -m bitnet_gpu serve --weights DIR`` an OpenAI-compatible server."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 
 from bitnet_gpu.cli_devices import demo, info
 from bitnet_gpu.cli_generate import chat, generate
+from bitnet_gpu.cli_serve import add_parser as add_serve_parser, serve
 
 
 def _token_ids(text: str) -> list[int]:
@@ -81,8 +83,9 @@ def main(argv=None) -> int:
     talk.add_argument("--seed", type=int, default=0)
     talk.add_argument("--prompt-lookup", type=int, default=None, metavar="K", help="as generate's")
     talk.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
+    add_serve_parser(sub)
     args = parser.parse_args(argv)
-    handlers = {"info": info, "demo": demo, "generate": generate, "chat": chat}
+    handlers = {"info": info, "demo": demo, "generate": generate, "chat": chat, "serve": serve}
     return handlers[args.command or "info"](args)
 
 

@@ -1,0 +1,266 @@
+"""The engine: one thread owns the model and the GPU, and runs continuous batching over a pool of
+KV cache slots. Each turn of its loop admits waiting requests into free slots, feeds one chunk
+(the model's prefill_chunk tokens) of the oldest prompt still being read, and runs one decode
+step of every request already decoding; a request leaves the batch (its slot freed) when it ends,
+is cancelled, or its client goes away.
+
+A request's ids are those generate_text gives it alone on the same model: its prompt is fed in
+the chunks generation feeds it in, every step computes each row as that row alone (decode steps
+of any size take one attention split: the engine sets the model's split_by_context off), and each
+row draws with its own sampling parameters keyed by its own seed and positions, as alone.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .. import _core
+from ..models import Pick, Step
+from ..sampling import sampling_params, sampling_rows
+
+if TYPE_CHECKING:
+    from ..models import BitNetModel
+
+__all__ = ["Engine", "EngineRequest", "QueueFull"]
+
+
+class QueueFull(_core.Error):
+    """Every slot is busy and the waiting queue is full (HTTP 429)."""
+
+
+@dataclasses.dataclass(eq=False)
+class EngineRequest:
+    """One sequence to continue: its prompt ids, how many new ids at most, its sampling parameters
+    (sampling.sampling_params' [6], None for greedy) and end ids; `emit(id)` gets each new id and
+    `finish(reason)` the end ("stop", "length", "cancelled" or an error's message), both on the
+    engine's thread."""
+
+    prompt: np.ndarray
+    max_new_tokens: int
+    sampling: np.ndarray | None
+    ends: frozenset[int]
+    emit: Callable[[int], None]
+    finish: Callable[[str], None]
+    id: int = dataclasses.field(default_factory=itertools.count().__next__)
+    arrived: float = dataclasses.field(default_factory=time.perf_counter)
+    # The engine's state of it.
+    slot: int = -1
+    cached: int = 0  # prompt ids (then ids) in its cache slot
+    pending: int = -1  # the last id made, fed by the next decode step
+    made: int = 0
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        """Asks the engine to drop the request at its next turn (its slot freed within a step)."""
+        self.cancelled = True
+
+    @property
+    def prefilled(self) -> bool:
+        return self.cached >= len(self.prompt)
+
+
+class Engine:
+    """Continuous batching over `max_batch` slots of `model`, on a thread of its own (start()).
+    Requests wait in a queue of at most `max_queue`; submit() raises QueueFull beyond it. `on_step`
+    (batch size, seconds) is called after every decode step (metrics)."""
+
+    def __init__(
+        self,
+        model: BitNetModel,
+        max_batch: int = 64,
+        max_queue: int = 256,
+        on_step: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.max_batch, self.max_queue = max_batch, max_queue
+        self.on_step = on_step
+        # Every step of any size sums a row's attention as alone (step.DecodePolicy).
+        model.policy = dataclasses.replace(model.policy, split_by_context=False)
+        self.pool = model.runner.pool(max_batch)
+        self._free = list(range(max_batch))
+        self._waiting: collections.deque[EngineRequest] = collections.deque()
+        self._active: list[EngineRequest] = []
+        self._lock = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.steps = 0
+
+    # ------------------------------------------------------------------------------ public
+    def warm_up(self, prompt_tokens: Sequence[int] = ()) -> None:
+        """Builds the screened head and records the decode graphs of every batch size and pick,
+        and the prefill graphs of prompts (or prompt chunks) of `prompt_tokens` tokens, so that no
+        request waits for a recording (a prompt of another length records its graph when it
+        comes: of those, the pool keeps the latest few)."""
+        self.model.prepare_screened_head()
+        vocab = self.model.config.vocab_size
+        picks = [
+            (Pick.ARGMAX, None),
+            (Pick.SAMPLE, sampling_params(1.0, 50, 0, vocab)),
+            (Pick.NUCLEUS, sampling_params(1.0, None, 0, vocab, 0.9)),
+            (Pick.NUCLEUS_TOP_K, sampling_params(1.0, 50, 0, vocab, 0.9)),
+        ]
+        shapes = [(batch, 1) for batch in range(1, self.max_batch + 1)]
+        shapes += [(1, min(t, self.model.policy.prefill_chunk)) for t in prompt_tokens]
+        kept = self.pool.graphs.kept_prefill
+        self.pool.graphs.kept_prefill = max(kept, len(picks) * len(prompt_tokens))
+        for batch, tokens in shapes:
+            for pick, params in picks:
+                rows = None if params is None else sampling_rows([params] * batch, [0] * batch)
+                ids = tuple(np.zeros(tokens, np.int32) for _ in range(batch))
+                step = Step(np.arange(batch), np.zeros(batch, np.int64), ids, pick, sampling=rows)
+                self.pool.graphs.get(self.model.runner.plan(step))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="bitnet-gpu-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Finishes the requests already admitted or waiting, then ends the thread."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def submit(self, request: EngineRequest) -> EngineRequest:
+        """Queues a request: ShapeError where its prompt leaves no room in a slot, QueueFull where
+        the queue is full, ArgumentError once the engine is stopping."""
+        # As generation bounds it: the last new id is made, not cached.
+        room = self.context - len(request.prompt) + 1
+        if request.max_new_tokens < 1:
+            raise _core.ArgumentError("max_new_tokens must be at least 1")
+        if len(request.prompt) == 0 or len(request.prompt) >= self.pool.max_tokens:
+            raise _core.ShapeError(
+                f"the prompt's {len(request.prompt)} tokens leave no room in the context of "
+                f"{self.pool.max_tokens} tokens"
+            )
+        if request.max_new_tokens > room:
+            raise _core.ShapeError(
+                f"{len(request.prompt)} prompt tokens and {request.max_new_tokens} new ones exceed "
+                f"the context of {self.pool.max_tokens} tokens"
+            )
+        with self._lock:
+            if self._stopping:
+                raise _core.ArgumentError("the server is shutting down")
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(f"the queue of {self.max_queue} waiting requests is full")
+            self._waiting.append(request)
+            self._lock.notify_all()
+        return request
+
+    @property
+    def context(self) -> int:
+        """Tokens a slot holds: a prompt and its new ids (less the last) must fit."""
+        return self.pool.max_tokens
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        return len(self._active)
+
+    # ------------------------------------------------------------------------------- loop
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not (self._waiting or self._active or self._stopping):
+                    self._lock.wait()
+                if self._stopping and not self._waiting and not self._active:
+                    return
+                for request in [r for r in self._waiting if r.cancelled]:
+                    self._waiting.remove(request)
+                    request.finish("cancelled")
+                while self._waiting and self._free:
+                    request = self._waiting.popleft()
+                    request.slot = self._free.pop(0)
+                    self._active.append(request)
+            try:
+                self._turn()
+            except Exception as error:  # a device error, out of memory: every request ends
+                for request in self._active:
+                    self._release(request, f"error: {error}")
+
+    def _turn(self) -> None:
+        for request in [r for r in self._active if r.cancelled]:
+            self._release(request, "cancelled")
+        reading = [r for r in self._active if not r.prefilled]
+        if reading:
+            self._prefill(min(reading, key=lambda r: r.arrived))
+        decoding = [r for r in self._active if r.prefilled and r.made > 0]
+        if decoding:
+            self._decode(decoding)
+
+    def _rows(self, requests: list[EngineRequest]) -> tuple[Pick, np.ndarray | None]:
+        """The pick a step of these requests needs and each one's sampling parameters (keyed by
+        row 0: each drawn as alone)."""
+        vocab = self.model.config.vocab_size
+        params = [
+            r.sampling if r.sampling is not None else sampling_params(0.0, None, 0, vocab)
+            for r in requests
+        ]
+        rows = sampling_rows(params, [0] * len(requests))
+        pick = Pick.for_sampling(rows)
+        return pick, (rows if pick.draws else None)
+
+    def _prefill(self, request: EngineRequest) -> None:
+        """One chunk of the request's prompt; its last gives the first new id."""
+        chunk = self.model.policy.prefill_chunk
+        ids = request.prompt[request.cached : request.cached + chunk].astype(np.int32)
+        pick, rows = self._rows([request])
+        step = Step(
+            np.array([request.slot]), np.array([request.cached]), (ids,), pick, sampling=rows
+        )
+        result = self.model.runner.run(self.pool, step)
+        request.cached += ids.size
+        if request.prefilled:
+            self._made(request, int(result.ids()[0]))
+
+    def _decode(self, requests: list[EngineRequest]) -> None:
+        """One decode step of every request: each one's pending id fed, its next id made."""
+        pick, rows = self._rows(requests)
+        step = Step(
+            np.array([r.slot for r in requests]),
+            np.array([r.cached for r in requests]),
+            tuple(np.array([r.pending], np.int32) for r in requests),
+            pick,
+            sampling=rows,
+        )
+        begin = time.perf_counter()
+        chosen = self.model.runner.run(self.pool, step).ids()
+        self.steps += 1
+        if self.on_step is not None:
+            self.on_step(len(requests), time.perf_counter() - begin)
+        for request, token in zip(requests, chosen):
+            request.cached += 1
+            self._made(request, int(token))
+
+    def _made(self, request: EngineRequest, token: int) -> None:
+        request.made += 1
+        request.pending = token
+        if token in request.ends:
+            self._release(request, "stop")
+            return
+        request.emit(token)
+        if request.made >= request.max_new_tokens:
+            self._release(request, "length")
+
+    def _release(self, request: EngineRequest, reason: str) -> None:
+        if request in self._active:
+            self._active.remove(request)
+            self._free.append(request.slot)
+            self._free.sort()
+        request.finish(reason)
