@@ -220,6 +220,25 @@ def test_tensor_reshape_and_copy_from():
     np.testing.assert_array_equal(t.numpy(), np.ones(12))
 
 
+def test_a_recorded_copy_waits_for_its_source_after_other_readers(device):
+    """A copy into host memory of a result that a later dispatch already read (its barrier then
+    made for dispatches) still waits for the result's writer: the validation layer (synchronization
+    validation) and the values say so."""
+    x = rng.standard_normal(1000).astype(np.float32)
+    g = device.graph()
+    with g:
+        t = g.input("x", (1000,))
+        y = bg.relu(t)
+        z = bg.add(y, 1.0)  # reads y: a compute-to-compute barrier
+        host = device.empty((1000,), np.float32, memory="host")
+        host.copy_from(y)  # a transfer read of y
+        g.output("y", host)
+        g.output("z", z)
+    out = g.run(x=x, numpy=True)
+    np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
+    np.testing.assert_array_equal(out["z"], np.maximum(x, 0) + 1)
+
+
 @pytest.mark.parametrize("reuse", [False, True])
 def test_reuse_memory_gives_dropped_intermediates_to_later_ops(device, reuse):
     """A chain of ops with large intermediates (1 MiB each) recorded with reuse_memory: the

@@ -1,5 +1,6 @@
-"""Every investigation script and the decoder's benchmarks (the model, the round trip, the server) run at their smallest sizes (--tiny) on
-this device, so that none of them rots: each must exit 0 and print its table."""
+"""Every investigation script and the decoder's benchmarks (the model, the round trip, the
+server) run at their smallest sizes (--tiny) on this device, so that none of them rots: each
+must exit 0 and print its table."""
 
 import pathlib
 import subprocess

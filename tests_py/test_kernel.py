@@ -214,7 +214,7 @@ def test_bad_kernels_and_dispatches_raise(device, rng):
         bg.Kernel(device, spirv[:-1])
     with pytest.raises(bg.ArgumentError, match="not a SPIR-V module"):
         bg.Kernel(device, b"\x00" * 64)
-    with pytest.raises(bg.ArgumentError, match="runs past the end"):
+    with pytest.raises(bg.ArgumentError, match="invalid SPIR-V"):
         bg.Kernel(device, spirv[:20] + b"\xff\xff\xff\xff")
     with pytest.raises(bg.ArgumentError, match="no compute entry point 'go'"):
         bg.Kernel(device, spirv, entry="go")
@@ -261,6 +261,37 @@ def test_bad_kernels_and_dispatches_raise(device, rng):
     assert np.array_equal(y.numpy(), before)  # nothing ran
     k.dispatch(1, [x, y], axpy_push(8, 1))
     assert np.allclose(y.numpy(), reference.axpy(1, x.numpy(), before))
+
+
+def _instructions(words):
+    """(start, opcode, word count) of each instruction after the header."""
+    i, found = 5, []
+    while i < len(words):
+        found.append((i, int(words[i] & 0xFFFF), int(words[i] >> 16)))
+        i += int(words[i] >> 16)
+    return found
+
+
+def test_malformed_spirv_raises_before_the_driver_sees_it(device):
+    """Modules that crashed drivers (SIGSEGV, SIGBUS) raise ArgumentError from SPIRV-Tools'
+    validator: cut on an instruction boundary, a result id defined twice, a variable moved to
+    another storage class."""
+    words = np.frombuffer(_core.builtin_spirv("axpy"), np.uint32)
+    instructions = _instructions(words)
+    cut = instructions[len(instructions) // 2][0]
+    with pytest.raises(bg.ArgumentError, match="invalid SPIR-V"):
+        bg.Kernel(device, words[:cut].tobytes())
+    constants = [(at, n) for at, op, n in instructions if op == 43]  # OpConstant
+    twice = words.copy()
+    twice[constants[1][0] + 2] = twice[constants[0][0] + 2]  # the second's result id: the first's
+    with pytest.raises(bg.ArgumentError, match="invalid SPIR-V"):
+        bg.Kernel(device, twice.tobytes())
+    variable = next(at for at, op, _ in instructions if op == 59 and words[at + 3] == 12)
+    moved = words.copy()
+    moved[variable + 3] = 7  # StorageBuffer -> Function, outside any function
+    with pytest.raises(bg.ArgumentError, match="invalid SPIR-V"):
+        bg.Kernel(device, moved.tobytes())
+    assert bg.Kernel(device, words.tobytes()).binding_count == 2  # the device goes on
 
 
 def test_tensor_over_the_storage_buffer_range_is_rejected_by_name(device):

@@ -527,3 +527,16 @@ def test_softmax_backward(device, rng, shape, axis):
     down[index] -= h
     numeric = (g * (ref.softmax(up, axis) - ref.softmax(down, axis))).sum() / (2 * h)
     assert abs(got[index] - numeric) < 1e-3
+
+
+def test_nan_and_inf_follow_numpy():
+    """relu, relu2 and max keep NaN as NumPy does (they once dropped it); Inf goes through."""
+    x = np.array([np.nan, -1.0, 2.0, np.inf, -np.inf, -0.0], np.float32)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(bg.relu(x), np.maximum(x, 0))
+        np.testing.assert_array_equal(bg.relu2(x), np.maximum(x, 0) ** 2)
+        np.testing.assert_array_equal(bg.relu(x.astype(np.float16)), np.maximum(x, 0))
+        grid = np.array([[1, np.nan, 3], [np.inf, -np.inf, 2], [5, 6, 7]], np.float32)
+        for axis in (None, 0, 1):
+            np.testing.assert_array_equal(bg.max(grid, axis=axis), np.max(grid, axis=axis))
+            np.testing.assert_array_equal(bg.sum(grid, axis=axis), np.sum(grid, axis=axis))

@@ -298,7 +298,9 @@ def test_bad_requests_get_openai_errors(server, checkpoint):
     assert error.status_code == 400 and error.body["param"] == "prompt"
     error = _error(lambda: client.completions.create(model=model, prompt=[400]))
     assert error.status_code == 400 and "[0, 360)" in error.message
-    error = _error(lambda: client.completions.create(model=model, prompt="a", extra_body={"top_k": -3}))
+    error = _error(
+        lambda: client.completions.create(model=model, prompt="a", extra_body={"top_k": -3})
+    )
     assert error.status_code == 400
     error = _error(lambda: client.chat.completions.create(model=model, messages=[{"role": "u"}]))
     assert error.status_code == 400 and error.body["param"] == "messages"

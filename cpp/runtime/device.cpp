@@ -49,6 +49,7 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
     throw UnsupportedError("device '" + info_.name + "' supports Vulkan " + info_.vulkan_version +
                            "; bitnet_gpu needs Vulkan 1.2 or newer");
   limits_ = properties.limits;
+  api_version_ = std::min<uint32_t>(properties.apiVersion, VK_API_VERSION_1_3);
   vkGetPhysicalDeviceMemoryProperties(physical_, &memory_properties_);
 
   uint32_t family_count = 0;

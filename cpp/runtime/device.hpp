@@ -39,6 +39,8 @@ class Device : public std::enable_shared_from_this<Device> {
   VkPhysicalDevice physical() const { return physical_; }
   const VkPhysicalDeviceMemoryProperties& memory_properties() const { return memory_properties_; }
   const VkPhysicalDeviceLimits& limits() const { return limits_; }
+  // The Vulkan version kernels run under: the device's, at most the instance's 1.3.
+  uint32_t api_version() const { return api_version_; }
   bool has_timestamps() const { return timestamp_valid_bits_ > 0; }
   uint32_t timestamp_valid_bits() const { return timestamp_valid_bits_; }
   // Whether the device has `name` (a key of info().features); ArgumentError for an unknown name.
@@ -114,6 +116,7 @@ class Device : public std::enable_shared_from_this<Device> {
   uint32_t queue_family_ = 0;
   uint32_t timestamp_valid_bits_ = 0;
   VkPhysicalDeviceMemoryProperties memory_properties_{};
+  uint32_t api_version_ = VK_API_VERSION_1_2;
   VkPhysicalDeviceLimits limits_{};
   std::atomic<bool> lost_{false};
   uint32_t spin_wait_us_ = 0;

@@ -6,6 +6,7 @@
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/shaders.hpp"
+#include "runtime/spirv_validate.hpp"
 
 namespace bitnet {
 
@@ -53,10 +54,20 @@ Kernel::Kernel(std::shared_ptr<Device> device, std::shared_ptr<const Pipeline> p
                std::string name)
     : device_(std::move(device)), pipeline_(std::move(pipeline)), name_(std::move(name)) {}
 
+namespace {
+
+// The module checked before the pipeline cache (and so the driver) sees it.
+std::span<const uint32_t> validated(const Device& device, std::span<const uint32_t> spirv) {
+  validate_spirv(spirv, device.api_version());
+  return spirv;
+}
+
+}  // namespace
+
 Kernel::Kernel(std::shared_ptr<Device> device, std::span<const uint32_t> spirv, std::string entry,
                const Specialization& specialization, std::string name)
     : device_(std::move(device)),
-      pipeline_(device_->pipeline_cache().get(spirv, entry, specialization)),
+      pipeline_(device_->pipeline_cache().get(validated(*device_, spirv), entry, specialization)),
       name_(name.empty() ? entry : std::move(name)) {}
 
 Kernel Kernel::builtin(std::shared_ptr<Device> device, std::string_view shader,

@@ -284,16 +284,23 @@ MemoryBlock MemoryPool::import_host(void* pointer, uint64_t size) {
   return block;
 }
 
-void MemoryPool::release(MemoryBlock block, uint64_t size) {
+void MemoryPool::release(MemoryBlock block, uint64_t size) noexcept {
+  const uint64_t capacity = block.capacity;
   std::lock_guard lock(mutex_);
-  stats_.in_use_bytes -= block.placement == Placement::imported ? block.capacity : size;
-  if (block.placement == Placement::imported) {
-    stats_.live_blocks--;
-    stats_.allocated_bytes -= block.capacity;
-    return;  // the block's destructor frees the import; the caller then releases the owner
+  stats_.in_use_bytes -= block.placement == Placement::imported ? capacity : size;
+  if (block.placement != Placement::imported) {
+    try {
+      free_blocks_[{block.placement, block.type_index, capacity}].push_back(std::move(block));
+      stats_.pooled_bytes += capacity;
+      return;
+    } catch (...) {
+      // No host memory left to pool it (a capped process): the block is freed instead, by its
+      // destructor once the lock is released. A release never throws.
+    }
   }
-  stats_.pooled_bytes += block.capacity;
-  free_blocks_[{block.placement, block.type_index, block.capacity}].push_back(std::move(block));
+  stats_.live_blocks--;
+  stats_.allocated_bytes -= capacity;
+  // An import's destructor frees it; the caller then releases the owner.
 }
 
 void MemoryPool::trim() {

@@ -80,7 +80,7 @@ class MemoryPool {
   explicit MemoryPool(Device& device);
   MemoryBlock acquire(uint64_t size, Placement placement);
   MemoryBlock import_host(void* pointer, uint64_t size);
-  void release(MemoryBlock block, uint64_t size);
+  void release(MemoryBlock block, uint64_t size) noexcept;
   void trim();
   MemoryStats stats() const;
   static uint64_t size_class(uint64_t size);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -191,7 +192,11 @@ std::shared_ptr<const Pipeline> PipelineCache::build(std::span<const uint32_t> s
                                                      const Specialization& specialization) {
   device_.ensure_usable();
   auto pipeline = std::make_shared<Pipeline>();
-  pipeline->interface = reflect_spirv(spirv, entry);
+  try {
+    pipeline->interface = reflect_spirv(spirv, entry);
+  } catch (const std::out_of_range&) {  // an id the module uses but never defines
+    throw ArgumentError("malformed SPIR-V: an instruction refers to an id it never defines");
+  }
   const KernelInterface& interface = pipeline->interface;
   VkDevice device = device_.handle();
 

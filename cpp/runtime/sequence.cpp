@@ -174,17 +174,17 @@ void Sequence::before_op(std::span<const VkBuffer> reads, std::span<const VkBuff
   for (VkBuffer buffer : writes)
     hazard = hazard || pending_writes_.count(buffer) || pending_reads_.count(buffer);
   if (hazard) {
-    // Only the stages involved: compute to compute is the common case and the cheapest wait.
+    // The source: only the stages that ran since the last barrier (compute alone is the common
+    // case and the cheapest wait). The destination: every later op, copies too, since the
+    // barrier clears what is tracked (a copy after a dispatch that read its source's producer
+    // would otherwise find no hazard and read unsynchronized).
     const VkPipelineStageFlags src = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
                                      (pending_transfer_ ? VK_PIPELINE_STAGE_TRANSFER_BIT : 0);
     const VkAccessFlags src_access =
         VK_ACCESS_SHADER_WRITE_BIT | (pending_transfer_ ? VK_ACCESS_TRANSFER_WRITE_BIT : 0);
-    const VkPipelineStageFlags dst =
-        transfer ? VK_PIPELINE_STAGE_TRANSFER_BIT : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
-    const VkAccessFlags dst_access =
-        transfer ? VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT
-                 : VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-    memory_barrier(context_->commands, src, src_access, dst, dst_access);
+    memory_barrier(context_->commands, src, src_access, kWorkStages,
+                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
     ++barriers_;
     pending_reads_.clear();
     pending_writes_.clear();

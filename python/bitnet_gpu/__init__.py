@@ -252,7 +252,15 @@ class Profile:
     profiling. With telemetry=True a thread reads ``device.telemetry()`` every `interval` seconds
     during the block: ``p.samples`` [(seconds since the block began, reading)]."""
 
-    def __init__(self, device=None, telemetry: bool = False, interval: float = 0.01):
+    def __init__(
+        self, device: Device | None = None, telemetry: bool = False, interval: float = 0.01
+    ) -> None:
+        if device is not None and not isinstance(device, Device):
+            raise TypeError(f"device: expected a bitnet_gpu.Device, got {type(device).__name__}")
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+            raise ArgumentError(
+                f"interval: expected a positive number of seconds, got {interval!r}"
+            )
         self.device = device or default_device()
         self.timings: list = []
         self.samples: list = []
@@ -272,11 +280,21 @@ class Profile:
                 self.samples = self._sampler.stop()
         return False
 
-    def total(self, label=None):
+    def total(self, label: str | None = None) -> float:
+        """Seconds of every op timed, or of those labelled `label`."""
         return builtins.sum(t for name, t in self.timings if label is None or name == label)
 
+    def __repr__(self) -> str:
+        return (
+            f"<bitnet_gpu.Profile device={self.device.info.index} ops={len(self.timings)} "
+            f"total={self.total() * 1e3:.3f} ms samples={len(self.samples)}>"
+        )
 
-def profile(device=None, telemetry: bool = False, interval: float = 0.01) -> Profile:
+
+def profile(
+    device: Device | None = None, telemetry: bool = False, interval: float = 0.01
+) -> Profile:
+    """``with bg.profile(device) as p:``: see Profile."""
     return Profile(device, telemetry, interval)
 
 

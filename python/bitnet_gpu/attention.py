@@ -6,6 +6,8 @@ float32 or float16. Formulas: docs/NUMERICS.md.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _core
@@ -83,7 +85,9 @@ def _half(precision):
 
 class KVCache:
     """Keys and values of every layer on the device: [max_tokens, kv_heads, head_dim] each,
-    appended in place. `cache.attention(layer, q)` attends over the filled part."""
+    appended in place. `cache.attention(layer, q)` attends over the filled part. A layer index
+    outside [0, layers) raises IndexError, as a list's does; a cache larger than the device's
+    memory raises OutOfMemory before anything is allocated."""
 
     def __init__(self, layers, max_tokens, kv_heads, head_dim, dtype=np.float32, device=None):
         from . import default_device
@@ -92,6 +96,13 @@ class KVCache:
         self.layers, self.max_tokens = count(layers, "layers"), count(max_tokens, "max_tokens")
         self.kv_heads, self.head_dim = count(kv_heads, "kv_heads"), count(head_dim, "head_dim")
         shape = (self.max_tokens, self.kv_heads, self.head_dim)
+        nbytes = 2 * self.layers * math.prod(shape) * np.dtype(dtype).itemsize
+        heaps = sum(heap["size"] for heap in self.device.memory_stats()["heaps"])
+        if nbytes > heaps:  # refused before anything is allocated
+            raise _core.OutOfMemory(
+                f"KVCache: {self.layers} layers of {shape} keys and values take {nbytes} bytes, "
+                f"more than the device's {heaps} bytes of memory"
+            )
         self.keys = [self.device.empty(shape, dtype) for _ in range(self.layers)]
         self.values = [self.device.empty(shape, dtype) for _ in range(self.layers)]
         self.lengths = [0] * self.layers

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import struct
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -165,13 +166,24 @@ def to_bfloat16_bits(a) -> np.ndarray:
 
 
 def save_safetensors(path, tensors: dict, metadata: dict | None = None, bfloat16=()) -> None:
-    """Writes {name: array} as a safetensors file (the dtypes in _DTYPES); the names in
-    `bfloat16` are written as BF16 (each value the nearest bfloat16, ties to even)."""
+    """Writes {name: array} as a safetensors file (the dtypes in _DTYPES; a 0-d array as shape
+    []); the names in `bfloat16` (a name or a collection of names, matched whole) are written as
+    BF16 (each value the nearest bfloat16, ties to even)."""
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"tensors: expected a dict of arrays, got {type(tensors).__name__}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata: expected a dict or None, got {type(metadata).__name__}")
+    if isinstance(bfloat16, str):
+        bfloat16 = {bfloat16}
+    elif not isinstance(bfloat16, Iterable):
+        raise TypeError(f"bfloat16: expected a name or names, got {type(bfloat16).__name__}")
+    wide = set(bfloat16)
     header, offset, arrays = {}, 0, []
     for name, value in tensors.items():
-        a = np.ascontiguousarray(value)
-        kind = "BF16" if name in bfloat16 else _NAMES.get(a.dtype)
-        if name in bfloat16:
+        a = np.asarray(value)
+        a = a if a.flags.c_contiguous else np.ascontiguousarray(a)  # which would make 0-d 1-d
+        kind = "BF16" if name in wide else _NAMES.get(a.dtype)
+        if name in wide:
             a = to_bfloat16_bits(a)
         if kind is None:
             raise _core.DTypeError(f"{name}: dtype {a.dtype} has no safetensors name here")

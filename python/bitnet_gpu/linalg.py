@@ -99,11 +99,19 @@ def _back(t: Tensor, batch, as_tensor):
     return shaped if as_tensor else shaped.numpy()
 
 
+def _out(out):
+    """out=, checked: None or a Tensor (results are written into it on the device)."""
+    if out is not None and not isinstance(out, Tensor):
+        raise TypeError(f"out: expected a Tensor, got {type(out).__name__}")
+    return out
+
+
 def cholesky(a, upper=False, *, out=None):
     """The Cholesky factor of each symmetric positive definite matrix of a [..., N, N] (its lower
     triangle read): L with L L^T = a, or L^T with upper=True, zeros in the other triangle.
     LinAlgError where a matrix is not positive definite, naming it and the order of its first
     leading minor that is not. out: a Tensor [..., N, N] of a's dtype to write into."""
+    out = _out(out)
     t, batch, as_tensor = _matrices(a, square=True)
     target = None if out is None else out.reshape(*t.shape)
     result = _core.cholesky(t, bool(upper), target)
@@ -164,6 +172,7 @@ def solve(a, b, *, out=None):
     1-D b) or [..., N, K]; NumPy arrays' batch dimensions broadcast. Through a's QR (backward
     stable). LinAlgError where a matrix is singular (an exact zero pivot), naming it. out: a
     Tensor of the result's shape and dtype to write into."""
+    out = _out(out)
     vector = np.ndim(b) == 1 if not isinstance(b, Tensor) else len(b.shape) == 1
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         a_host, b_host = np.asarray(a), np.asarray(b)

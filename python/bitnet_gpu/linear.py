@@ -23,11 +23,6 @@ def _weights(w, device):
     raise DTypeError(f"w: expected TernaryWeights or a float matrix, got {type(w).__name__}")
 
 
-# Results up to this size that go back to NumPy are written by the GPU straight into host memory:
-# the download is then a memcpy instead of a second submission (tens of microseconds for decode).
-_HOST_RESULT_BYTES = 4 << 20
-
-
 def bitlinear(
     x, w, bias=None, *, return_accumulator=False, algorithm=None, out=None, _hardware_dot=None
 ):
@@ -55,16 +50,9 @@ def bitlinear(
     specs = [("y", shape, np.float32)] + (
         [("accumulators", shape, np.int32)] if return_accumulator else []
     )
-    outputs = Outputs(out, specs)
+    fits = tx.ndim >= 1 and weights.shape[1] == tx.shape[-1]  # else the core names the mismatch
+    outputs = Outputs(out, specs, None if as_tensor or not fits else tx.device)
     targets = [outputs.tensor(i) for i in range(len(specs))] + [None]
-    if (
-        not as_tensor
-        and targets[0] is None
-        and 4 * int(np.prod(shape)) <= _HOST_RESULT_BYTES
-        and tx.ndim >= 1
-        and weights.shape[1] == tx.shape[-1]
-    ):
-        targets[0] = tx.device.empty(shape, np.float32, memory="host")
     r = _core.bitlinear(
         tx,
         weights.handle,

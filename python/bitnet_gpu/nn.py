@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _core
 from ._core import Tensor
 from .linear import bitlinear, bitlinear_backward_input
 from ._args import count
@@ -77,7 +78,10 @@ class BitLinear:
         if value is None:
             self._bias = self._bias_tensor = None
             return
-        bias = np.array(value, np.float32)  # our own copy, so the device copy cannot go stale
+        given = np.asarray(value)
+        if given.dtype.kind not in "biuf":  # complex would lose its imaginary part, text fail
+            raise _core.DTypeError(f"bias: expected real numbers, got {given.dtype}")
+        bias = np.array(given, np.float32)  # our own copy, so the device copy cannot go stale
         if bias.shape != (self.out_features,):
             raise ValueError(f"bias: expected shape ({self.out_features},), got {bias.shape}")
         bias.flags.writeable = False

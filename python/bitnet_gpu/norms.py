@@ -83,7 +83,8 @@ def _row(op, x, weight, bias, eps, out, axis=-1):
     t, as_tensor = to_tensor(x, "x", None, FLOATS)
     w = None if weight is None else float32_param(weight, t.device, "weight")
     b = None if bias is None else float32_param(bias, t.device, "bias")
-    outputs = Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))])
+    host = None if as_tensor else t.device
+    outputs = Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))], host)
     return outputs.results([_core.row_op(t, op, w, b, float(eps), outputs.tensor(0))], as_tensor)[0]
 
 

@@ -14,6 +14,9 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
+from ._args import integer
 from ._core import ArgumentError
 
 __all__ = ["Tokenizer", "load_generation_config"]
@@ -106,9 +109,17 @@ class Tokenizer:
         return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return self._tokenizer.decode(
-            [int(i) for i in ids], skip_special_tokens=skip_special_tokens
-        )
+        """The text of `ids` (integers in [0, vocab_size): a list, or a 1-D array)."""
+        if isinstance(ids, (str, bytes)) or np.ndim(ids) != 1:
+            raise TypeError(f"ids: expected a sequence of token ids, got {type(ids).__name__}")
+        values = [integer(i, "ids") for i in ids]
+        vocab = self.vocab_size
+        if any(not 0 <= i < vocab for i in values):
+            bad = next(i for i in values if not 0 <= i < vocab)
+            raise ArgumentError(
+                f"ids: {bad} is not a token id of this tokenizer (0 to {vocab - 1})"
+            )
+        return self._tokenizer.decode(values, skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(
         self,
@@ -132,13 +143,43 @@ class Tokenizer:
         environment.globals["raise_exception"] = raise_exception
         environment.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         environment.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent)
-        text = environment.from_string(self.chat_template).render(
-            messages=list(messages),
-            add_generation_prompt=add_generation_prompt,
-            **self.special_tokens,
-            **variables,
-        )
+        conversation = _conversation(messages)
+        try:
+            text = environment.from_string(self.chat_template).render(
+                messages=conversation,
+                add_generation_prompt=add_generation_prompt,
+                **self.special_tokens,
+                **variables,
+            )
+        except jinja2.exceptions.TemplateError as error:  # the template's raise_exception too
+            raise ArgumentError(f"the chat template refused the conversation: {error}") from None
+        except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as error:
+            raise ArgumentError(
+                f"the chat template failed on the conversation ({type(error).__name__}: {error})"
+            ) from None
         return self.encode(text, add_special_tokens=False) if tokenize else text
+
+    def __repr__(self) -> str:
+        return (
+            f"<bitnet_gpu.text.Tokenizer vocab_size={self.vocab_size} "
+            f"chat_template={'yes' if self.chat_template else 'no'}>"
+        )
+
+
+def _conversation(messages: Any) -> list[dict]:
+    """The messages, checked: a list of dicts, each with a str role and a str content (or a list
+    of content parts, as OpenAI's API sends them)."""
+    if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Sequence):
+        kind = type(messages).__name__
+        raise TypeError(f"messages: expected a list of {{'role', 'content'}} dicts, got {kind}")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise TypeError(f"messages[{i}]: expected a dict, got {type(message).__name__}")
+        if not isinstance(message.get("role"), str):
+            raise ArgumentError(f"messages[{i}]: needs a 'role' string")
+        if not isinstance(message.get("content"), (str, list)):
+            raise ArgumentError(f"messages[{i}]: needs a 'content' string (or a list of parts)")
+    return list(messages)
 
 
 def stream_pieces(tokenizer: Tokenizer, ids: Iterator[int]) -> Iterator[str]:

@@ -27,7 +27,7 @@ float apply(float v, float o, uint index) {
   if (MODE == 2) return activation(OP, v, p.alpha) * o;
   // Dropout: index counts from the whole tensor's start, so chunks draw the same mask.
   const bool keep = uniform01(p.seed_lo, p.seed_hi, p.first + index) >= p.p;
-  return keep ? max(v, 0.0) / (1.0 - p.p) : 0.0;
+  return keep ? relu(v) / (1.0 - p.p) : 0.0;
 }
 
 void main() {

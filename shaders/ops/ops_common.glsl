@@ -19,10 +19,16 @@ float erfc_approx(float z) {
 
 float sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
 
+// max(x, 0) that keeps NaN, as NumPy's maximum does (GLSL's max may return either operand).
+float relu(float x) { return isnan(x) ? x : max(x, 0.0); }
+
+// max(a, b) that keeps NaN from either side (NumPy's max and maximum).
+float nan_max(float a, float b) { return isnan(a) ? a : (isnan(b) ? b : max(a, b)); }
+
 float activation(uint op, float x, float alpha) {
-  if (op == RELU) return max(x, 0.0);
+  if (op == RELU) return relu(x);
   if (op == LEAKY_RELU) return x > 0.0 ? x : alpha * x;
-  if (op == RELU2) { const float r = max(x, 0.0); return r * r; }
+  if (op == RELU2) { const float r = relu(x); return r * r; }
   if (op == GELU) return 0.5 * x * erfc_approx(-x * 0.70710678);
   // 0.5 (1 + tanh u) = sigmoid(2u): no cancellation where tanh u rounds to -1.
   if (op == GELU_TANH) return x * sigmoid(1.5957691216 * (x + 0.044715 * x * x * x));
@@ -34,7 +40,7 @@ float activation(uint op, float x, float alpha) {
 float activation_derivative(uint op, float x, float alpha) {
   if (op == RELU) return x > 0.0 ? 1.0 : 0.0;
   if (op == LEAKY_RELU) return x > 0.0 ? 1.0 : alpha;
-  if (op == RELU2) return 2.0 * max(x, 0.0);
+  if (op == RELU2) return 2.0 * relu(x);
   if (op == GELU)
     return 0.5 * erfc_approx(-x * 0.70710678) + x * exp(-0.5 * x * x) * 0.3989422804;
   if (op == GELU_TANH) {

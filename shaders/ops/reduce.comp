@@ -19,19 +19,19 @@ layout(push_constant) uniform Push { uint outer; uint count; uint inner; } p;
 
 shared float s_partial[256];
 
-float combine(float a, float b) { return OP == 2 ? max(a, b) : a + b; }
+float combine(float a, float b) { return OP == 2 ? nan_max(a, b) : a + b; }
 float start() { return OP == 2 ? -3.402823466e38 : 0.0; }
 float finish(float v) { return OP == 1 ? v / float(p.count) : v; }
 // acc = combine(acc, v); sums carry what each addition rounded away in `lost` (Kahan), so that a
 // long run of values (a thread may add millions) keeps float32 precision.
 void accumulate(inout precise float acc, inout precise float lost, float v) {
   if (OP == 2) {
-    acc = max(acc, v);
+    acc = nan_max(acc, v);
     return;
   }
   precise const float y = v - lost;
   precise const float t = acc + y;
-  lost = (t - acc) - y;
+  lost = isinf(t) ? 0.0 : (t - acc) - y;  // Inf - Inf would turn an infinite sum into NaN
   acc = t;
 }
 

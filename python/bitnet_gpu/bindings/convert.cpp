@@ -1,20 +1,54 @@
 #include "bindings/convert.hpp"
 
+#include <array>
 #include <cstring>
+#include <iterator>
 
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 
 namespace bitnet::binding {
 
+namespace {
+
+// The common case without NumPy's Python-level `name` property (a few microseconds a call): a
+// native-order dtype of a kind and size bitnet_gpu has.
+std::optional<DType> native_dtype(const py::dtype& dtype) {
+  const char order = dtype.byteorder();
+  if (order != '=' && order != '|') return std::nullopt;
+  const auto size = dtype.itemsize();
+  switch (dtype.kind()) {
+    case 'f':
+      if (size == 2) return DType::float16;
+      if (size == 4) return DType::float32;
+      if (size == 8) return DType::float64;
+      return std::nullopt;
+    case 'i':
+      if (size == 1) return DType::int8;
+      if (size == 4) return DType::int32;
+      return std::nullopt;
+    case 'u':
+      if (size == 1) return DType::uint8;
+      if (size == 4) return DType::uint32;
+      return std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
 DType to_dtype(py::handle object, const char* argument) {
   py::dtype dtype;
   try {
-    dtype = py::dtype::from_args(py::reinterpret_borrow<py::object>(object));
+    dtype = py::isinstance<py::dtype>(object)
+                ? py::reinterpret_borrow<py::dtype>(object)
+                : py::dtype::from_args(py::reinterpret_borrow<py::object>(object));
   } catch (py::error_already_set&) {
     throw DTypeError(std::string(argument) +
                      ": not a NumPy dtype: " + py::repr(object).cast<std::string>());
   }
+  if (auto found = native_dtype(dtype)) return *found;
   const std::string name = py::str(dtype.attr("name"));
   auto found = dtype_from_name(name);
   if (!found || !dtype.attr("isnative").cast<bool>())
@@ -24,7 +58,16 @@ DType to_dtype(py::handle object, const char* argument) {
   return *found;
 }
 
-py::dtype to_numpy(DType dtype) { return py::dtype(std::string(dtype_name(dtype))); }
+py::dtype to_numpy(DType dtype) {
+  // Made once a dtype (each is NumPy's own singleton; kept for the process, under the GIL): a
+  // dtype from its name costs a parse every call.
+  static std::array<PyObject*, std::size(all_dtypes)> made{};
+  const auto index = static_cast<size_t>(dtype);
+  if (index >= made.size()) return py::dtype(std::string(dtype_name(dtype)));
+  if (made[index] == nullptr)
+    made[index] = py::dtype(std::string(dtype_name(dtype))).release().ptr();
+  return py::reinterpret_borrow<py::dtype>(made[index]);
+}
 
 Placement to_placement(const std::string& memory) {
   if (memory == "auto" || memory == "device") return Placement::device;
@@ -33,10 +76,10 @@ Placement to_placement(const std::string& memory) {
 }
 
 std::vector<int64_t> to_shape(py::handle shape) {
-  if (py::isinstance<py::int_>(shape)) return {shape.cast<int64_t>()};
   try {
+    if (py::isinstance<py::int_>(shape)) return {shape.cast<int64_t>()};
     return shape.cast<std::vector<int64_t>>();
-  } catch (py::cast_error&) {
+  } catch (py::cast_error&) {  // not ints, or an int past 64 bits
     throw ShapeError("shape: expected an int or a sequence of ints, got " +
                      py::repr(shape).cast<std::string>());
   }

@@ -63,7 +63,14 @@ void bind_recording(py::module_& m) {
             bitnet::dispatch(kernel, count, bindings, push);
           },
           py::arg("groups"), py::arg("tensors"), py::arg("push_constants") = py::none(),
-          "Run now, or record into the active `with device.sequence()` on this thread.");
+          "Run now, or record into the active `with device.sequence()` on this thread.")
+      .def("__repr__", [](const Kernel& k) {
+        const auto& s = k.local_size();
+        return "<bitnet_gpu.Kernel '" + k.name() + "' local_size=(" + std::to_string(s[0]) + ", " +
+               std::to_string(s[1]) + ", " + std::to_string(s[2]) +
+               ") bindings=" + std::to_string(k.interface().binding_writable.size()) +
+               " push_constants=" + std::to_string(k.interface().push_constant_size) + ">";
+      });
 
   declared<Submission, std::shared_ptr<Submission>>(m, "Submission")
       .def("wait", &Submission::wait, py::call_guard<py::gil_scoped_release>())
@@ -117,7 +124,12 @@ void bind_recording(py::module_& m) {
       .def_property_readonly("op_count", &Sequence::op_count)
       .def_property_readonly("barrier_count", &Sequence::barrier_count)
       .def_property_readonly("submitted", &Sequence::submitted)
-      .def_property_readonly("timings_enabled", &Sequence::timings_enabled);
+      .def_property_readonly("timings_enabled", &Sequence::timings_enabled)
+      .def("__repr__", [](const Sequence& s) {
+        return "<bitnet_gpu.Sequence ops=" + std::to_string(s.op_count()) +
+               " barriers=" + std::to_string(s.barrier_count()) +
+               (s.submitted() ? " submitted" : " recording") + ">";
+      });
 
   declared<Graph, std::shared_ptr<Graph>>(m, "RecordedGraph")
       .def(py::init(

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 __all__ = ["StepRecorder", "RecordedStep", "StepResult"]
 
+# Logits up to this size go back through host-cached memory (a decode step of 32 sequences of a
+# 128,256-token vocabulary: 16 MiB).
+_HOST_LOGITS_BYTES = 16 << 20
+
 
 class StepResult:
     """What one replay gave: the ids each step chose and the logits it kept, as NumPy."""
@@ -133,11 +137,21 @@ class StepRecorder:
                     x = _core.embedding(x, last)  # each sequence's last row
                 chosen, logits = self._head(plan, x, sampling, drawn_at)
                 if logits is not None:
-                    graph.output(f"logits{i}", logits)
+                    graph.output(f"logits{i}", self._readable(logits))
                 if chosen is not None:
                     graph.output(f"ids{i}", chosen)
                     ids = chosen
         return RecordedStep(plan, graph)
+
+    def _readable(self, logits: Tensor) -> Tensor:
+        """The logits copied into host-cached memory at the graph's end, so that reading them back
+        is a memcpy, not a copy submission of its own (up to _HOST_LOGITS_BYTES: a long prompt's
+        logits stay on the device, downloaded when asked for)."""
+        if logits.nbytes > _HOST_LOGITS_BYTES:
+            return logits
+        host = self.device.empty(tuple(logits.shape), np.float32, memory="host")
+        host.copy_from(logits)
+        return host
 
     def _layers(
         self, plan: StepPlan, caches: list[tuple[Tensor, Tensor]], ids: Tensor, positions: Tensor
