@@ -1,8 +1,9 @@
 """The engine: one thread owns the model and the GPU, and runs continuous batching over a pool of
-KV cache slots. Each turn of its loop admits waiting requests into free slots, feeds one chunk
-(the model's prefill_chunk tokens) of the oldest prompt still being read, and runs one decode
-step of every request already decoding; a request leaves the batch (its slot freed) when it ends,
-is cancelled, or its client goes away.
+KV cache slots. Each turn of its loop admits waiting requests into free slots, feeds the next
+chunk of the oldest prompt still being read (with the chunks of as many tokens of other prompts,
+up to the model's prefill_chunk tokens in all), and runs one decode step of every request already
+decoding; a request leaves the batch (its slot freed) when it ends, is cancelled, or its client
+goes away.
 
 A request's ids are those generate_text gives it alone on the same model: its prompt is fed in
 the chunks generation feeds it in, every step computes each row as that row alone (decode steps
@@ -107,10 +108,14 @@ class Engine:
             (Pick.NUCLEUS, sampling_params(1.0, None, 0, vocab, 0.9)),
             (Pick.NUCLEUS_TOP_K, sampling_params(1.0, 50, 0, vocab, 0.9)),
         ]
+        chunk = self.model.policy.prefill_chunk
         shapes = [(batch, 1) for batch in range(1, self.max_batch + 1)]
-        shapes += [(1, min(t, self.model.policy.prefill_chunk)) for t in prompt_tokens]
-        kept = self.pool.graphs.kept_prefill
-        self.pool.graphs.kept_prefill = max(kept, len(picks) * len(prompt_tokens))
+        widths = {min(t, chunk) for t in prompt_tokens} | {t % chunk for t in prompt_tokens}
+        for width in sorted(widths - {0}):  # chunks of one width prefill together
+            most = min(self.max_batch, max(1, chunk // width))
+            shapes += [(batch, width) for batch in range(1, most + 1)]
+        prefill = len(picks) * sum(1 for _, tokens in shapes if tokens > 1)
+        self.pool.graphs.kept_prefill = max(self.pool.graphs.kept_prefill, prefill)
         for batch, tokens in shapes:
             for pick, params in picks:
                 rows = None if params is None else sampling_rows([params] * batch, [0] * batch)
@@ -199,7 +204,7 @@ class Engine:
             self._release(request, "cancelled")
         reading = [r for r in self._active if not r.prefilled]
         if reading:
-            self._prefill(min(reading, key=lambda r: r.arrived))
+            self._prefill(reading)
         decoding = [r for r in self._active if r.prefilled and r.made > 0]
         if decoding:
             self._decode(decoding)
@@ -216,18 +221,32 @@ class Engine:
         pick = Pick.for_sampling(rows)
         return pick, (rows if pick.draws else None)
 
-    def _prefill(self, request: EngineRequest) -> None:
-        """One chunk of the request's prompt; its last gives the first new id."""
-        chunk = self.model.policy.prefill_chunk
-        ids = request.prompt[request.cached : request.cached + chunk].astype(np.int32)
-        pick, rows = self._rows([request])
+    def _chunk(self, request: EngineRequest) -> int:
+        """Tokens of the request's prompt its next prefill step feeds."""
+        return min(self.model.policy.prefill_chunk, len(request.prompt) - request.cached)
+
+    def _prefill(self, reading: list[EngineRequest]) -> None:
+        """One prefill step: the next chunk of the oldest prompt still being read, with those of
+        the prompts whose next chunks are as long (up to prefill_chunk tokens in all): a step of
+        chunks of one length computes each row as alone; mixed lengths would not."""
+        reading = sorted(reading, key=lambda r: r.arrived)
+        width = self._chunk(reading[0])
+        most = max(1, self.model.policy.prefill_chunk // width)
+        group = [r for r in reading if self._chunk(r) == width][:most]
+        pick, rows = self._rows(group)
+        ids = tuple(r.prompt[r.cached : r.cached + width].astype(np.int32) for r in group)
         step = Step(
-            np.array([request.slot]), np.array([request.cached]), (ids,), pick, sampling=rows
+            np.array([r.slot for r in group]),
+            np.array([r.cached for r in group]),
+            ids,
+            pick,
+            sampling=rows,
         )
-        result = self.model.runner.run(self.pool, step)
-        request.cached += ids.size
-        if request.prefilled:
-            self._made(request, int(result.ids()[0]))
+        chosen = self.model.runner.run(self.pool, step).ids()
+        for request, token in zip(group, chosen):
+            request.cached += width
+            if request.prefilled:
+                self._made(request, int(token))
 
     def _decode(self, requests: list[EngineRequest]) -> None:
         """One decode step of every request: each one's pending id fed, its next id made."""

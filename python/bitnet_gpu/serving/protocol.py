@@ -114,11 +114,17 @@ def unsupported(request: _Request) -> None:
 
 class TextStream:
     """A reply's text as its ids arrive: whole characters only, and never text that could begin a
-    stop string until it cannot (`stopped` once one appears: the text ends before it)."""
+    stop string until it cannot (`stopped` once one appears: the text ends before it).
+
+    Each id decodes only the ids since the last piece was cut, and a few before them for context
+    (incremental detokenization, as vLLM's): the cost of an id stays flat however long the reply."""
 
     def __init__(self, tokenizer: Tokenizer, stop: list[str]) -> None:
         self.tokenizer, self.stop = tokenizer, [s for s in stop if s]
         self.ids: list[int] = []
+        self.prefix = 0  # ids[prefix:read] decode to the text already cut into pieces ...
+        self.read = 0  # ... and ids[read:] to what is still pending
+        self.decoded = ""  # the text of every id so far, as its pieces were cut
         self.sent = 0
         self.stopped = False
         self.text = ""
@@ -126,15 +132,21 @@ class TextStream:
     def push(self, token: int) -> str:
         """The new text safe to send after `token`."""
         self.ids.append(token)
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd"):  # a character's bytes are not all there yet
+        before = self.tokenizer.decode(self.ids[self.prefix : self.read])
+        now = self.tokenizer.decode(self.ids[self.prefix :])
+        if len(now) <= len(before) or now.endswith("\ufffd"):  # a character's bytes not all there
             return ""
-        return self._advance(text, final=False)
+        self.decoded += now[len(before) :]
+        self.prefix, self.read = self.read, len(self.ids)
+        return self._advance(self.decoded, final=False)
 
     def close(self) -> str:
         """The text held back, at the reply's end."""
-        text = self.tokenizer.decode(self.ids).rstrip("\ufffd")
-        return self._advance(text, final=True)
+        before = self.tokenizer.decode(self.ids[self.prefix : self.read])
+        now = self.tokenizer.decode(self.ids[self.prefix :]).rstrip("\ufffd")
+        if len(now) > len(before):
+            self.decoded += now[len(before) :]
+        return self._advance(self.decoded, final=True)
 
     def _advance(self, text: str, final: bool) -> str:
         if self.stopped:
