@@ -23,6 +23,12 @@ def run(args, **kwargs):
     )
 
 
+def user_mypy(tmp_path, script, *options):
+    """mypy over a user's script as a user runs it: outside the project, no config file."""
+    command = ["-m", "mypy", *options, "--cache-dir", str(tmp_path / "cache")]
+    return run([*command, "--config-file", "/dev/null", str(script)], cwd=tmp_path)
+
+
 def test_the_package_ships_its_types():
     assert (PACKAGE / "py.typed").is_file()
     assert (PACKAGE / "_core.pyi").is_file()
@@ -49,21 +55,18 @@ def test_mypy_reports_a_type_error_in_user_code(tmp_path):
         "name: int = device.info.name\n"  # a str
         "bg.Tensor.from_numpy(None, device, memory=3)\n"  # memory is a str
     )
-    result = run(
-        [
-            "-m",
-            "mypy",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--config-file",
-            "/dev/null",
-            str(snippet),
-        ],
-        cwd=tmp_path,
-    )
+    result = user_mypy(tmp_path, snippet)
     assert result.returncode == 1, result.stdout + result.stderr
     assert (
         'wrong.py:3: error: Incompatible types in assignment (expression has type "str"'
         in result.stdout
     )
     assert "wrong.py:4: error: Argument" in result.stdout and '"memory"' in result.stdout
+
+
+def test_a_user_script_passes_mypy_strict(tmp_path):
+    """The public API is annotated and re-exported explicitly: a correct user script passes
+    `mypy --strict` (no untyped calls, no implicit re-exports)."""
+    pytest.importorskip("mypy")
+    result = user_mypy(tmp_path, ROOT / "tests_py" / "typing" / "strict_example.py", "--strict")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,6 +34,7 @@ from ._core import (
     devices,
 )
 from . import activations, arithmetic, norms, ops, quantize, sampling, tensor_ops
+from ._args import integer as _integer
 from ._tuning import Knob, get_tuning, tuning, tuning_knobs
 from .activations import (
     gelu,
@@ -195,11 +197,15 @@ def aligned_empty(shape, dtype=np.float32, device: Device | None = None) -> np.n
     device = device or default_device()
     dtype = np.dtype(dtype)
     alignment = device.info.host_import_alignment or 4096
+    if isinstance(shape, (str, bytes)) or not (np.isscalar(shape) or np.ndim(shape) == 1):
+        raise TypeError(f"shape: expected an int or a sequence of ints, got {shape!r}")
     shape = (shape,) if np.isscalar(shape) else tuple(shape)
-    count = int(np.prod(shape, dtype=np.int64))
-    if count < 0 or any(int(d) < 0 for d in shape):
+    shape = tuple(_integer(d, "shape") for d in shape)
+    if any(d < 0 for d in shape):
         raise ShapeError(f"shape: negative dimension in {shape}")
-    nbytes = count * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= 2**62:  # NumPy's sizes are signed 64-bit
+        raise ShapeError(f"shape: {shape} of {dtype} is more memory than can be addressed")
     padded = builtins.max(alignment, -(-nbytes // alignment) * alignment)
     raw = np.empty(padded + alignment, dtype=np.uint8)
     offset = (-raw.ctypes.data) % alignment

@@ -6,8 +6,11 @@ docs/NUMERICS.md."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from . import _core
 from ._args import call_unary, seed_value
+from ._types import ArrayIn, Out, Result
 
 __all__ = [
     "gelu",
@@ -35,11 +38,19 @@ __all__ = [
 _A = _core.Activation
 
 
-def _activation(op, alpha=0.0):
-    def forward(x, *, out=None):
+class _Forward(Protocol):
+    def __call__(self, x: ArrayIn, *, out: Out | None = None) -> Result: ...
+
+
+class _Backward(Protocol):
+    def __call__(self, grad_y: ArrayIn, x: ArrayIn, *, out: Out | None = None) -> Result: ...
+
+
+def _activation(op: _core.Activation, alpha: float = 0.0) -> tuple[_Forward, _Backward]:
+    def forward(x: ArrayIn, *, out: Out | None = None) -> Result:
         return call_unary(lambda t, o: _core.activation(t, op, alpha, o), x, "x", out)
 
-    def backward(grad_y, x, *, out=None):
+    def backward(grad_y: ArrayIn, x: ArrayIn, *, out: Out | None = None) -> Result:
         return call_unary(
             lambda g, t, o: _core.activation_backward(g, t, op, alpha, o),
             grad_y,
@@ -67,12 +78,14 @@ for _f, _doc in [
     _f.__doc__ = f"y = {_doc}, element-wise."
 
 
-def leaky_relu(x, alpha=0.01, *, out=None):
+def leaky_relu(x: ArrayIn, alpha: float = 0.01, *, out: Out | None = None) -> Result:
     """y = x if x > 0 else alpha * x."""
     return _activation(_A.leaky_relu, float(alpha))[0](x, out=out)
 
 
-def leaky_relu_backward(grad_y, x, alpha=0.01, *, out=None):
+def leaky_relu_backward(
+    grad_y: ArrayIn, x: ArrayIn, alpha: float = 0.01, *, out: Out | None = None
+) -> Result:
     return _activation(_A.leaky_relu, float(alpha))[1](grad_y, x, out=out)
 
 
@@ -82,30 +95,32 @@ def _gelu_op(approximate):
     return _A.gelu if approximate == "none" else _A.gelu_tanh
 
 
-def gelu(x, approximate="none", *, out=None):
+def gelu(x: ArrayIn, approximate: str = "none", *, out: Out | None = None) -> Result:
     """0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation."""
     return _activation(_gelu_op(approximate))[0](x, out=out)
 
 
-def gelu_backward(grad_y, x, approximate="none", *, out=None):
+def gelu_backward(
+    grad_y: ArrayIn, x: ArrayIn, approximate: str = "none", *, out: Out | None = None
+) -> Result:
     return _activation(_gelu_op(approximate))[1](grad_y, x, out=out)
 
 
-def silu_mul(gate, up, *, out=None):
+def silu_mul(gate: ArrayIn, up: ArrayIn, *, out: Out | None = None) -> Result:
     """SwiGLU: silu(gate) * up (gate and up of one shape and dtype)."""
     return call_unary(
         lambda g, u, o: _core.gated_activation(g, u, _A.silu, o), gate, "gate", out, (up, "up")
     )
 
 
-def relu2_mul(gate, up, *, out=None):
+def relu2_mul(gate: ArrayIn, up: ArrayIn, *, out: Out | None = None) -> Result:
     """relu(gate)^2 * up: BitNet b1.58 2B4T's gated FFN."""
     return call_unary(
         lambda g, u, o: _core.gated_activation(g, u, _A.relu2, o), gate, "gate", out, (up, "up")
     )
 
 
-def relu_dropout(x, p, seed=0, *, out=None):
+def relu_dropout(x: ArrayIn, p: float, seed: int = 0, *, out: Out | None = None) -> Result:
     """relu(x) with each value kept with probability 1 - p and scaled by 1 / (1 - p). The mask
     comes from a counter-based hash of (seed, element index): the same on every device."""
     seed = seed_value(seed)

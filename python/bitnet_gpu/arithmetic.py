@@ -10,6 +10,7 @@ import numpy as np
 from . import _core
 from ._args import FLOATS, Outputs, to_tensor
 from ._core import Tensor
+from ._types import ArrayIn, Out, Result
 
 __all__ = ["add", "div", "mul", "sub"]
 
@@ -39,21 +40,21 @@ def _binary(op, a, b, out):
     return outputs.results([_core.binary(ta, tb, op, outputs.tensor(0))], as_tensor)[0]
 
 
-def add(a, b, *, out=None):
+def add(a: ArrayIn, b: ArrayIn, *, out: Out | None = None) -> Result:
     """a + b with NumPy broadcasting (a or b may be a Python number)."""
     return _binary(_core.BinaryOp.add, a, b, out)
 
 
-def sub(a, b, *, out=None):
+def sub(a: ArrayIn, b: ArrayIn, *, out: Out | None = None) -> Result:
     """a - b with NumPy broadcasting."""
     return _binary(_core.BinaryOp.sub, a, b, out)
 
 
-def mul(a, b, *, out=None):
+def mul(a: ArrayIn, b: ArrayIn, *, out: Out | None = None) -> Result:
     """a * b with NumPy broadcasting."""
     return _binary(_core.BinaryOp.mul, a, b, out)
 
 
-def div(a, b, *, out=None):
+def div(a: ArrayIn, b: ArrayIn, *, out: Out | None = None) -> Result:
     """a / b with NumPy broadcasting."""
     return _binary(_core.BinaryOp.div, a, b, out)

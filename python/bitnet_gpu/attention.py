@@ -13,11 +13,12 @@ import numpy as np
 from . import _core
 from ._core import Tensor
 from ._args import FLOATS, count, integer, like, Outputs, to_tensor
+from ._types import ArrayIn, Out, Result
 
 __all__ = ["KVCache", "attention", "rope", "rope_tables"]
 
 
-def rope_tables(positions, head_dim, theta=10000.0):
+def rope_tables(positions: ArrayIn, head_dim: int, theta: float = 10000.0) -> Result:
     """(cos, sin) float32 [T, head_dim / 2]: angle[t, i] = positions[t] * theta^(-2i / head_dim),
     in float64 before rounding (float32 angles in the thousands of radians lose the phase)."""
     pos = np.asarray(positions.numpy() if isinstance(positions, Tensor) else positions)
@@ -35,7 +36,9 @@ def rope_tables(positions, head_dim, theta=10000.0):
     return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 
 
-def rope(x, positions, theta=10000.0, *, out=None):
+def rope(
+    x: ArrayIn, positions: ArrayIn, theta: float = 10000.0, *, out: Out | None = None
+) -> Result:
     """Rotary embedding, half-split layout, of x [T, H, D] at the given token positions [T]."""
     t, as_tensor = to_tensor(x, "x", None, FLOATS)
     if len(t.shape) != 3:
@@ -52,7 +55,16 @@ def rope(x, positions, theta=10000.0, *, out=None):
     return outputs.results([y], as_tensor)[0]
 
 
-def attention(q, k, v, causal=True, *, kv_length=None, precision="float32", out=None):
+def attention(
+    q: ArrayIn,
+    k: ArrayIn,
+    v: ArrayIn,
+    causal: bool = True,
+    *,
+    kv_length: int | None = None,
+    precision: str = "float32",
+    out: Out | None = None,
+) -> Result:
     """softmax(q k^T / sqrt(D)) v: q [TQ, HQ, D], k and v [L, HKV, D] with HQ a multiple of HKV
     (grouped-query). causal: query i is token L - TQ + i and sees keys up to it; prefill
     (TQ = L) and single-token decode (TQ = 1) are the same call. kv_length reads only the first

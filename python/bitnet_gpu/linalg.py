@@ -16,12 +16,13 @@ minor (Cholesky) or pivot (solve). The algorithms and their accuracy: docs/NUMER
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _core
 from ._core import Tensor
+from ._types import ArrayIn, Result
 
 __all__ = [
     "LinAlgError",
@@ -99,14 +100,14 @@ def _back(t: Tensor, batch, as_tensor):
     return shaped if as_tensor else shaped.numpy()
 
 
-def _out(out):
+def _out(out: Any) -> Tensor | None:
     """out=, checked: None or a Tensor (results are written into it on the device)."""
     if out is not None and not isinstance(out, Tensor):
         raise TypeError(f"out: expected a Tensor, got {type(out).__name__}")
     return out
 
 
-def cholesky(a, upper=False, *, out=None):
+def cholesky(a: ArrayIn, upper: bool = False, *, out: Tensor | None = None) -> Result:
     """The Cholesky factor of each symmetric positive definite matrix of a [..., N, N] (its lower
     triangle read): L with L L^T = a, or L^T with upper=True, zeros in the other triangle.
     LinAlgError where a matrix is not positive definite, naming it and the order of its first
@@ -118,7 +119,7 @@ def cholesky(a, upper=False, *, out=None):
     return out if out is not None else _back(result, batch, as_tensor)
 
 
-def qr(a, mode="reduced"):
+def qr(a: ArrayIn, mode: str = "reduced") -> Result:
     """Householder QR of each matrix of a [..., M, N], K = min(M, N): mode "reduced" gives
     QRResult(Q [..., M, K], R [..., K, N]), "complete" Q [..., M, M] and R [..., M, N], "r" R
     alone [..., K, N]. R's diagonal carries LAPACK's signs, as numpy.linalg.qr's."""
@@ -131,7 +132,9 @@ def qr(a, mode="reduced"):
     return QRResult(_back(q, batch, as_tensor), _back(r, batch, as_tensor))
 
 
-def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+def svd(
+    a: ArrayIn, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False
+) -> Result:
     """Singular values of each matrix of a [..., M, N], descending, and with compute_uv
     SVDResult(U, S, Vh) with a = U diag(S) Vh: U [..., M, M] and Vh [..., N, N] with
     full_matrices, else [..., M, K] and [..., K, N]. hermitian is numpy's hint and changes
@@ -146,7 +149,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     )
 
 
-def eigh(a, UPLO="L"):
+def eigh(a: ArrayIn, UPLO: str = "L") -> Result:
     """EighResult(eigenvalues [..., N] ascending, eigenvectors [..., N, N] as columns) of the
     symmetric matrices a [..., N, N], from their lower (UPLO="L") or upper ("U") triangle. Records
     in a Graph (as svd)."""
@@ -154,7 +157,7 @@ def eigh(a, UPLO="L"):
     return EighResult(w, v)
 
 
-def eigvalsh(a, UPLO="L"):
+def eigvalsh(a: ArrayIn, UPLO: str = "L") -> Result:
     """The eigenvalues alone of eigh, ascending."""
     return _eigh(a, UPLO, False)[0]
 
@@ -167,12 +170,18 @@ def _eigh(a, uplo, compute_v):
     return _back(w, batch, as_tensor), (_back(v, batch, as_tensor) if compute_v else None)
 
 
-def solve(a, b, *, out=None):
+def solve(a: ArrayIn, b: ArrayIn, *, out: Tensor | None = None) -> Result:
     """x with a x = b for square a [..., N, N]: b [N] (one vector, as numpy.linalg.solve takes a
     1-D b) or [..., N, K]; NumPy arrays' batch dimensions broadcast. Through a's QR (backward
     stable). LinAlgError where a matrix is singular (an exact zero pivot), naming it. out: a
     Tensor of the result's shape and dtype to write into."""
     out = _out(out)
+    return _solve(a, b, out)
+
+
+def _solve(a: Any, b: Any, out: Tensor | None) -> Result:
+    a = a if isinstance(a, Tensor) else np.asarray(a)
+    b = b if isinstance(b, Tensor) else np.asarray(b)
     vector = np.ndim(b) == 1 if not isinstance(b, Tensor) else len(b.shape) == 1
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         a_host, b_host = np.asarray(a), np.asarray(b)

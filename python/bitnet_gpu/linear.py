@@ -11,6 +11,7 @@ from . import _core
 from ._core import DTypeError, Tensor
 from ._args import FLOATS, float32_param, result_as, Outputs, to_tensor
 from .quantize import TernaryWeights, quantize_weights
+from ._types import ArrayIn, Out, Result
 
 __all__ = ["bitlinear", "bitlinear_backward_input", "mixed_precision_matmul"]
 
@@ -24,8 +25,15 @@ def _weights(w, device):
 
 
 def bitlinear(
-    x, w, bias=None, *, return_accumulator=False, algorithm=None, out=None, _hardware_dot=None
-):
+    x: ArrayIn,
+    w: TernaryWeights | ArrayIn,
+    bias: ArrayIn | None = None,
+    *,
+    return_accumulator: bool = False,
+    algorithm: str | None = None,
+    out: Out | None = None,
+    _hardware_dot: bool | None = None,
+) -> Result:
     """y = (x_q . W_q^T) * gamma / s (+ bias), x float32/float16 [..., K] -> float32 [..., N].
 
     The per-token int8 quantization of x runs on the GPU in the same submission; accumulation is
@@ -67,14 +75,20 @@ def bitlinear(
     return tuple(results) if return_accumulator else results[0]
 
 
-def bitlinear_backward_input(grad_y, w):
+def bitlinear_backward_input(grad_y: ArrayIn, w: TernaryWeights | ArrayIn) -> Result:
     """grad_x = grad_y @ (W_q * gamma), the straight-through estimator: float32 [..., N] ->
     [..., K]."""
     tg, as_tensor = to_tensor(grad_y, "grad_y", None, [np.float32])
     return result_as(_core.bitlinear_backward_input(tg, _weights(w, tg.device).handle), as_tensor)
 
 
-def mixed_precision_matmul(a, b, *, algorithm=None, _hardware_dot=None):
+def mixed_precision_matmul(
+    a: ArrayIn,
+    b: TernaryWeights | ArrayIn,
+    *,
+    algorithm: str | None = None,
+    _hardware_dot: bool | None = None,
+) -> Result:
     """Exact int32 products: int8 [M, K] @ int8 [K, N], or int8 [M, K] @ W_q^T for TernaryWeights
     b of shape [N, K]. algorithm: None (tensor cores where available), 'tiled', 'coopmat',
     'coopmat_khr' or 'coopmat2'."""

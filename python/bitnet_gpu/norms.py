@@ -11,6 +11,7 @@ import numpy as np
 from . import _core
 from ._args import FLOATS, call_unary, float32_param, integer, like, result_as, Outputs, to_tensor
 from ._core import Tensor
+from ._types import ArrayIn, Out, Result
 
 __all__ = [
     "layer_norm",
@@ -88,13 +89,17 @@ def _row(op, x, weight, bias, eps, out, axis=-1):
     return outputs.results([_core.row_op(t, op, w, b, float(eps), outputs.tensor(0))], as_tensor)[0]
 
 
-def softmax(x, axis=-1, *, out=None):
+def softmax(
+    x: ArrayIn, axis: int | tuple[int, ...] | None = -1, *, out: Out | None = None
+) -> Result:
     """exp(x - max) / sum(exp(x - max)) along `axis` (numerically stable, float32 sums); axis=None
     normalizes over every element."""
     return _row(_core.RowOp.softmax, x, None, None, 0.0, out, axis)
 
 
-def softmax_backward(grad_y, x, axis=-1, *, out=None):
+def softmax_backward(
+    grad_y: ArrayIn, x: ArrayIn, axis: int | tuple[int, ...] | None = -1, *, out: Out | None = None
+) -> Result:
     """grad_x of softmax(x) along `axis`: s (grad_y - sum(grad_y s)), s = softmax(x)."""
     moved = _over_axis(softmax_backward, [grad_y, x], axis, out, "grad_x")
     if moved is not None:
@@ -104,12 +109,14 @@ def softmax_backward(grad_y, x, axis=-1, *, out=None):
     )
 
 
-def rms_norm(x, weight, eps=1e-6, *, out=None):
+def rms_norm(x: ArrayIn, weight: ArrayIn, eps: float = 1e-6, *, out: Out | None = None) -> Result:
     """x / sqrt(mean(x^2) + eps) * weight over the last axis (weight: [K], cast to float32)."""
     return _row(_core.RowOp.rms_norm, x, weight, None, eps, out)
 
 
-def layer_norm(x, gamma, beta, eps=1e-5, *, out=None):
+def layer_norm(
+    x: ArrayIn, gamma: ArrayIn, beta: ArrayIn, eps: float = 1e-5, *, out: Out | None = None
+) -> Result:
     """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis (biased variance)."""
     return _row(_core.RowOp.layer_norm, x, gamma, beta, eps, out)
 
@@ -120,7 +127,7 @@ def _rows_sum(t):
     return t
 
 
-def rms_norm_backward(grad_y, x, weight, eps=1e-6):
+def rms_norm_backward(grad_y: ArrayIn, x: ArrayIn, weight: ArrayIn, eps: float = 1e-6) -> Result:
     """(grad_x, grad_weight) of rms_norm(x, weight, eps) over the last axis; grad_x in x's dtype,
     grad_weight float32."""
     tx, as_tensor = to_tensor(x, "x", None, FLOATS)
@@ -129,7 +136,7 @@ def rms_norm_backward(grad_y, x, weight, eps=1e-6):
     return result_as(r.grad_x, as_tensor), result_as(_rows_sum(r.grad_times_xhat), as_tensor)
 
 
-def layer_norm_backward(grad_y, x, gamma, eps=1e-5):
+def layer_norm_backward(grad_y: ArrayIn, x: ArrayIn, gamma: ArrayIn, eps: float = 1e-5) -> Result:
     """(grad_x, grad_gamma, grad_beta) of layer_norm(x, gamma, beta, eps) over the last axis;
     grad_x in x's dtype, grad_gamma and grad_beta float32."""
     tx, as_tensor = to_tensor(x, "x", None, FLOATS)

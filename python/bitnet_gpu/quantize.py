@@ -11,6 +11,8 @@ import numpy as np
 from . import _core
 from ._args import FLOATS, count, matrix_shape, Outputs, seed_value, to_tensor
 from ._core import DTypeError, Tensor
+from ._core import Device
+from ._types import ArrayIn, Out, Result
 
 __all__ = [
     "BinaryWeights",
@@ -147,14 +149,14 @@ def binarize_weights(w, *, group_size=None, device=None) -> BinaryWeights:
     return BinaryWeights(_core.quantize_weights(t, _group_size(group_size), True), as_tensor)
 
 
-def dequantize_weights(q, *, out=None):
+def dequantize_weights(q: TernaryWeights, *, out: Out | None = None) -> Result:
     """float32 [N, K]: W_q * gamma (ternary) or W_b * beta (binary)."""
     if not isinstance(q, _PackedWeights):
         raise DTypeError(f"q: expected TernaryWeights or BinaryWeights, got {type(q).__name__}")
     return q.dequantize(out=out)
 
 
-def pack_ternary(q, *, out=None, device=None):
+def pack_ternary(q: ArrayIn, *, out: Out | None = None, device: Device | None = None) -> Result:
     """int8 [N, K] in {-1, 0, 1} to uint8 [N, ceil(K / 16) * 4], packed on the GPU."""
     t, as_tensor = to_tensor(q, "q", device, [np.int8])
     if t.ndim != 2:
@@ -164,7 +166,9 @@ def pack_ternary(q, *, out=None, device=None):
     return outputs.results([_core.pack_ternary(t, outputs.tensor(0))], as_tensor)[0]
 
 
-def unpack_ternary(packed, shape, *, out=None, device=None):
+def unpack_ternary(
+    packed: ArrayIn, shape: tuple[int, int], *, out: Out | None = None, device: Device | None = None
+) -> Result:
     """uint8 packed ternary weights to int8 [N, K] in {-1, 0, 1}, on the GPU."""
     t, as_tensor = to_tensor(packed, "packed", device, [np.uint8])
     rows, cols = matrix_shape(shape)
@@ -172,7 +176,14 @@ def unpack_ternary(packed, shape, *, out=None, device=None):
     return outputs.results([_core.unpack_ternary(t, rows, cols, outputs.tensor(0))], as_tensor)[0]
 
 
-def quantize_activations(x, *, bits=8, symmetric=True, out=None, device=None):
+def quantize_activations(
+    x: ArrayIn,
+    *,
+    bits: int = 8,
+    symmetric: bool = True,
+    out: Out | None = None,
+    device: Device | None = None,
+) -> Result:
     """Per-row (per-token) quantization of x [..., K].
 
     symmetric: (q int8, scale float32 [...]) with scale = qmax / max|x|;
@@ -193,7 +204,14 @@ def quantize_activations(x, *, bits=8, symmetric=True, out=None, device=None):
     return tuple(outputs.results(results, as_tensor))
 
 
-def dequantize_activations(q, scale, zero_point=None, *, out=None, device=None):
+def dequantize_activations(
+    q: ArrayIn,
+    scale: ArrayIn,
+    zero_point: ArrayIn | None = None,
+    *,
+    out: Out | None = None,
+    device: Device | None = None,
+) -> Result:
     """x = q / scale (symmetric) or (q - zero_point) * scale (asymmetric), float32."""
     tq, as_tensor = to_tensor(q, "q", device, [np.int8, np.uint8])
     ts, _ = to_tensor(scale, "scale", tq.device, [np.float32])
@@ -206,7 +224,15 @@ def dequantize_activations(q, scale, zero_point=None, *, out=None, device=None):
     return outputs.results([_core.dequantize_rows(tq, ts, tz, outputs.tensor(0))], as_tensor)[0]
 
 
-def quantize_gradients(g, *, bits=8, stochastic=False, seed=0, out=None, device=None):
+def quantize_gradients(
+    g: ArrayIn,
+    *,
+    bits: int = 8,
+    stochastic: bool = False,
+    seed: int = 0,
+    out: Out | None = None,
+    device: Device | None = None,
+) -> Result:
     """Per-tensor absmax quantization: (q int8, scale float32) with scale = qmax / max|g|.
 
     stochastic=True rounds down or up at random, from a counter-based hash of (seed, element

@@ -7,6 +7,7 @@ import numpy as np
 from . import _core
 from ._args import integer, Outputs, seed_value, to_tensor
 from ._core import Tensor
+from ._types import ArrayIn, Out, Result
 
 __all__ = ["sample_logits"]
 
@@ -68,7 +69,16 @@ def sampling_rows(params, key_rows) -> np.ndarray:
     return rows
 
 
-def sample_logits(logits, temperature=1.0, top_k=None, top_p=None, *, seed=0, step=0, out=None):
+def sample_logits(
+    logits: ArrayIn,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    *,
+    seed: int = 0,
+    step: int = 0,
+    out: Out | None = None,
+) -> Result:
     """One index a row of float32 logits [..., N], drawn from softmax(logits / temperature) over
     the row's top_k largest values (every value at least the top_k-th largest, so ties are kept;
     all of them where top_k is None) and, with top_p in (0, 1), of those the smallest set of the

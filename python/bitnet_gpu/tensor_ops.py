@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _core
 from ._args import FLOATS, integer, like, Outputs, result_as, to_tensor
+from ._types import ArrayIn, Out, Result
 
 __all__ = ["matmul", "max", "mean", "sum", "transpose"]
 
@@ -54,22 +55,40 @@ def _reduce(op, x, axis, keepdims, out=None):
     return result_as(result, as_tensor)
 
 
-def sum(x, axis=None, keepdims=False, *, out=None):  # noqa: A001 - NumPy's name
+def sum(
+    x: ArrayIn,
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
+    *,
+    out: Out | None = None,
+) -> Result:  # noqa: A001 - NumPy's name
     """Sum over `axis` (an int, a tuple, or None for all), float32 accumulation."""
     return _reduce(_core.ReduceOp.sum, x, axis, keepdims, out)
 
 
-def mean(x, axis=None, keepdims=False, *, out=None):
+def mean(
+    x: ArrayIn,
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
+    *,
+    out: Out | None = None,
+) -> Result:
     """Mean over `axis` (an int, a tuple, or None for all)."""
     return _reduce(_core.ReduceOp.mean, x, axis, keepdims, out)
 
 
-def max(x, axis=None, keepdims=False, *, out=None):  # noqa: A001 - NumPy's name
+def max(
+    x: ArrayIn,
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
+    *,
+    out: Out | None = None,
+) -> Result:  # noqa: A001 - NumPy's name
     """Maximum over `axis` (an int, a tuple, or None for all)."""
     return _reduce(_core.ReduceOp.max, x, axis, keepdims, out)
 
 
-def transpose(x, *, out=None):
+def transpose(x: ArrayIn, *, out: Out | None = None) -> Result:
     """x [M, N]^T -> [N, M] (2-D, tiled through shared memory)."""
     t, as_tensor = to_tensor(x, "x", None, FLOATS)
     shape = tuple(reversed(t.shape)) if len(t.shape) == 2 else tuple(t.shape)
@@ -77,7 +96,7 @@ def transpose(x, *, out=None):
     return outputs.results([_core.transpose(t, outputs.tensor(0))], as_tensor)[0]
 
 
-def matmul(a, b, *, out=None):
+def matmul(a: ArrayIn, b: ArrayIn, *, out: Out | None = None) -> Result:
     """a [M, K] @ b [K, N] in float32 or float16 (float32 accumulation), tiled."""
     ta, as_tensor = to_tensor(a, "a", None, FLOATS)
     tb = like(b, ta.device, "b")
