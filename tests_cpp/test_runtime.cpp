@@ -165,11 +165,11 @@ TEST(Reflection, ReadsTheShaderInterface) {
   ASSERT_TRUE(interface.local_size_spec_ids[0].has_value());
   EXPECT_EQ(*interface.local_size_spec_ids[0], 0u);
   EXPECT_THROW(reflect_spirv(words, "not_main"), ArgumentError);
-  // Blocks aliasing bindings 5, 6 and 7 (float and vec4 views): still 8 bindings, the outputs
-  // written.
+  // Blocks aliasing bindings 5, 6 and 7 (float and vec4 views): still 10 bindings, the outputs
+  // and the split-K partial sums and tickets written.
   KernelInterface coopmat = reflect_spirv(shaders::registry().at("bitlinear_coopmat"), "main");
   EXPECT_EQ(coopmat.binding_writable,
-            (std::vector<bool>{false, false, false, false, false, false, true, true}));
+            (std::vector<bool>{false, false, false, false, false, false, true, true, true, true}));
   std::vector<uint32_t> garbage = {1, 2, 3, 4, 5, 6};
   EXPECT_THROW(reflect_spirv(garbage, "main"), ArgumentError);
   std::vector<uint32_t> truncated(words.begin(), words.begin() + words.size() / 2);
