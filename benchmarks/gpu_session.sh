@@ -39,7 +39,7 @@ BITNET_GPU_VALIDATION=1 python3 -m pytest ${BITNET_GPU_PYTEST:-tests_py} -q -p n
 tail -15 "$out/pytest.log"
 fi
 
-for bench in ${BITNET_GPU_BENCHMARKS-runtime quantize bitlinear ops attention sampling model linalg}; do
+for bench in ${BITNET_GPU_BENCHMARKS-runtime quantize bitlinear ops attention sampling model linalg roundtrip serve}; do
   step "benchmark $bench"
   python3 "benchmarks/bench_$bench.py" --json "$out/$bench-gpu.json"
 done
