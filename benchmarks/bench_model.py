@@ -2,7 +2,7 @@
 goes, beside the same architecture in PyTorch eager (CUDA, float16 dense weights) in the same run.
 
     python3 benchmarks/bench_model.py [--config 2b4t] [--contexts 128,2048] [--prefill 512]
-                                      [--json FILE]
+                                      [--kv-cache-dtype float32|float16] [--json FILE]
 
 Random ternary weights of the config's shape. A decode step is one replay of the recorded graph
 (embedding .. 30 layers .. head .. argmax) at a given context length: its wall time includes
@@ -289,6 +289,10 @@ def main():
             p.add_argument(
                 "--speculative", default="2,4,8", help="k of the speculative rows ('': none)"
             ),
+            p.add_argument("--kv-cache-dtype", default="float32", choices=["float32", "float16"]),
+            p.add_argument(
+                "--batch-prompt", type=int, default=192, help="prompt tokens of the batch rows"
+            ),
         ),
     )
     if args.tiny:
@@ -299,7 +303,12 @@ def main():
     config = BitNetConfig.preset(args.config)
     device = bg.default_device()
     torch = torch_cuda()
-    results = {"device": device.name, "config": args.config, "rows": []}
+    results = {
+        "device": device.name,
+        "config": args.config,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "rows": [],
+    }
     copy_gbps = torch_copy_gbps(torch, args.repeats) if torch else None
     results["copy_gbps"] = copy_gbps
 
@@ -310,7 +319,9 @@ def main():
     )
     before = device.memory_stats()["in_use_bytes"]
     start = time.perf_counter()
-    model = BitNetModel.random(config, seed=0, max_tokens=max_tokens)
+    model = BitNetModel.random(
+        config, seed=0, max_tokens=max_tokens, kv_cache_dtype=args.kv_cache_dtype
+    )
     results["load_seconds"] = time.perf_counter() - start
     fill = fill_cache(model, max(contexts))
     model.reset_graphs()
@@ -487,7 +498,7 @@ def main():
         batches = [int(b) for b in args.batches.split(",") if b]
         results["rows"] += batch_rows(
             model, batches, args.generate or BATCH_NEW, max(2, args.repeats // 4), args.steps,
-            None if args.no_anchor else torch, sys.modules[__name__],
+            None if args.no_anchor else torch, sys.modules[__name__], args.batch_prompt,
         )  # fmt: skip
     if args.verify:
         counts = [int(t) for t in args.verify.split(",") if t]

@@ -51,12 +51,12 @@ def anchor_tokens_per_s(torch, anchor, batch, context):
     return batch * 1e6 / us, us * 1e-6
 
 
-def batch_rows(model, batches, tokens, repeats, steps, torch, helpers):
+def batch_rows(model, batches, tokens, repeats, steps, torch, helpers, prompt=BATCH_PROMPT):
     """One row a batch size B: aggregate tokens/s of generate on a [B, prompt] prompt (greedy),
     the GPU time of a greedy decode step of B sequences at the context it ends at, device memory a
     sequence (the KV cache of max_tokens, the graphs), and the anchor's tokens/s in this run."""
     device = model.device
-    prompt_tokens = min(BATCH_PROMPT, model.max_tokens // 2)
+    prompt_tokens = min(prompt, model.max_tokens - BATCH_NEW - 1)
     new = min(tokens, BATCH_NEW)
     context = prompt_tokens + new
     anchor = anchor_module() if torch is not None else None

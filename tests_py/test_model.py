@@ -365,6 +365,8 @@ def test_command_line_generates_with_random_weights():
             "8",
             "--prompt-tokens",
             "3",
+            "--kv-cache-dtype",
+            "float16",
         ],
         capture_output=True,
         text=True,

@@ -144,8 +144,9 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
     BufferBinding bindings[] = {q.binding(),   k.binding(),       v.binding(),
                                 out.binding(), partial.binding(), start};
     for (bool combine : {false, true}) {
-      Kernel kernel = Kernel::builtin(device, float_variant("attention_split", q.dtype()),
-                                      {{0, causal}, {1, combine}, {2, from_start}});
+      Kernel kernel =
+          Kernel::builtin(device, attention_variant("attention_split", q.dtype(), k.dtype()),
+                          {{0, causal}, {1, combine}, {2, from_start}});
       sequence.dispatch(kernel, {combine ? 1u : grid[0], grid[1], grid[2]}, bindings,
                         push_bytes(push));
     }
@@ -157,7 +158,7 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
   const auto [kernel, block_rows] = [&]() -> std::pair<Kernel, int64_t> {
     if (float16) {
       const int64_t invocations = coopmat_invocations(keys.seq_tokens);
-      return {Kernel::builtin(device, float_variant("attention_coopmat", q.dtype()),
+      return {Kernel::builtin(device, attention_variant("attention_coopmat", q.dtype(), k.dtype()),
                               {{0, causal}, {1, from_start}, {2, d}, {3, invocations}}),
               invocations / 2};
     }
@@ -170,10 +171,11 @@ void record_attention(Recorder& op, const Tensor& q, const Tensor& k, const Tens
       specialization.emplace(3, (d + 3) / 4);
       specialization.emplace(6, tiled_rows_per_group(d, keys.seq_tokens));
     }
-    return {
-        Kernel::builtin(device, float_variant(tiled ? "attention_tiled" : "attention", q.dtype()),
-                        specialization),
-        tiled ? tiled_queries(d, keys.seq_tokens) : 0};
+    return {Kernel::builtin(
+                device,
+                attention_variant(tiled ? "attention_tiled" : "attention", q.dtype(), k.dtype()),
+                specialization),
+            tiled ? tiled_queries(d, keys.seq_tokens) : 0};
   }();
   struct {
     uint32_t tq, hq, hkv, d, l;
@@ -221,8 +223,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                  std::optional<int64_t> kv_length, const std::optional<Tensor>& given,
                  bool float16) {
   require_float(q, "q");
-  require_same_kind(q, "q", k, "k");
-  require_same_kind(q, "q", v, "v");
+  require_keys_values(q, k, "k", v, "v");
   if (q.shape().size() != 3 || k.shape().size() != 3 || v.shape() != k.shape())
     throw ShapeError("expected q [TQ, HQ, D] and k, v [L, HKV, D], got q " + shape_text(q.shape()) +
                      ", k " + shape_text(k.shape()) + ", v " + shape_text(v.shape()));
@@ -255,8 +256,7 @@ Tensor attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_
                         const Tensor& start, bool causal, const std::optional<Tensor>& given,
                         bool float16) {
   require_float(q, "q");
-  require_same_kind(q, "q", k_cache, "k_cache");
-  require_same_kind(q, "q", v_cache, "v_cache");
+  require_keys_values(q, k_cache, "k_cache", v_cache, "v_cache");
   if (q.shape().size() != 3 || k_cache.shape().size() != 4 || v_cache.shape() != k_cache.shape())
     throw ShapeError("expected q [B * T, HQ, D] and caches [B, ROWS, HKV, D], got q " +
                      shape_text(q.shape()) + ", k_cache " + shape_text(k_cache.shape()) +

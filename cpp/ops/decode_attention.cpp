@@ -34,16 +34,13 @@ struct AppendShape {
 AppendShape check_append(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& cos, const Tensor& sin, const Tensor& start,
                          const Tensor& k_cache, const Tensor& v_cache) {
-  for (const auto& [t, name] : {std::pair{&q, "q"},
-                                {&k, "k"},
-                                {&v, "v"},
-                                {&k_cache, "k_cache"},
-                                {&v_cache, "v_cache"},
-                                {&cos, "cos"},
-                                {&sin, "sin"}})
+  for (const auto& [t, name] :
+       {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&cos, "cos"}, {&sin, "sin"}})
     if (t->dtype() != DType::float32)
       throw DTypeError(std::string(name) + ": expected float32, got " +
                        std::string(dtype_name(t->dtype())));
+  // The caches: float32, or float16 (rounded to nearest as they are written).
+  require_keys_values(q, k_cache, "k_cache", v_cache, "v_cache");
   if (q.shape().size() != 3 || k.shape().size() != 3 || v.shape() != k.shape() ||
       k_cache.shape().size() != 4 || v_cache.shape() != k_cache.shape())
     throw ShapeError(
@@ -94,7 +91,8 @@ Tensor rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
          static_cast<uint32_t>(shape.cache_batch)};
   const uint64_t total = static_cast<uint64_t>(shape.rows) *
                          ((shape.hq + shape.hkv) * (shape.d / 2) + shape.hkv * shape.d);
-  Kernel kernel = Kernel::builtin(device, "rope_append");
+  Kernel kernel =
+      Kernel::builtin(device, attention_variant("rope_append", q.dtype(), k_cache.dtype()));
   BufferBinding bindings[] = {q.binding(),       k.binding(),       v.binding(),
                               cos.binding(),     sin.binding(),     q_out.binding(),
                               k_cache.binding(), v_cache.binding(), start.binding()};
@@ -149,8 +147,9 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
          static_cast<uint32_t>(shape.cache_batch)};
   // The head dimension is a specialization constant (HEAD_DIM): it sizes the kernel's register
   // arrays.
-  Kernel kernel = Kernel::builtin(device, "decode_attention",
-                                  {{0, heads_per_kv}, {1, split_keys}, {2, int64_t{shape.d}}});
+  Kernel kernel =
+      Kernel::builtin(device, attention_variant("decode_attention", q.dtype(), k_cache.dtype()),
+                      {{0, heads_per_kv}, {1, split_keys}, {2, int64_t{shape.d}}});
   BufferBinding bindings[] = {
       q.binding(),       k.binding(),       v.binding(),       cos.binding(),    sin.binding(),
       k_cache.binding(), v_cache.binding(), k_cache.binding(), start.binding(),  partial.binding(),

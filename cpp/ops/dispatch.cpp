@@ -110,6 +110,24 @@ std::string float_variant(const char* base, DType dtype) {
   return std::string(base) + (dtype == DType::float16 ? "_f16" : "_f32");
 }
 
+void require_keys_values(const Tensor& q, const Tensor& k, const char* k_name, const Tensor& v,
+                         const char* v_name) {
+  require_same_kind(k, k_name, v, v_name);
+  if (k.dtype() != q.dtype() && !(q.dtype() == DType::float32 && k.dtype() == DType::float16))
+    throw DTypeError(std::string(k_name) + " and " + v_name + ": expected " +
+                     std::string(dtype_name(q.dtype())) +
+                     (q.dtype() == DType::float32 ? " or float16" : "") + " beside " +
+                     std::string(dtype_name(q.dtype())) + " q, got " +
+                     std::string(dtype_name(k.dtype())));
+  if (&k.device() != &q.device())
+    throw ArgumentError(std::string("q and ") + k_name + " must live on one device");
+}
+
+std::string attention_variant(const char* base, DType q, DType kv) {
+  if (q == DType::float32 && kv == DType::float16) return std::string(base) + "_f32_kv16";
+  return float_variant(base, q);
+}
+
 Tensor zeroed_counter(const std::shared_ptr<Device>& device) {
   // Not an op's result (Tensor::empty's by_op): its contents come from the host.
   Tensor tensor =

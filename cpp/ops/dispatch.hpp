@@ -70,6 +70,14 @@ Tensor output(const std::shared_ptr<Device>& device, const std::optional<Tensor>
 // The built-in shader variant for a float input: base + "_f32" or "_f16".
 std::string float_variant(const char* base, DType dtype);
 
+// Attention's keys and values: of q's dtype, or float16 beside float32 q (a float16 KV cache).
+// DTypeError for any other pair, or where k and v differ; ArgumentError off q's device.
+void require_keys_values(const Tensor& q, const Tensor& k, const char* k_name, const Tensor& v,
+                         const char* v_name);
+// The attention shader variant for q's and the keys' dtypes: float_variant's, or base +
+// "_f32_kv16" for float16 keys and values beside float32 q.
+std::string attention_variant(const char* base, DType q, DType kv);
+
 // A uint32 counter in host memory, zeroed by the CPU (a host write before the submission is
 // visible to it, so no GPU fill and no barrier), for the integer atomics that count NaN/Inf (or
 // invalid) values; read it once the sequence has run. In a graph it is zeroed before every replay.

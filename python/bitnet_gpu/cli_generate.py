@@ -41,10 +41,15 @@ def generate(args) -> int:
     try:
         if args.random_weights:
             model = BitNetModel.random(
-                config or BitNetConfig.preset("tiny"), seed=args.seed, max_tokens=max_tokens
+                config or BitNetConfig.preset("tiny"),
+                seed=args.seed,
+                max_tokens=max_tokens,
+                kv_cache_dtype=args.kv_cache_dtype,
             )
         else:
-            model = BitNetModel.from_weights(args.weights, config, max_tokens=max_tokens)
+            model = BitNetModel.from_weights(
+                args.weights, config, max_tokens=max_tokens, kv_cache_dtype=args.kv_cache_dtype
+            )
         model.prepare_screened_head()  # before the first token's clock starts
     except (bg.Error, OSError) as e:
         print(f"generate: {e}", file=sys.stderr)
@@ -146,7 +151,9 @@ def chat(args) -> int:
     from bitnet_gpu.models import BitNetModel
 
     try:
-        model = BitNetModel.from_pretrained(args.weights, max_tokens=args.max_tokens)
+        model = BitNetModel.from_pretrained(
+            args.weights, max_tokens=args.max_tokens, kv_cache_dtype=args.kv_cache_dtype
+        )
         if model.tokenizer is None or not model.tokenizer.chat_template:
             raise bg.ArgumentError(f"{args.weights}: a chat needs tokenizer.json and a template")
         model.prepare_screened_head()

@@ -35,6 +35,12 @@ def add_parser(sub) -> None:
     serve.add_argument("--served-model-name", default=None, help="the model's name in the API")
     serve.add_argument("--max-tokens", type=int, default=None, help="context a request may fill")
     serve.add_argument(
+        "--kv-cache-dtype",
+        choices=["float32", "float16"],
+        default="float32",
+        help="the KV cache's dtype (float16: half the memory a sequence)",
+    )
+    serve.add_argument(
         "--prefill-chunk", type=int, default=None, help="prompt tokens fed between decode steps"
     )
     serve.add_argument(
@@ -94,11 +100,15 @@ def _model(args: argparse.Namespace):
     from bitnet_gpu.text import Tokenizer
 
     device = bg.Device(args.device) if args.device is not None else None
+    chosen = {
+        "device": device,
+        "max_tokens": args.max_tokens,
+        "kv_cache_dtype": args.kv_cache_dtype,
+    }
     if args.weights:
-        model = BitNetModel.from_pretrained(args.weights, device=device, max_tokens=args.max_tokens)
+        model = BitNetModel.from_pretrained(args.weights, **chosen)
     else:
-        config = BitNetConfig.preset(args.random_weights)
-        model = BitNetModel.random(config, device=device, max_tokens=args.max_tokens)
+        model = BitNetModel.random(BitNetConfig.preset(args.random_weights), **chosen)
     if args.tokenizer:
         tokenizer = Tokenizer.from_directory(args.tokenizer)
         if tokenizer is None:

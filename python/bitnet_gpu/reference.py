@@ -587,13 +587,21 @@ def logits_agreement(logits, expected, ties):
     return clean, error, relative(logits, expected)
 
 
-def bitnet_forward(params: dict, config, token_ids: np.ndarray, return_ties=False):
+def bitnet_forward(
+    params: dict, config, token_ids: np.ndarray, return_ties=False, kv_dtype=np.float32
+):
     """Logits [B, T, vocab] of the BitNet b1.58 decoder (bitnet_gpu.models) from an empty cache,
     in NumPy: params as BitNetModel.reference_params() gives them (ternary values and gammas,
     norm weights, the embedding and head as float32). return_ties=True also returns, per token
     [B, T], the smallest tie_distance of any activation quantized for it: near a tie an int8 may
     round the other way on the GPU, and the logits of that token and of the later tokens of its
-    sequence (which attend to it) move with it."""
+    sequence (which attend to it) move with it. kv_dtype=np.float16: the keys (after RoPE) and
+    values are rounded from float32 to float16 before attention reads them, as a float16 KV
+    cache keeps them."""
+
+    def cached(values):
+        return np.asarray(values, np.float32).astype(kv_dtype).astype(np.float64)
+
     ids = np.asarray(token_ids)
     ids = ids[None, :] if ids.ndim == 1 else ids
     batch, tokens = ids.shape
@@ -617,8 +625,8 @@ def bitnet_forward(params: dict, config, token_ids: np.ndarray, return_ties=Fals
             [
                 attention(
                     rope(q[b], positions, config.rope_theta),
-                    rope(k[b], positions, config.rope_theta),
-                    v[b],
+                    cached(rope(k[b], positions, config.rope_theta)),
+                    cached(v[b]),
                     causal=True,
                 )
                 for b in range(batch)
@@ -650,17 +658,18 @@ def bitnet_generate(
     top_k=None,
     seed=0,
     top_p=None,
+    kv_dtype=np.float32,
 ) -> np.ndarray:
-    """Generation with bitnet_forward over the whole sequence at every step: greedy, or at
-    temperature > 0 sample_rows' draw with the drawn token's position as its step. token_ids:
-    [T], [B, T], or a list of sequences of any lengths (each generated alone, its draws keyed by
-    its index in the list; a list of arrays comes back)."""
+    """Generation with bitnet_forward over the whole sequence at every step (kv_dtype as
+    there): greedy, or at temperature > 0 sample_rows' draw with the drawn token's position as its
+    step. token_ids: [T], [B, T], or a list of sequences of any lengths (each generated alone, its
+    draws keyed by its index in the list; a list of arrays comes back)."""
     if isinstance(token_ids, (list, tuple)) and any(np.ndim(s) == 1 for s in token_ids):
         out = []
         for b, sequence in enumerate(token_ids):
             ids = np.asarray(sequence)[None, :]
             for _ in range(max_new_tokens):
-                logits = bitnet_forward(params, config, ids)[:, -1, :]
+                logits = bitnet_forward(params, config, ids, kv_dtype=kv_dtype)[:, -1, :]
                 nxt = (
                     logits.argmax(axis=-1)
                     if temperature == 0
@@ -673,7 +682,7 @@ def bitnet_generate(
     squeeze = ids.ndim == 1
     ids = ids[None, :] if squeeze else ids
     for _ in range(max_new_tokens):
-        logits = bitnet_forward(params, config, ids)[:, -1, :]
+        logits = bitnet_forward(params, config, ids, kv_dtype=kv_dtype)[:, -1, :]
         nxt = (
             logits.argmax(axis=-1)
             if temperature == 0

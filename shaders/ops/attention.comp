@@ -1,6 +1,7 @@
 #version 450
 //! variant f32
 //! variant f16 INPUT_F16
+//! variant f32_kv16 KV_F16
 // Scaled dot-product attention with grouped-query heads, one workgroup per (query, head):
 //   out[i, h] = softmax_j(q[i, h] . k[j, g] / sqrt(D)) v[j, g],  g = h / (HQ / HKV),
 // over keys j < L (the first L rows of k and v, e.g. a KV cache), and with CAUSAL only
@@ -20,8 +21,8 @@ layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool CAUSAL = true;
 layout(constant_id = 1) const bool FROM_START = false;
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
-layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
-layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };   // [>= L, HKV, D]
+layout(std430, binding = 1) readonly buffer K { KV_ELEMENT k[]; };   // [>= L, HKV, D]
+layout(std430, binding = 2) readonly buffer V { KV_ELEMENT v[]; };   // [>= L, HKV, D]
 layout(std430, binding = 3) writeonly buffer O { ELEMENT o[]; };  // [TQ, HQ, D]
 layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] or [B] with FROM_START
 layout(push_constant) uniform Push {

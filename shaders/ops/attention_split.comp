@@ -1,6 +1,7 @@
 #version 450
 //! variant f32
 //! variant f16 INPUT_F16
+//! variant f32_kv16 KV_F16
 // Attention for a few queries over many keys (decode), split over the keys: workgroup (s, h, i)
 // takes keys [s * SPLIT, (s + 1) * SPLIT) of query i and head h (see attention.comp for the
 // layouts and the causal rule). It scores its keys at once, eight invocations a key splitting
@@ -18,8 +19,8 @@ layout(constant_id = 0) const bool CAUSAL = true;
 layout(constant_id = 1) const bool COMBINE = false;
 layout(constant_id = 2) const bool FROM_START = false;
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };
-layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };
-layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };
+layout(std430, binding = 1) readonly buffer K { KV_ELEMENT k[]; };
+layout(std430, binding = 2) readonly buffer V { KV_ELEMENT v[]; };
 layout(std430, binding = 3) writeonly buffer O { ELEMENT o[]; };
 layout(std430, binding = 4) buffer Partial { float partial[]; };  // [TQ, HQ, splits, D + 2]
 layout(std430, binding = 5) readonly buffer Start { uint start[]; };  // [1] or [B] with FROM_START

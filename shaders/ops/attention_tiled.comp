@@ -1,6 +1,7 @@
 #version 450
 //! variant f32
 //! variant f16 INPUT_F16
+//! variant f32_kv16 KV_F16
 // attention.comp for many queries (prefill), D <= 256: workgroup (block, h) takes BQ = 16 * ROWS
 // consecutive query rows of one sequence and head h (ROWS = 2, or 4 for long sequences up to
 // D = 128) and walks the keys in tiles of BK keys (the host picks 32, 16 or 8 by shared
@@ -30,8 +31,8 @@ layout(constant_id = 2) const uint BK = 32;  // keys a tile: 8 or a multiple of 
 layout(constant_id = 3) const uint D4 = 32;  // vectors of 4 a head row: ceil(D / 4) <= 64
 layout(constant_id = 6) const uint ROWS = 2;  // query rows a row group: 2 or 4 (D <= 128)
 layout(std430, binding = 0) readonly buffer Q { ELEMENT q[]; };   // [TQ, HQ, D]
-layout(std430, binding = 1) readonly buffer K { ELEMENT k[]; };   // [>= L, HKV, D]
-layout(std430, binding = 2) readonly buffer V { ELEMENT v[]; };   // [>= L, HKV, D]
+layout(std430, binding = 1) readonly buffer K { KV_ELEMENT k[]; };   // [>= L, HKV, D]
+layout(std430, binding = 2) readonly buffer V { KV_ELEMENT v[]; };   // [>= L, HKV, D]
 layout(std430, binding = 3) writeonly buffer O { ELEMENT o[]; };  // [TQ, HQ, D]
 layout(std430, binding = 4) readonly buffer Start { uint start[]; };  // [1] or [B] with FROM_START
 layout(push_constant) uniform Push {

@@ -1,4 +1,6 @@
 #version 450
+//! variant f32
+//! variant f32_kv16 KV_F16
 // One decode step's attention in one dispatch (float32): for B sequences of one new token each,
 // sequence b's at position P = start[b] (start[0] for all where start holds one value),
 //   k_cache[c, P] = rope(k[b]),  v_cache[c, P] = v[b]            (rope as in rope_append.comp)
@@ -16,10 +18,12 @@
 // share of the splits in registers (docs/PERFORMANCE.md: a merge through shared memory with a
 // barrier a step took 3.4 us of an 8.3 us dispatch), and resets the counter for the next step.
 // Needs D % 4 == 0, D <= 256 and G <= 8 (decode_attention falls back otherwise), and
-// G * SPLIT <= 256.
+// G * SPLIT <= 256. KV_F16: the caches hold float16, and the new key and value are rounded to it
+// before this step uses them, as later steps read them.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#include "../quantize/quantize_common.glsl"
 #include "rope_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint G = 1;  // query heads a KV head serves
@@ -28,9 +32,10 @@ layout(std430, binding = 1) readonly buffer K { float k[]; };          // [B, HK
 layout(std430, binding = 2) readonly buffer V { float v[]; };          // [B, HKV, D]
 layout(std430, binding = 3) readonly buffer Cos { float cos_table[]; };
 layout(std430, binding = 4) readonly buffer Sin { float sin_table[]; };
-layout(std430, binding = 5) buffer KCache { float k_cache[]; };        // [B, ROWS, HKV, D]
-layout(std430, binding = 6) buffer VCache { float v_cache[]; };
-layout(std430, binding = 7) readonly buffer KCache4 { vec4 k_cache4[]; };  // the k_cache tensor
+layout(std430, binding = 5) buffer KCache { KV_ELEMENT k_cache[]; };  // [B, ROWS, HKV, D]
+layout(std430, binding = 6) buffer VCache { KV_ELEMENT v_cache[]; };
+// the k_cache tensor
+layout(std430, binding = 7) readonly buffer KCache4 { KV_ELEMENT4 k_cache4[]; };
 layout(std430, binding = 8) readonly buffer Start { uint start[]; };
 // [B, HQ, splits, 4 + D]: m, l, -, -, sums
 layout(std430, binding = 9) coherent buffer Partial { float partial[]; };
@@ -40,7 +45,7 @@ layout(std430, binding = 13) coherent readonly buffer Partial4 { vec4 partial4[]
 layout(std430, binding = 10) coherent buffer Counter { uint counter[]; };
 layout(std430, binding = 11) writeonly buffer Out { float o[]; };      // [B, HQ, D]
 // the v_cache tensor
-layout(std430, binding = 12) readonly buffer VCacheRead { float v_cache_read[]; };
+layout(std430, binding = 12) readonly buffer VCacheRead { KV_ELEMENT v_cache_read[]; };
 layout(push_constant) uniform Push {
   uint hq; uint hkv; uint cache_rows; uint table_rows; uint splits; float scale;
   uint start_stride;  // 0: start[0] for every sequence, 1: start[b]
@@ -62,8 +67,10 @@ const uint VALUE_SUBSETS = HEAD_DIM >= 256 ? 1 : 256 / HEAD_DIM;  // invocations
 const uint VALUE_SLOTS = (SPLIT - 1) / VALUE_SUBSETS + 1;
 const float LOWEST = -3.402823466e38;
 shared vec4 s_q4[G * 64];  // the rotated queries, a head's D values after another's
-shared float s_k_new[256];
-shared float s_v_new[256];
+// The new key and value as the cache holds them: in its element type, so that float16 values are
+// rounded here (a conversion to float16 and back in registers was elided on the H100).
+shared KV_ELEMENT s_k_new[256];
+shared KV_ELEMENT s_v_new[256];
 shared float s_part[G * 256];
 shared vec4 s_p4[G * SPLIT / 4];  // G rows of SPLIT scores, then weights (SPLIT % 4 == 0)
 shared vec2 s_merge_stats[256];  // the merge's (m, l) and value sums of each invocation's splits
@@ -105,14 +112,14 @@ void main() {
   [[unroll]] for (uint t = 0; t < MOST_VECTORS; ++t) {
     const uint c = part + PARTS * t;
     key_vectors[t] = j < count && c < d4 && !(holds_new && j == new_key)
-                         ? k_cache4[(cache_base + j * row_stride) / 4 + c] : vec4(0.0);
+                         ? vec4(k_cache4[(cache_base + j * row_stride) / 4 + c]) : vec4(0.0);
   }
   const uint subsets = VALUE_SUBSETS, e = lane % d, subset = lane / d;
   float values[VALUE_SLOTS];
   [[unroll]] for (uint t = 0; t < VALUE_SLOTS; ++t) {
     const uint key = subset * VALUE_SLOTS + t;
     values[t] = subset < subsets && key < count && !(holds_new && key == new_key)
-                    ? v_cache_read[cache_base + key * row_stride + e] : 0.0;
+                    ? float(v_cache_read[cache_base + key * row_stride + e]) : 0.0;
   }
 
   // The G rotated queries, and the new key and value where this workgroup holds them.
@@ -130,15 +137,16 @@ void main() {
     if (lane < half_d) {
       const float c = cos_table[table + lane], s = sin_table[table + lane];
       const vec2 r = rope_rotate(k[from + lane], k[from + lane + half_d], c, s);
-      s_k_new[lane] = r.x;
-      s_k_new[lane + half_d] = r.y;
+      const KV_ELEMENT low = KV_ELEMENT(r.x), high = KV_ELEMENT(r.y);
+      s_k_new[lane] = low;
+      s_k_new[lane + half_d] = high;
       if (owned) {
-        k_cache[to + lane] = r.x;
-        k_cache[to + lane + half_d] = r.y;
+        k_cache[to + lane] = low;
+        k_cache[to + lane + half_d] = high;
       }
     }
     if (lane < d) {
-      const float x = v[from + lane];
+      const KV_ELEMENT x = KV_ELEMENT(v[from + lane]);
       s_v_new[lane] = x;
       if (owned) v_cache[to + lane] = x;
     }
@@ -152,7 +160,8 @@ void main() {
       const uint c = part + PARTS * t;
       if (c < d4)
         key_vectors[t] =
-            vec4(s_k_new[4 * c], s_k_new[4 * c + 1], s_k_new[4 * c + 2], s_k_new[4 * c + 3]);
+            vec4(float(s_k_new[4 * c]), float(s_k_new[4 * c + 1]), float(s_k_new[4 * c + 2]),
+                 float(s_k_new[4 * c + 3]));
     }
   [[unroll]] for (uint head = 0; head < G; ++head) {
     float s = 0.0;
@@ -200,7 +209,7 @@ void main() {
   // where VALUE_SLOTS % 4 == 0.
   if (holds_new)
     [[unroll]] for (uint t = 0; t < VALUE_SLOTS; ++t)
-      if (subset < subsets && subset * VALUE_SLOTS + t == new_key) values[t] = s_v_new[e];
+      if (subset < subsets && subset * VALUE_SLOTS + t == new_key) values[t] = float(s_v_new[e]);
   if (subset < subsets) {
     [[unroll]] for (uint head = 0; head < G; ++head) {
       float a = 0.0;

@@ -1,4 +1,6 @@
 #version 450
+//! variant f32
+//! variant f32_kv16 KV_F16
 // One decoder step's rotary embedding and KV-cache append in one dispatch (float32): for rows
 // [B * T] of new tokens, row t of sequence b = t / T at position start[b] + t % T
 // (start[0] for every sequence where start holds one value),
@@ -8,8 +10,10 @@
 // where c, the cache sequence, is b, or start[SLOTS + b] where start holds B positions and then
 // B cache slots (SLOTS = B; a slot past the caches' C is not written).
 // with rope as in shaders/ops/rope.comp (half-split, float64 angle tables [TABLE_ROWS, D / 2]).
-// Rows that would land past a cache's end are not written.
+// Rows that would land past a cache's end are not written. KV_F16: the caches hold float16 (each
+// value rounded to nearest, ties to even).
 #extension GL_GOOGLE_include_directive : require
+#include "../quantize/quantize_common.glsl"
 #include "rope_common.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
@@ -18,8 +22,8 @@ layout(std430, binding = 2) readonly buffer V { float v[]; };
 layout(std430, binding = 3) readonly buffer Cos { float cos_table[]; };
 layout(std430, binding = 4) readonly buffer Sin { float sin_table[]; };
 layout(std430, binding = 5) writeonly buffer QOut { float q_out[]; };
-layout(std430, binding = 6) writeonly buffer KCache { float k_cache[]; };
-layout(std430, binding = 7) writeonly buffer VCache { float v_cache[]; };
+layout(std430, binding = 6) writeonly buffer KCache { KV_ELEMENT k_cache[]; };
+layout(std430, binding = 7) writeonly buffer VCache { KV_ELEMENT v_cache[]; };
 layout(std430, binding = 8) readonly buffer Start { uint start[]; };
 layout(push_constant) uniform Push {
   uint rows; uint hq; uint hkv; uint d; uint period; uint cache_rows; uint table_rows;
@@ -52,15 +56,15 @@ void main() {
       } else if (position < p.cache_rows && cache_sequence(t / p.period) < p.cache_batch) {
         const uint to = ((cache_sequence(t / p.period) * p.cache_rows + position) * p.hkv + h) *
                             p.d + i;
-        k_cache[to] = r.x;
-        k_cache[to + half_d] = r.y;
+        k_cache[to] = KV_ELEMENT(r.x);
+        k_cache[to + half_d] = KV_ELEMENT(r.y);
       }
     } else {
       const uint j = index - q_pairs - k_pairs, t = j / kv_row, e = j % kv_row;
       const uint position = start[t / p.period * p.start_stride] + t % p.period;
       const uint c = cache_sequence(t / p.period);
       if (position < p.cache_rows && c < p.cache_batch)
-        v_cache[(c * p.cache_rows + position) * kv_row + e] = v[j];
+        v_cache[(c * p.cache_rows + position) * kv_row + e] = KV_ELEMENT(v[j]);
     }
   }
 }

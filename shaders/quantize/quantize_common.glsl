@@ -13,6 +13,16 @@
 #define ELEMENT4 vec4
 #endif
 
+// Keys' and values' element type in the attention shaders: KV_F16 is a float16 KV cache beside
+// float32 queries (every value is converted to float32 as it is read).
+#if defined(INPUT_F16) || defined(KV_F16)
+#define KV_ELEMENT float16_t
+#define KV_ELEMENT4 f16vec4
+#else
+#define KV_ELEMENT float
+#define KV_ELEMENT4 vec4
+#endif
+
 struct Stats {
   float sum_abs;
   float sum;

@@ -20,8 +20,9 @@ __all__ = ["CachePool"]
 
 
 class CachePool:
-    """Caches float32 [slots, max_tokens, kv heads, head dim] a layer, keys and values, allocated
-    at the first step, and the GraphCache of the steps recorded over them."""
+    """Caches [slots, max_tokens, kv heads, head dim] a layer, keys and values (float32, or
+    float16: `dtype`), allocated at the first step, and the GraphCache of the steps recorded over
+    them."""
 
     def __init__(
         self,
@@ -30,8 +31,10 @@ class CachePool:
         max_tokens: int,
         slots: int,
         kept_prefill: int = 2,
+        dtype: np.dtype = np.dtype(np.float32),
     ) -> None:
         self.config, self.max_tokens, self.slots = config, max_tokens, slots
+        self.dtype = np.dtype(dtype)
         self._recorder = recorder
         self._caches: list[tuple[Tensor, Tensor]] | None = None
         self._free = list(range(slots))
@@ -47,7 +50,7 @@ class CachePool:
             shape = (self.slots, self.max_tokens, c.num_key_value_heads, c.head_dim)
             device = self._recorder.device
             self._caches = [
-                (device.empty(shape, np.float32), device.empty(shape, np.float32))
+                (device.empty(shape, self.dtype), device.empty(shape, self.dtype))
                 for _ in range(c.num_hidden_layers)
             ]
         return self._caches
@@ -57,10 +60,10 @@ class CachePool:
         """Bytes of the caches on the device (0 before the first step)."""
         return sum(k.nbytes + v.nbytes for k, v in self._caches) if self._caches else 0
 
-    @staticmethod
-    def slot_nbytes(config: BitNetConfig, max_tokens: int) -> int:
+    def slot_nbytes(self) -> int:
         """Bytes one slot takes: keys and values of max_tokens tokens in every layer."""
-        return 2 * 4 * config.num_hidden_layers * max_tokens * config.kv_size
+        c = self.config
+        return 2 * self.dtype.itemsize * c.num_hidden_layers * self.max_tokens * c.kv_size
 
     # ------------------------------------------------------------------------------ slots
     def acquire(self) -> int:
@@ -83,5 +86,6 @@ class CachePool:
     def __repr__(self) -> str:
         return (
             f"<bitnet_gpu.models.CachePool slots={self.slots} free={len(self._free)} "
-            f"max_tokens={self.max_tokens} nbytes={self.nbytes} graphs={len(self.graphs)}>"
+            f"max_tokens={self.max_tokens} dtype={self.dtype.name} nbytes={self.nbytes} "
+            f"graphs={len(self.graphs)}>"
         )

@@ -51,6 +51,7 @@ class BitNetModel(WeightsAccess):
         screened_head: bool | None = None,
         decode_chunk: int = 8,
         prefill_attention: str = "float32",
+        kv_cache_dtype: Any = "float32",
         weights: DecoderWeights | None = None,
     ) -> None:
         """embedding_dtype: float16 or float32 for the embedding and head; None: from_weights
@@ -66,6 +67,9 @@ class BitNetModel(WeightsAccess):
         sequence (prefill) with q, k, v and the weights rounded to float16 on tensor cores
         (bitnet_gpu.attention's precision; the device feature "cooperative_matrix_khr_float16"
         and a head dim of 32 to 128, UnsupportedError otherwise). Decode steps keep float32.
+        kv_cache_dtype: "float32", or "float16": the KV caches hold keys and values rounded to
+        float16 (half the memory a sequence and half the bytes attention reads; attention still
+        computes in float32, docs/NUMERICS.md).
         weights: the parameters (from_weights and random pass them; None: random ones, seed 0)."""
         if not isinstance(config, BitNetConfig):
             raise TypeError(f"config: expected a BitNetConfig, got {type(config).__name__}")
@@ -81,7 +85,12 @@ class BitNetModel(WeightsAccess):
             weights = DecoderWeights.random(config, 0, self.embedding_dtype, self.device)
         self.weights = weights
         self.runner = StepRunner.build(
-            config, weights, self.max_tokens, screened_head, count(decode_chunk, "decode_chunk")
+            config,
+            weights,
+            self.max_tokens,
+            screened_head,
+            count(decode_chunk, "decode_chunk"),
+            _half_or_single(kv_cache_dtype, "kv_cache_dtype"),
         )
         self.screening = self.runner.recorder.screened_head
         self.prefill_attention = prefill_attention
@@ -100,6 +109,11 @@ class BitNetModel(WeightsAccess):
     @prefill_attention.setter
     def prefill_attention(self, precision: str) -> None:
         self.runner.set_prefill_precision(precision)
+
+    @property
+    def kv_cache_dtype(self) -> np.dtype:
+        """The KV caches' dtype: float32 or float16 (set when the model is made)."""
+        return self.runner.kv_dtype
 
     @property
     def screened_head(self) -> bool:
@@ -335,12 +349,17 @@ class BitNetModel(WeightsAccess):
 
 def _table_dtype(embedding_dtype: Any) -> np.dtype:
     """The embedding and head's dtype: float16 (None) or float32; DTypeError otherwise."""
+    chosen = np.float16 if embedding_dtype is None else embedding_dtype
+    return _half_or_single(chosen, "embedding_dtype")
+
+
+def _half_or_single(value: Any, name: str) -> np.dtype:
+    """`value` as the dtype float16 or float32 (a name or a NumPy dtype); DTypeError naming
+    `name` otherwise."""
     try:
-        dtype = np.dtype(np.float16 if embedding_dtype is None else embedding_dtype)
+        dtype = np.dtype(value) if value is not None else None
     except TypeError:
         dtype = None
     if dtype not in (np.dtype(np.float16), np.dtype(np.float32)):
-        raise _core.DTypeError(
-            f"embedding_dtype: expected float16 or float32, got {embedding_dtype!r}"
-        )
+        raise _core.DTypeError(f"{name}: expected float16 or float32, got {value!r}")
     return dtype

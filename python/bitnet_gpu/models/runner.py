@@ -32,9 +32,10 @@ _FLOAT16_FROM_TOKENS = 8
 class StepRunner:
     """policy: DecodePolicy; screened_head: whether one-sequence steps pick through the screened
     head; float16_prefill: whether attention over more than 8 new tokens a sequence runs in
-    float16. `last` is the RecordedStep of the latest replay (benchmarks read its timings).
-    The runner also keeps the model's shared pools, one a batch size, which forward, generate and
-    stream use; sessions hold pools of their own."""
+    float16; kv_dtype: the KV caches' dtype (float32 or float16). `last` is the RecordedStep of
+    the latest replay (benchmarks read its timings). The runner also keeps the model's shared
+    pools, one a batch size, which forward, generate and stream use; sessions hold pools of their
+    own."""
 
     def __init__(
         self,
@@ -42,8 +43,10 @@ class StepRunner:
         max_tokens: int,
         policy: DecodePolicy,
         screened_head: bool,
+        kv_dtype: np.dtype = np.dtype(np.float32),
     ) -> None:
         self.recorder = recorder
+        self.kv_dtype = np.dtype(kv_dtype)
         self.max_tokens = max_tokens
         self.policy = policy
         self.screened_head = screened_head
@@ -59,6 +62,7 @@ class StepRunner:
         max_tokens: int,
         screened_head: bool | None,
         decode_chunk: int,
+        kv_dtype: np.dtype = np.dtype(np.float32),
     ) -> StepRunner:
         """A runner over `weights`, with RoPE's tables for max_tokens positions; screened_head:
         True, False, or None for wherever the device takes the hidden size."""
@@ -78,7 +82,8 @@ class StepRunner:
             ScreenedHead(device),
         )
         screens = fits if screened_head is None else bool(screened_head)
-        return cls(recorder, max_tokens, DecodePolicy(decode_chunk=decode_chunk), screens)
+        policy = DecodePolicy(decode_chunk=decode_chunk)
+        return cls(recorder, max_tokens, policy, screens, kv_dtype)
 
     def set_prefill_precision(self, precision: str) -> None:
         """ "float32", or "float16" for attention over more than 8 new tokens a sequence on
@@ -102,6 +107,7 @@ class StepRunner:
             self.max_tokens,
             slots,
             self.policy.kept_prefill_graphs,
+            self.kv_dtype,
         )
 
     def shared_pool(self, batch: int) -> CachePool:
