@@ -156,7 +156,7 @@ class StepRunner:
         slots = np.asarray(step.slots)
         if slots.dtype.kind not in "iu" or slots.min() < 0 or slots.max() >= pool.slots:
             raise _core.ArgumentError(f"step: slots must lie in [0, {pool.slots})")
-        if np.unique(slots).size != slots.size:
+        if slots.size > 1 and np.unique(slots).size != slots.size:
             raise _core.ArgumentError("step: two sequences of one step share a slot")
         ends = np.asarray(step.starts, np.int64) + step.lengths + step.chain - 1
         if np.min(step.starts) < 0 or ends.max() > pool.max_tokens:

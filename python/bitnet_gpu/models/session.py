@@ -120,7 +120,7 @@ class DecodeSession:
             ),
         )
         for b, s in enumerate(sequences):
-            self._tokens[b].extend(int(i) for i in s[(self._pending is not None) :])
+            self._tokens[b].extend(s[(self._pending is not None) :].tolist())
             self._cached[b] += s.size
         self._pending = None
         return result
@@ -268,12 +268,13 @@ class DecodeSession:
                     f"token_ids: expected [T] or [B, T], got shape {np.shape(token_ids)}"
                 )
             shape = (int(ids.shape[0]), int(ids.shape[1]))
-            mask = (
-                np.ones(ids.shape, bool)
-                if attention_mask is None
-                else _mask(attention_mask, ids.shape)
-            )
-            rows = [ids[b][mask[b]] for b in range(ids.shape[0])]
+            if attention_mask is None:  # every column: the rows as they are
+                mask = None
+                rows = list(ids)
+                every_column = np.arange(shape[1])
+            else:
+                mask = _mask(attention_mask, ids.shape)
+                rows = [ids[b][mask[b]] for b in range(ids.shape[0])]
         if len(rows) != self.batch:
             raise _core.ShapeError(
                 f"token_ids: {len(rows)} sequences for a session of batch {self.batch}"
@@ -296,8 +297,8 @@ class DecodeSession:
             if row.size == 0:
                 raise _core.ShapeError(f"token_ids: sequence {b} has no tokens")
             sequences.append(row.astype(np.int32))
-            if mask is not None:
-                columns.append(np.flatnonzero(mask[b]))
+            if shape is not None:
+                columns.append(every_column if mask is None else np.flatnonzero(mask[b]))
         return sequences, columns, shape
 
 

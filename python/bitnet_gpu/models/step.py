@@ -96,9 +96,16 @@ class Step:
     sampling: np.ndarray | None = None
     keep_logits: bool = False
     every_token: bool = False
+    # Each sequence's new ids and the longest, counted once here: a step is read many times on its
+    # way to the GPU (the step's width, `tokens`, is the longest).
+    lengths: np.ndarray = dataclasses.field(init=False, repr=False, compare=False)
+    tokens: int = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         batch = len(self.ids)
+        object.__setattr__(
+            self, "lengths", np.fromiter((np.size(ids) for ids in self.ids), np.int64, batch)
+        )
         if batch == 0 or np.shape(self.slots) != (batch,) or np.shape(self.starts) != (batch,):
             raise _core.ShapeError(
                 f"step: {batch} sequences need {batch} slots and starts, got "
@@ -106,6 +113,7 @@ class Step:
             )
         if any(np.ndim(ids) != 1 or np.size(ids) == 0 for ids in self.ids):
             raise _core.ShapeError("step: every sequence needs one or more new ids")
+        object.__setattr__(self, "tokens", int(self.lengths.max()))
         if self.chain > 1 and self.tokens != 1:
             raise _core.ArgumentError("step: a chain of decode steps feeds one id a sequence")
         if self.pick.draws and self.sampling is None:
@@ -118,15 +126,6 @@ class Step:
     @property
     def batch(self) -> int:
         return len(self.ids)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.array([np.size(ids) for ids in self.ids], np.int64)
-
-    @property
-    def tokens(self) -> int:
-        """The longest sequence's new ids: the step's width."""
-        return int(self.lengths.max())
 
     def padded_ids(self) -> np.ndarray:
         """int32 [B, T]: each sequence's ids first, zeros after."""
