@@ -74,6 +74,27 @@ def test_keys_and_values_dtypes_are_checked(rng):
         bg.attention(q32, k16, k32)
 
 
+def test_a_float16_kv_cache_object(rng):
+    """bg.KVCache(dtype=np.float16): NumPy float32 rows are rounded into it as NumPy assigns, and
+    float32 queries attend over the stored values."""
+    cache = bg.KVCache(2, 40, 2, 16, dtype=np.float16)
+    assert cache.nbytes == 2 * 2 * 40 * 2 * 16 * 2
+    q = rng.standard_normal((5, 4, 16)).astype(np.float32)
+    k = rng.standard_normal((30, 2, 16)).astype(np.float32)
+    v = rng.standard_normal((30, 2, 16)).astype(np.float32)
+    assert cache.append(1, k, v) == 30
+    np.testing.assert_array_equal(cache.keys[1].numpy()[:30], k.astype(np.float16))
+    out = cache.attention(1, q)
+    assert out.dtype == np.float32
+    want = reference.attention(q, k.astype(np.float16), v.astype(np.float16))
+    assert rel(out, want) <= 1e-5
+    with pytest.raises(bg.DTypeError, match="k and v"):  # float16 q over a float32 cache
+        bg.KVCache(1, 4, 1, 8).attention(0, q[:1, :1, :8].astype(np.float16))
+    for bad in (np.int8, "bfloat16"):
+        with pytest.raises(bg.DTypeError, match="dtype"):
+            bg.KVCache(1, 4, 1, 8, dtype=bad)
+
+
 def _rope_inputs(rng, batch, hq, hkv, d, rows):
     q = rng.standard_normal((batch, hq, d)).astype(np.float32)
     k = rng.standard_normal((batch, hkv, d)).astype(np.float32)

@@ -97,9 +97,10 @@ def _half(precision):
 
 class KVCache:
     """Keys and values of every layer on the device: [max_tokens, kv_heads, head_dim] each,
-    appended in place. `cache.attention(layer, q)` attends over the filled part. A layer index
-    outside [0, layers) raises IndexError, as a list's does; a cache larger than the device's
-    memory raises OutOfMemory before anything is allocated."""
+    float32 or float16 (`dtype`), appended in place. `cache.attention(layer, q)` attends over the
+    filled part (float32 q over a float16 cache computes in float32 from the stored values). A
+    layer index outside [0, layers) raises IndexError, as a list's does; a cache larger than the
+    device's memory raises OutOfMemory before anything is allocated."""
 
     def __init__(self, layers, max_tokens, kv_heads, head_dim, dtype=np.float32, device=None):
         from . import default_device
@@ -107,16 +108,22 @@ class KVCache:
         self.device = device or default_device()
         self.layers, self.max_tokens = count(layers, "layers"), count(max_tokens, "max_tokens")
         self.kv_heads, self.head_dim = count(kv_heads, "kv_heads"), count(head_dim, "head_dim")
+        try:
+            self.dtype = np.dtype(dtype)
+        except TypeError:
+            self.dtype = np.dtype(object)  # refused below
+        if self.dtype not in FLOATS:
+            raise _core.DTypeError(f"KVCache: dtype: expected float32 or float16, got {dtype!r}")
         shape = (self.max_tokens, self.kv_heads, self.head_dim)
-        nbytes = 2 * self.layers * math.prod(shape) * np.dtype(dtype).itemsize
+        nbytes = 2 * self.layers * math.prod(shape) * self.dtype.itemsize
         heaps = sum(heap["size"] for heap in self.device.memory_stats()["heaps"])
         if nbytes > heaps:  # refused before anything is allocated
             raise _core.OutOfMemory(
                 f"KVCache: {self.layers} layers of {shape} keys and values take {nbytes} bytes, "
                 f"more than the device's {heaps} bytes of memory"
             )
-        self.keys = [self.device.empty(shape, dtype) for _ in range(self.layers)]
-        self.values = [self.device.empty(shape, dtype) for _ in range(self.layers)]
+        self.keys = [self.device.empty(shape, self.dtype) for _ in range(self.layers)]
+        self.values = [self.device.empty(shape, self.dtype) for _ in range(self.layers)]
         self.lengths = [0] * self.layers
 
     @property
@@ -124,9 +131,11 @@ class KVCache:
         return sum(t.nbytes for t in self.keys + self.values)
 
     def append(self, layer, k, v):
-        """Appends k and v [T, kv_heads, head_dim] to `layer`; returns the new length."""
+        """Appends k and v [T, kv_heads, head_dim] to `layer`; returns the new length. NumPy
+        float32 or float16 rows take the cache's dtype (rounded to nearest, as NumPy assigns);
+        Tensors must have it."""
         layer = self._layer(layer)
-        tk, tv = like(k, self.device, "k"), like(v, self.device, "v")
+        tk, tv = self._rows(k, "k"), self._rows(v, "v")
         first = self.lengths[layer]
         if first + tk.shape[0] > self.max_tokens:
             raise _core.ShapeError(
@@ -151,6 +160,14 @@ class KVCache:
             precision=precision,
             out=out,
         )
+
+    def _rows(self, rows, name):
+        """rows on the device in the cache's dtype (NumPy floats converted; Tensors as they are)."""
+        if not isinstance(rows, Tensor):
+            array = np.asarray(rows)
+            if array.dtype in FLOATS:
+                rows = array.astype(self.dtype, copy=False)
+        return like(rows, self.device, name)
 
     def _layer(self, layer):
         """A layer's index, checked: 0 to layers - 1 (no counting from the end)."""
