@@ -67,9 +67,8 @@ class BitNetModel(WeightsAccess):
         sequence (prefill) with q, k, v and the weights rounded to float16 on tensor cores
         (bitnet_gpu.attention's precision; the device feature "cooperative_matrix_khr_float16"
         and a head dim of 32 to 128, UnsupportedError otherwise). Decode steps keep float32.
-        kv_cache_dtype: "float32", or "float16": the KV caches hold keys and values rounded to
-        float16 (half the memory a sequence and half the bytes attention reads; attention still
-        computes in float32, docs/NUMERICS.md).
+        kv_cache_dtype: "float32", or "float16": keys and values kept rounded to float16 (half
+        the memory; attention computes in float32 from them, docs/NUMERICS.md).
         weights: the parameters (from_weights and random pass them; None: random ones, seed 0)."""
         if not isinstance(config, BitNetConfig):
             raise TypeError(f"config: expected a BitNetConfig, got {type(config).__name__}")
@@ -266,14 +265,13 @@ class BitNetModel(WeightsAccess):
         return sum(pool.nbytes for pool in self.runner.shared.values())
 
     def reset_graphs(self) -> None:
-        """Drops the recorded graphs of forward/generate/stream (recorded again on the next
-        call)."""
+        """Drops the graphs forward/generate/stream recorded (recorded again when next run)."""
         for pool in self.runner.shared.values():
             pool.graphs.clear()
 
     def session(self, batch: int = 1) -> DecodeSession:
-        """A KV cache of its own for `batch` sequences (vocab-free: batch x max_tokens x layers
-        x 2 x kv heads x head dim float32, allocated at the first step), fed and read through
+        """A KV cache of its own for `batch` sequences (batch x max_tokens x layers x 2 x kv heads
+        x head dim in kv_cache_dtype, allocated at the first step), fed and read through
         DecodeSession.step, forward, stream and generate: the public decode-step API."""
         return DecodeSession(self, batch)
 
