@@ -65,6 +65,18 @@ def seed_value(seed):
     return value
 
 
+def float_dtype(value, name):
+    """`value` (a name or a NumPy dtype) as the dtype float32 or float16; DTypeError naming `name`
+    for anything else."""
+    try:
+        dtype = np.dtype(value) if value is not None else None
+    except TypeError:
+        dtype = None
+    if dtype not in _dtype_set(FLOATS):
+        raise DTypeError(f"{name}: expected float16 or float32, got {value!r}")
+    return dtype
+
+
 def like(value, device, name, dtypes=FLOATS):
     """`value` as a Tensor on `device`: Tensors as they are, other input uploaded (dtype
     checked)."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-from ._args import FLOATS, count, integer, like, Outputs, to_tensor
+from ._args import FLOATS, count, float_dtype, integer, like, Outputs, to_tensor
 from ._types import ArrayIn, Out, Result
 
 __all__ = ["KVCache", "attention", "rope", "rope_tables"]
@@ -108,12 +108,7 @@ class KVCache:
         self.device = device or default_device()
         self.layers, self.max_tokens = count(layers, "layers"), count(max_tokens, "max_tokens")
         self.kv_heads, self.head_dim = count(kv_heads, "kv_heads"), count(head_dim, "head_dim")
-        try:
-            self.dtype = np.dtype(dtype)
-        except TypeError:
-            self.dtype = np.dtype(object)  # refused below
-        if self.dtype not in FLOATS:
-            raise _core.DTypeError(f"KVCache: dtype: expected float32 or float16, got {dtype!r}")
+        self.dtype = float_dtype(dtype, "KVCache: dtype")
         shape = (self.max_tokens, self.kv_heads, self.head_dim)
         nbytes = 2 * self.layers * math.prod(shape) * self.dtype.itemsize
         heaps = sum(heap["size"] for heap in self.device.memory_stats()["heaps"])

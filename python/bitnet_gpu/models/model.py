@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
-from .._args import count, seed_value
+from .._args import count, float_dtype, seed_value
 from .._core import Device
 from .._core import default_device as _default_device
 from ..text import Tokenizer
@@ -89,7 +89,7 @@ class BitNetModel(WeightsAccess):
             self.max_tokens,
             screened_head,
             count(decode_chunk, "decode_chunk"),
-            _half_or_single(kv_cache_dtype, "kv_cache_dtype"),
+            float_dtype(kv_cache_dtype, "kv_cache_dtype"),
         )
         self.screening = self.runner.recorder.screened_head
         self.prefill_attention = prefill_attention
@@ -348,16 +348,4 @@ class BitNetModel(WeightsAccess):
 def _table_dtype(embedding_dtype: Any) -> np.dtype:
     """The embedding and head's dtype: float16 (None) or float32; DTypeError otherwise."""
     chosen = np.float16 if embedding_dtype is None else embedding_dtype
-    return _half_or_single(chosen, "embedding_dtype")
-
-
-def _half_or_single(value: Any, name: str) -> np.dtype:
-    """`value` as the dtype float16 or float32 (a name or a NumPy dtype); DTypeError naming
-    `name` otherwise."""
-    try:
-        dtype = np.dtype(value) if value is not None else None
-    except TypeError:
-        dtype = None
-    if dtype not in (np.dtype(np.float16), np.dtype(np.float32)):
-        raise _core.DTypeError(f"{name}: expected float16 or float32, got {value!r}")
-    return dtype
+    return float_dtype(chosen, "embedding_dtype")
