@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from bitnet_gpu.cli_devices import demo, info
-from bitnet_gpu.cli_generate import chat, generate
+from bitnet_gpu.cli_generate import add_kv_cache_dtype, chat, generate
 from bitnet_gpu.cli_serve import add_parser as add_serve_parser, serve
 
 
@@ -71,12 +71,7 @@ def main(argv=None) -> int:
         help="speculative decoding: up to K ids drafted a round by prompt lookup (the same ids)",
     )
     gen.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
-    gen.add_argument(
-        "--kv-cache-dtype",
-        choices=["float32", "float16"],
-        default="float32",
-        help="the KV cache's dtype (float16: half the memory a sequence)",
-    )
+    add_kv_cache_dtype(gen)
     talk = sub.add_parser("chat", help="chat with a checkpoint, its KV cache kept between turns")
     talk.add_argument("--weights", required=True, help="a checkpoint directory")
     talk.add_argument("--system", help="a system message opening the conversation")
@@ -89,12 +84,7 @@ def main(argv=None) -> int:
     talk.add_argument("--seed", type=int, default=0)
     talk.add_argument("--prompt-lookup", type=int, default=None, metavar="K", help="as generate's")
     talk.add_argument("--max-tokens", type=int, default=None, help="KV cache length")
-    talk.add_argument(
-        "--kv-cache-dtype",
-        choices=["float32", "float16"],
-        default="float32",
-        help="the KV cache's dtype (float16: half the memory a sequence)",
-    )
+    add_kv_cache_dtype(talk)
     add_serve_parser(sub)
     args = parser.parse_args(argv)
     handlers = {"info": info, "demo": demo, "generate": generate, "chat": chat, "serve": serve}

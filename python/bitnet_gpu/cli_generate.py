@@ -15,6 +15,16 @@ from bitnet_gpu.models.generation import GenerationOptions
 from bitnet_gpu.models.text_generation import prompt_ids
 
 
+def add_kv_cache_dtype(parser) -> None:
+    """--kv-cache-dtype, as generate, chat and serve take it (BitNetModel's kv_cache_dtype)."""
+    parser.add_argument(
+        "--kv-cache-dtype",
+        choices=["float32", "float16"],
+        default="float32",
+        help="the KV cache's dtype (float16: half the memory a sequence)",
+    )
+
+
 def options(args, **changes) -> GenerationOptions:
     """The command line's generation options (--tokens, --temperature, --top-k, --top-p, --seed,
     --prompt-lookup) as GenerationOptions, with `changes` on top."""

@@ -10,6 +10,7 @@ import sys
 import time
 
 import bitnet_gpu as bg
+from bitnet_gpu.cli_generate import add_kv_cache_dtype
 
 _log = logging.getLogger("bitnet_gpu")
 
@@ -34,12 +35,7 @@ def add_parser(sub) -> None:
     serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     serve.add_argument("--served-model-name", default=None, help="the model's name in the API")
     serve.add_argument("--max-tokens", type=int, default=None, help="context a request may fill")
-    serve.add_argument(
-        "--kv-cache-dtype",
-        choices=["float32", "float16"],
-        default="float32",
-        help="the KV cache's dtype (float16: half the memory a sequence)",
-    )
+    add_kv_cache_dtype(serve)
     serve.add_argument(
         "--prefill-chunk", type=int, default=None, help="prompt tokens fed between decode steps"
     )
