@@ -116,9 +116,12 @@ def client_process(job):
     return asyncio.run(run())
 
 
-def serve_load(pool, url: str, prompts: np.ndarray, new_tokens: int) -> dict[str, float]:
+def serve_load(
+    pool, processes: int, url: str, prompts: np.ndarray, new_tokens: int
+) -> dict[str, float]:
+    """The load of `prompts` from `processes` client processes of `pool`."""
     before = metrics(url)
-    jobs = np.array_split(np.arange(len(prompts)), min(len(prompts), pool._processes))
+    jobs = np.array_split(np.arange(len(prompts)), min(len(prompts), processes))
     start_at = time.monotonic() + 3.0  # every process imported, connected and warmed by then
     shares = pool.map(
         client_process,
@@ -131,15 +134,13 @@ def serve_load(pool, url: str, prompts: np.ndarray, new_tokens: int) -> dict[str
     made = sum(m for _, _, m in results)
     ttft = np.array([arrivals[0] - sent for sent, arrivals, _ in results])
     itl = np.concatenate([np.diff(arrivals) for _, arrivals, _ in results])
-    steps = after["bitnet_gpu_decode_step_seconds_count"] - before.get(
-        "bitnet_gpu_decode_step_seconds_count", 0
-    )
-    step_sum = after["bitnet_gpu_decode_step_seconds_sum"] - before.get(
-        "bitnet_gpu_decode_step_seconds_sum", 0
-    )
-    batch_sum = after["bitnet_gpu_decode_batch_size_sum"] - before.get(
-        "bitnet_gpu_decode_batch_size_sum", 0
-    )
+
+    def grown(name: str) -> float:
+        return after[name] - before.get(name, 0)
+
+    steps = grown("bitnet_gpu_decode_step_seconds_count")
+    step_sum = grown("bitnet_gpu_decode_step_seconds_sum")
+    batch_sum = grown("bitnet_gpu_decode_batch_size_sum")
     return {
         "tokens_per_s": made / (last - first),
         "ttft_p50_s": float(np.percentile(ttft, 50)),
@@ -159,7 +160,7 @@ def offline_rate(model, prompts: np.ndarray, new_tokens: int) -> float:
         begin = time.perf_counter()
         model.generate(prompts, new_tokens, eos_token_id=[])
         seconds = time.perf_counter() - begin
-    return prompts.size // prompts.shape[1] * new_tokens / seconds
+    return len(prompts) * new_tokens / seconds
 
 
 def main() -> None:
@@ -188,11 +189,12 @@ def main() -> None:
         )
         spawn = multiprocessing.get_context("spawn")
         try:
-            with spawn.Pool(min(8, max(args.clients))) as pool:
+            processes = min(8, max(args.clients))
+            with spawn.Pool(processes) as pool:
                 for clients in args.clients:
                     prompts = rng.integers(0, config.vocab_size, (clients, args.prompt_tokens))
                     row = {"clients": clients}
-                    row.update(serve_load(pool, url, prompts, args.new_tokens))
+                    row.update(serve_load(pool, processes, url, prompts, args.new_tokens))
                     row["offline_tokens_per_s"] = offline_rate(model, prompts, args.new_tokens)
                     row["serve_over_offline"] = row["tokens_per_s"] / row["offline_tokens_per_s"]
                     row["itl_p99_over_step"] = row["itl_p99_s"] / max(row["step_s"], 1e-12)
