@@ -186,7 +186,7 @@ class BitNetModel(WeightsAccess):
         model = cls(c, weights=loaded, **kwargs)
         if checkpoint.folder is not None:
             model.generation_config = checkpoint.generation_config
-            model._tokenizer_folder = checkpoint.folder
+            model.tokenizer_from(checkpoint.folder)
         model.load_summary = (
             f"loaded {checkpoint.source}: {c.num_hidden_layers} layers, "
             f"{c.parameter_count() / 1e9:.2f} B parameters ({c.linear_class}, "
@@ -236,6 +236,10 @@ class BitNetModel(WeightsAccess):
             raise TypeError(f"tokenizer: expected a Tokenizer, got {type(tokenizer).__name__}")
         self._tokenizer = tokenizer
         self._tokenizer_folder = None
+
+    def tokenizer_from(self, folder: str) -> None:
+        """The tokenizer becomes `folder`'s, read when first used (from_pretrained's)."""
+        self._tokenizer, self._tokenizer_folder = None, folder
 
     @property
     def screening_nbytes(self) -> int:
