@@ -118,7 +118,7 @@ class Outputs:
         HOST_RESULT_BYTES are then written by the GPU straight into host-cached memory, and read
         back with a memcpy instead of a copy submission of their own."""
         self.specs = specs
-        self.host = host if out is None and host is not None else None
+        self.host = host if out is None else None
         if out is None:
             self.targets = [None] * len(specs)
             return

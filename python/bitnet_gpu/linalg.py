@@ -184,7 +184,7 @@ def _solve(a: Any, b: Any, out: Tensor | None) -> Result:
     b = b if isinstance(b, Tensor) else np.asarray(b)
     vector = np.ndim(b) == 1 if not isinstance(b, Tensor) else len(b.shape) == 1
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        a_host, b_host = np.asarray(a), np.asarray(b)
+        a_host, b_host = a, b
         if vector:
             b_host = b_host[:, None]
         if a_host.ndim >= 2 and b_host.ndim >= 2:

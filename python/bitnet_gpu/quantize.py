@@ -10,8 +10,7 @@ import numpy as np
 
 from . import _core
 from ._args import FLOATS, count, matrix_shape, Outputs, seed_value, to_tensor
-from ._core import DTypeError, Tensor
-from ._core import Device
+from ._core import Device, DTypeError, Tensor
 from ._types import ArrayIn, Out, Result
 
 __all__ = [

@@ -114,8 +114,8 @@ class Tokenizer:
             raise TypeError(f"ids: expected a sequence of token ids, got {type(ids).__name__}")
         values = [integer(i, "ids") for i in ids]
         vocab = self.vocab_size
-        if any(not 0 <= i < vocab for i in values):
-            bad = next(i for i in values if not 0 <= i < vocab)
+        bad = next((i for i in values if not 0 <= i < vocab), None)
+        if bad is not None:
             raise ArgumentError(
                 f"ids: {bad} is not a token id of this tokenizer (0 to {vocab - 1})"
             )

@@ -60,11 +60,6 @@ class CachePool:
         """Bytes of the caches on the device (0 before the first step)."""
         return sum(k.nbytes + v.nbytes for k, v in self._caches) if self._caches else 0
 
-    def slot_nbytes(self) -> int:
-        """Bytes one slot takes: keys and values of max_tokens tokens in every layer."""
-        c = self.config
-        return 2 * self.dtype.itemsize * c.num_hidden_layers * self.max_tokens * c.kv_size
-
     # ------------------------------------------------------------------------------ slots
     def acquire(self) -> int:
         """A free slot (the lowest), now held; ArgumentError where every slot is held."""
