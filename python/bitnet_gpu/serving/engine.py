@@ -138,20 +138,11 @@ class Engine:
     def submit(self, request: EngineRequest) -> EngineRequest:
         """Queues a request: ShapeError where its prompt leaves no room in a slot, QueueFull where
         the queue is full, ArgumentError once the engine is stopping."""
-        # As generation bounds it: the last new id is made, not cached.
-        room = self.context - len(request.prompt) + 1
         if request.max_new_tokens < 1:
             raise _core.ArgumentError("max_new_tokens must be at least 1")
-        if len(request.prompt) == 0 or len(request.prompt) >= self.pool.max_tokens:
-            raise _core.ShapeError(
-                f"the prompt's {len(request.prompt)} tokens leave no room in the context of "
-                f"{self.pool.max_tokens} tokens"
-            )
-        if request.max_new_tokens > room:
-            raise _core.ShapeError(
-                f"{len(request.prompt)} prompt tokens and {request.max_new_tokens} new ones exceed "
-                f"the context of {self.pool.max_tokens} tokens"
-            )
+        misfit = self.misfit(len(request.prompt), request.max_new_tokens)
+        if misfit is not None:
+            raise _core.ShapeError(misfit[1])
         with self._lock:
             if self._stopping:
                 raise _core.ArgumentError("the server is shutting down")
@@ -160,6 +151,18 @@ class Engine:
             self._waiting.append(request)
             self._lock.notify_all()
         return request
+
+    def misfit(self, prompt_tokens: int, max_new_tokens: int) -> tuple[str, str] | None:
+        """What keeps a request out of a slot: ("prompt", why) where its prompt leaves no room,
+        ("max_new_tokens", why) where its new ids would pass the context (the last new id is made,
+        not cached, as generation bounds it), else None."""
+        if 0 < prompt_tokens < self.context and prompt_tokens + max_new_tokens - 1 <= self.context:
+            return None
+        field = "prompt" if not 0 < prompt_tokens < self.context else "max_new_tokens"
+        return field, (
+            f"this model's context is {self.context} tokens: {prompt_tokens} prompt tokens and "
+            f"{max_new_tokens} new ones exceed it"
+        )
 
     @property
     def context(self) -> int:

@@ -92,18 +92,12 @@ class Generation:
             raise ApiError(400, "this server's model has no tokenizer to write text with")
         ends = frozenset() if ignore_eos else frozenset(end_ids(None, model.generation_config))
         sampling = options.sampling(model.config.vocab_size)
-        context = engine.context
         self.choices: list[_Choice] = []
-        for index, prompt in enumerate(prompts):
-            wanted = len(prompt) + int(options.max_new_tokens or 0) - 1
-            if len(prompt) >= context or wanted > context:
-                raise ApiError(
-                    400,
-                    f"this model's context is {context} tokens: {len(prompt)} prompt tokens and "
-                    f"{options.max_new_tokens} new ones exceed it",
-                    prompt_field if len(prompt) >= context else "max_tokens",
-                )
-
+        for index, prompt in enumerate(prompts):  # every prompt checked before any is queued
+            misfit = engine.misfit(len(prompt), int(options.max_new_tokens or 0))
+            if misfit is not None:
+                field = prompt_field if misfit[0] == "prompt" else "max_tokens"
+                raise ApiError(400, misfit[1], field)
             request = EngineRequest(
                 prompt=prompt,
                 max_new_tokens=int(options.max_new_tokens or 0),
