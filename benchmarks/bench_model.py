@@ -47,7 +47,9 @@ def op_kind(label):
         ("binary", "residual add"),
         ("gated|elementwise", "relu2 * up"),
         ("linear_rows", "LM head (float16)"),
-        ("head_screen", "LM head: int8 screening"),
+        # Several rows: the split rows and the brackets (their int8 matmul with the head's copy
+        # is a bitlinear_coopmat, counted with the matmuls).
+        ("head_screen|head_split_rows|head_brackets", "LM head: int8 screening"),
         ("head_verify", "LM head: candidates, exactly"),
         ("embedding", "embedding / gather"),
         ("argmax", "argmax"),
@@ -114,7 +116,7 @@ def fill_cache(model, tokens):
 def decode_step(model, context, batch=1):
     """One decode step of DECODE_TOKEN for `batch` sequences after `context` cached tokens, as
     greedy generate() runs it (the next ids read back; through the screened head where
-    model.screened_head and one sequence)."""
+    model.screened_head)."""
     ids = np.repeat(DECODE_TOKEN, batch, axis=0)
     return lambda: replay(model, ids, context, Pick.ARGMAX).ids()
 

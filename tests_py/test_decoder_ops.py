@@ -1,6 +1,8 @@
 """The decoder's own ops against NumPy: embedding, the float head, argmax, RoPE with the KV-cache
 append, decode attention, and BitLinear groups with fused norms, gates and residuals."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -290,6 +292,11 @@ def test_gated_output_equals_gate_and_up(m, k, gated_in):
     gv, uv = g.numpy(), u.numpy()
     r = np.maximum(gv, np.float32(0))
     np.testing.assert_array_equal(h.numpy(), r * r * uv)
+    # gated_output_fuses says whether the gating runs in the products' dispatch, not on its own.
+    with bg.profile(x.device) as profile:
+        _core.bitlinear_group(x, up, norm_w, 1e-5, [gate_w, up_w], [None, None], True)
+    gating_apart = any(re.search("gated|elementwise", name) for name, _ in profile.timings)
+    assert _core.gated_output_fuses(x, gate_w, True) == (not gating_apart)
     sub = to_tensor(
         rng.uniform(0.5, 1.5, 40).astype(np.float32)
     )  # the down matvec fuses norm (and gating)

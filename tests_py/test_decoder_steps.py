@@ -163,6 +163,12 @@ def test_a_verify_step_is_its_decode_steps_bit_for_bit(model, batch):
             ids = result.ids()
     np.testing.assert_array_equal(logits["verify"], logits["steps"])
     np.testing.assert_array_equal(ids, logits["steps"].argmax(axis=-1))
+    # Without the logits, every token's pick goes through the screened head: the same ids.
+    pool = model.runner.pool(batch)
+    model.runner.run(pool, _step(slots, [0] * batch, prompts))
+    step = _step(slots, starts, feeds, Pick.ARGMAX, every_token=True)
+    assert model.runner.plan(step).screened == model.screened_head
+    np.testing.assert_array_equal(model.runner.run(pool, step).ids(), ids)
 
 
 def test_long_prompts_feed_in_chunks(model):

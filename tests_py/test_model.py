@@ -94,24 +94,23 @@ def test_greedy_generation_matches_reference_for_32_steps(tiny_model, seed):
     assert len(np.unique(out[:, 6:])) > 4  # the test generates varied tokens
 
 
-@pytest.mark.parametrize("seed", [12, 13])
-def test_screened_greedy_generation_is_the_float_heads(tiny_model, seed):
-    """One sequence, greedy: the decode graphs pick the next id through the screened head; the
-    ids are the reference's and those of the float head's argmax, for 32 steps."""
-    prompt = np.random.default_rng(seed).integers(0, tiny_model.config.vocab_size, 5)
+@pytest.mark.parametrize("seed,batch", [(12, 1), (13, 1), (14, 3), (15, 11)])
+def test_screened_greedy_generation_is_the_float_heads(tiny_model, seed, batch):
+    """Greedy, one sequence or a batch (11: more rows than one pass of the screening takes): the
+    decode graphs pick the next ids through the screened head; the ids are the reference's and
+    those of the float head's argmax, for 32 steps."""
+    prompt = np.random.default_rng(seed).integers(0, tiny_model.config.vocab_size, (batch, 5))
     assert tiny_model.screened_head
     tiny_model.reset_graphs()
     out = tiny_model.generate(prompt, 32)
     assert any(
-        plan.pick is Pick.ARGMAX and plan.tokens == 1 and plan.screened
+        plan.pick is Pick.ARGMAX and plan.tokens == 1 and plan.screened and plan.batch == batch
         for plan in tiny_model.recorded_plans()
     )
     assert tiny_model.screening_nbytes == tiny_model.config.vocab_size * (
         tiny_model.config.hidden_size + 16
     )
-    ref = reference.bitnet_generate(
-        tiny_model.reference_params(), tiny_model.config, prompt[None], 32
-    )[0]
+    ref = reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, prompt, 32)
     np.testing.assert_array_equal(out, ref)
     tiny_model.screened_head = False
     try:
@@ -460,10 +459,9 @@ def test_chunked_greedy_decode_is_bit_for_bit_one_step_a_replay(
     tiny_model, monkeypatch, batch, chunk
 ):
     """Greedy decode runs up to decode_chunk steps a graph replay, each step's ids feeding the next
-    step's embedding on the GPU (the screened head for one sequence, the float head's argmax for
-    two): the ids are those of one replay a token and the reference's, over 21 new tokens (chunks,
-    then shorter ones), across a split switch (at 13 tokens here), and with an end-of-sequence
-    id."""
+    step's embedding on the GPU (through the screened head): the ids are those of one replay a
+    token and the reference's, over 21 new tokens (chunks, then shorter ones), across a split
+    switch (at 13 tokens here), and with an end-of-sequence id."""
     monkeypatch.setattr(
         tiny_model, "policy", dataclasses.replace(tiny_model.policy, short_context=13)
     )

@@ -24,6 +24,25 @@ def _float_head_argmax(h, head):
     return _core.argmax_rows(_core.linear_rows(to_tensor(h), to_tensor(head))).numpy()[0]
 
 
+def _check_brackets(h, head, high, exact, scale=32767):
+    """Each bracket holds its logit (the bracket is symmetric: its upper end tells), and is the
+    reference's: float32 against float64 arithmetic on the same integer sums (within a thousandth
+    of the bracket's half-width), but for those of h's 16-bit values that the GPU may round the
+    other way, where its 32767 / max|h| is not correctly rounded (the H100's division): values of
+    h * 32767 / max|h| within a few float32 ulps of a .5 tie. Each moves a row's middle by
+    sigma_h sigma_v |q_vk|. h [1, K]; high and exact [V]; scale: reference.screening_bracket's."""
+    k = h.shape[1]
+    assert (high >= exact).all()
+    q, meta = screening_tables(head)
+    ref_low, ref_high = reference.screening_bracket(h, q, meta, scale)
+    scaled = np.abs(h[0].astype(np.float64)) * scale / np.abs(h).max()
+    may_flip = np.abs(scaled % 1 - 0.5) <= 4 * 2.0**-24 * scaled + 1e-9
+    sigma_h = np.abs(h).max() / scale
+    flips = sigma_h * meta[:, 0] * np.abs(q[:, :k][:, may_flip].astype(np.float64)).sum(axis=1)
+    slack = 1e-5 * np.abs(ref_high) + 1e-3 * (ref_high - ref_low) / 2 + 1.01 * flips
+    assert (np.abs(high - ref_high) <= slack).all(), np.max(np.abs(high - ref_high) / slack)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("v,k", [(1, 4), (7, 60), (33, 64), (1000, 16), (4097, 2560), (2100, 1028)])
 def test_screened_argmax_is_the_float_heads_argmax(dtype, v, k):
@@ -36,23 +55,7 @@ def test_screened_argmax_is_the_float_heads_argmax(dtype, v, k):
         _screened(h, head, out, high)
         assert out.numpy()[0] == _float_head_argmax(h, head)
         exact = h.astype(np.float64) @ head.astype(np.float64).T
-        # Each row's bracket holds its logit (the bracket is symmetric: its upper end tells), and
-        # is the reference's: float32 against float64 arithmetic on the same integer sums (within
-        # a thousandth of the bracket's half-width), but for those of h's 16-bit values that the
-        # GPU may round the other way, where its 32767 / max|h| is not correctly rounded (the
-        # H100's division): values of h * 32767 / max|h| within a few float32 ulps of a .5 tie.
-        # Each moves a row's middle by sigma_h sigma_v |q_vk|.
-        assert (high.numpy() >= exact[0]).all()
-        q, meta = screening_tables(head)
-        ref_low, ref_high = reference.screening_bracket(h, q, meta)
-        scaled = np.abs(h[0].astype(np.float64)) * 32767 / np.abs(h).max()
-        may_flip = np.abs(scaled % 1 - 0.5) <= 4 * 2.0**-24 * scaled + 1e-9
-        sigma_h = np.abs(h).max() / 32767
-        flips = sigma_h * meta[:, 0] * np.abs(q[:, :k][:, may_flip].astype(np.float64)).sum(axis=1)
-        slack = 1e-5 * np.abs(ref_high) + 1e-3 * (ref_high - ref_low) / 2 + 1.01 * flips
-        assert (np.abs(high.numpy() - ref_high) <= slack).all(), np.max(
-            np.abs(high.numpy() - ref_high) / slack
-        )
+        _check_brackets(h, head, high.numpy(), exact[0])
         top2 = np.sort(exact[0])[-2:]
         if v == 1 or top2[1] - top2[0] > 1e-3 * np.abs(exact).max():
             assert out.numpy()[0] == np.argmax(exact)
@@ -89,6 +92,47 @@ def test_screened_argmax_near_ties_and_coarse_rows():
         high = _poisoned((v,), np.float32)
         assert _screened(h, head, high=high).numpy()[0] == _float_head_argmax(h, head)
         assert (high.numpy() >= h.astype(np.float64) @ head.astype(np.float64).T).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("m,v,k", [(2, 7, 60), (3, 1000, 16), (9, 4097, 2560), (37, 2100, 1028)])
+def test_screened_argmax_of_several_rows(dtype, m, v, k):
+    """Rows of x (a decode step of several sequences, a verify step's tokens) each get the index
+    argmax_rows gives on linear_rows' logits, and each row's brackets are its own (through the
+    int8 matmul of their 16-bit values with the head's int8 copy), as the reference gives them."""
+    head = rng.standard_normal((v, k)).astype(dtype)
+    h = rng.standard_normal((m, k)).astype(np.float32)
+    h[m // 2] *= 300.0  # rows of different scales share a workgroup
+    out, high = _poisoned((m,), np.int32), _poisoned((m, v), np.float32)
+    _screened(h, head, out, high)
+    expected = _core.argmax_rows(_core.linear_rows(to_tensor(h), to_tensor(head))).numpy()
+    np.testing.assert_array_equal(out.numpy(), expected)
+    exact = h.astype(np.float64) @ head.astype(np.float64).T
+    for row in range(m):  # several rows' 16-bit values are scaled to +-32639 (signed bytes)
+        _check_brackets(h[row : row + 1], head, high.numpy()[row], exact[row], 32639)
+
+
+def test_screened_argmax_of_several_rows_near_ties_and_special_values():
+    """Among rows of x: near-tied and duplicated head rows, h with outliers, a row with NaN, one
+    with Inf, a zero row and one too small to bracket: each row's index is the float head's, and
+    the rows without a bracket do not disturb the others'."""
+    k, v = 256, 3000
+    head = _coarse_head(v, k)
+    h = np.concatenate([_hidden_with_outliers(k, trial % 2) for trial in range(10)])
+    best = np.argmax(h[:4].astype(np.float64) @ head.astype(np.float64).T, axis=1)
+    head[(best + 17) % v] = head[best]  # exact duplicates of four rows' winners
+    h[4, 5], h[5, 9] = np.nan, np.inf
+    h[6] = 0.0
+    h[7] *= np.float32(1e-25)
+    expected = _core.argmax_rows(_core.linear_rows(to_tensor(h), to_tensor(head))).numpy()
+    high = _poisoned((10, v), np.float32)
+    np.testing.assert_array_equal(_screened(h, head, high=high).numpy(), expected)
+    assert np.isnan(high.numpy()[[4, 5, 7]]).all()
+    assert (high.numpy()[:4] >= h[:4].astype(np.float64) @ head.astype(np.float64).T).all()
+    head[1234, 3] = np.nan  # the first NaN wins: row 1234, or 0 where h holds NaN or Inf
+    expected = _core.argmax_rows(_core.linear_rows(to_tensor(h), to_tensor(head))).numpy()
+    np.testing.assert_array_equal(_screened(h, head).numpy(), expected)
+    assert (expected[[0, 1, 2, 3, 6, 7, 8, 9]] == 1234).all()
 
 
 @pytest.mark.parametrize("case", ["nan_h", "inf_h", "nan_row", "zero_h", "tiny_h", "zero_head"])
@@ -270,10 +314,13 @@ def test_screened_argmax_rejects_bad_input():
         _core.screened_argmax(
             to_tensor(h), to_tensor(head), to_tensor(q.view(np.uint8)), to_tensor(meta)
         )
-    with pytest.raises(bg.ShapeError, match=r"x \[1, K\]"):
-        _core.screened_argmax(
-            to_tensor(np.vstack([h, h])), to_tensor(head), to_tensor(q), to_tensor(meta)
-        )
+    with pytest.raises(bg.ShapeError, match=r"x \[M, K\]"):
+        _core.screened_argmax(to_tensor(h[0]), to_tensor(head), to_tensor(q), to_tensor(meta))
+    two_rows = [to_tensor(np.vstack([h, h])), to_tensor(head), to_tensor(q), to_tensor(meta)]
+    with pytest.raises(bg.ShapeError, match="out"):  # two rows: out [2], high [2, V]
+        _core.screened_argmax(*two_rows, _poisoned((1,), np.int32))
+    with pytest.raises(bg.ShapeError, match="high"):
+        _core.screened_argmax(*two_rows, None, _poisoned((10,), np.float32))
     with pytest.raises(bg.ShapeError, match="head_q"):
         _core.screened_argmax(
             to_tensor(h), to_tensor(head), to_tensor(q[:, :8].copy()), to_tensor(meta)
@@ -284,6 +331,8 @@ def test_screened_argmax_rejects_bad_input():
         _core.screened_argmax(to_tensor(h[:, :7]), to_tensor(odd), to_tensor(q7), to_tensor(meta7))
     assert not _core.screened_argmax_fits(bg.default_device(), 7)
     assert not _core.screened_argmax_fits(bg.default_device(), 1 << 20)
+    assert _core.screened_argmax_fits(bg.default_device(), 8, rows=64)
+    assert not _core.screened_argmax_fits(bg.default_device(), 8, rows=0)
     with pytest.raises(bg.ShapeError):
         screening_tables(np.zeros((3, 4), np.int8))
     assert _screened(h, head).numpy()[0] == _float_head_argmax(h, head)  # still usable

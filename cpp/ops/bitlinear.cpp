@@ -444,7 +444,42 @@ void record_grouped(Sequence& sequence, const QuantizedWeights& w, const Prepare
   sequence.dispatch(kernel, grid, bindings, push_bytes(push));
 }
 
+// How bitlinear_group runs m rows of x (float32, K values) through `weights`: the algorithm, and
+// where the matvec quantizes x itself, its grid (one dispatch for every weight).
+struct GroupPath {
+  BitLinearAlgorithm algorithm;
+  std::optional<MatvecGrid> strided;
+  bool fused = false;      // the matvec quantizes x itself, every weight in one dispatch
+  bool gated_out = false;  // gated_output: that dispatch writes relu(gate)^2 * up itself
+};
+
+GroupPath group_path(const Tensor& x, int64_t m, int64_t k,
+                     const std::vector<const QuantizedWeights*>& weights, bool any_residual,
+                     bool gated_output, bool norm) {
+  const Device& device = x.device();
+  GroupPath path{matvec_takes(device, m) ? BitLinearAlgorithm::matvec
+                                         : matmul_path(device, BitLinearAlgorithm::automatic)};
+  // Up to three weights (q, k, v) in one dispatch, a residual only with one weight.
+  const bool one_dispatch = weights.size() == 1 || (weights.size() <= 3 && !any_residual);
+  // gated_output with whole 16-byte weight vectors: the dispatch writes relu(gate)^2 * up itself.
+  const bool gated_out = gated_output && padded(k) % 64 == 0;
+  if (path.algorithm != BitLinearAlgorithm::matvec) return path;
+  if (!gated_output || gated_out)
+    path.strided = strided_matvec(x, m, k, weights[0]->rows, weights.size(), gated_out, norm);
+  path.fused = (path.strided || can_fuse_matvec(x, m, k)) && one_dispatch &&
+               tuning().fused_matvec.value_or(true);
+  path.gated_out = path.fused && gated_out;
+  return path;
+}
+
 }  // namespace
+
+bool gated_output_fuses(const Tensor& x, const QuantizedWeights& gate, bool norm) {
+  const int64_t k = gate.cols;
+  if (x.dtype() != DType::float32 || x.shape().empty() || x.shape().back() != k) return false;
+  const int64_t m = static_cast<int64_t>(x.size()) / std::max<int64_t>(k, 1);
+  return m > 0 && group_path(x, m, k, {&gate, &gate}, false, true, norm).gated_out;
+}
 
 std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>& up,
                                     const std::optional<Tensor>& norm_weight, double norm_eps,
@@ -522,33 +557,23 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
     if (up) input = gated_activation(x, *up, Activation::relu2);
     if (norm_weight) input = row_op(input, RowOp::rms_norm, norm_weight, std::nullopt, norm_eps);
   }
-  const BitLinearAlgorithm algorithm = matvec_takes(*device, m)
-                                           ? BitLinearAlgorithm::matvec
-                                           : matmul_path(*device, BitLinearAlgorithm::automatic);
+  const bool any_residual =
+      std::any_of(residuals.begin(), residuals.end(), [](const auto& r) { return r.has_value(); });
+  const GroupPath path =
+      group_path(input, m, k, weights, any_residual, gated_output, fused.norm_weight != nullptr);
+  const BitLinearAlgorithm algorithm = path.algorithm;
   const bool hardware = use_hardware_dot(*device, std::nullopt);
   Recorder op(device);
   Sequence& sequence = op.sequence();
-  // Every matvec workgroup quantizes the rows itself, saving the pre-pass's dispatch; up to three
-  // weights (q, k, v) go in that one dispatch (a residual only with one weight).
-  const bool one_dispatch =
-      weights.size() == 1 ||
-      (weights.size() <= 3 && std::none_of(residuals.begin(), residuals.end(),
-                                           [](const auto& r) { return r.has_value(); }));
-  // gated_output with whole 16-byte weight vectors: the dispatch writes relu(gate)^2 * up itself.
-  const bool gated_out = gated_output && padded(k) % 64 == 0;
-  const auto strided = algorithm == BitLinearAlgorithm::matvec && (!gated_output || gated_out)
-                           ? strided_matvec(input, m, k, weights[0]->rows, weights.size(),
-                                            gated_out, fused.norm_weight != nullptr)
-                           : std::nullopt;
-  if (algorithm == BitLinearAlgorithm::matvec && (strided || can_fuse_matvec(input, m, k)) &&
-      one_dispatch && tuning().fused_matvec.value_or(true)) {
-    std::vector<Tensor> outputs = allocate(gated_out ? 1 : weights.size());
+  // Every matvec workgroup quantizes the rows itself, saving the pre-pass's dispatch.
+  if (path.fused) {
+    std::vector<Tensor> outputs = allocate(path.gated_out ? 1 : weights.size());
     Tensor nonfinite = zeroed_counter(device);
     record_matvec_fused(sequence, weights, input, fused, m, residuals[0], residuals[0].has_value(),
-                        outputs, std::nullopt, nonfinite, hardware, gated_out,
-                        strided.value_or(MatvecGrid{}));
+                        outputs, std::nullopt, nonfinite, hardware, path.gated_out,
+                        path.strided.value_or(MatvecGrid{}));
     op.run([nonfinite] { raise_if_nonfinite(nonfinite, "x"); });
-    return gated_out ? outputs : finish(outputs);
+    return path.gated_out ? outputs : finish(outputs);
   }
   std::vector<Tensor> outputs = allocate(weights.size());
   const auto [prepared, scales, nonfinite] = prepare_rows(sequence, input, m, k, algorithm, fused);
@@ -675,6 +700,18 @@ Tensor int8_matmul(const Tensor& a, const Tensor& b, BitLinearAlgorithm algorith
                 std::nullopt, false, {std::nullopt, out}, hardware);
   op_sequence.run();
   return out;
+}
+
+void record_int8_products(Sequence& sequence, const Tensor& a, const Tensor& b,
+                          const Tensor& products) {
+  const auto& device = a.device_ptr();
+  const int64_t m = a.shape()[0], n = b.shape()[0], k = a.shape()[1];
+  // Row sums, scales and gamma: bound, not read, where the weights are int8 and y is not asked for.
+  const Tensor unread = Tensor::empty(device, std::vector<int64_t>{m}, DType::int32);
+  const PreparedRows rows{a, unread};
+  record_matmul(matmul_path(*device, BitLinearAlgorithm::automatic), sequence, b, rows, m, n, k,
+                false, unread, unread, std::nullopt, false, {std::nullopt, products},
+                use_hardware_dot(*device, std::nullopt));
 }
 
 Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, BitLinearAlgorithm algorithm,

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "ops/quantize.hpp"
+#include "runtime/sequence.hpp"
 #include "runtime/tensor.hpp"
 
 // BitLinear (docs/NUMERICS.md): y = (x_q . W_q) * gamma / s + bias with exact int32 accumulators.
@@ -47,11 +48,22 @@ std::vector<Tensor> bitlinear_group(const Tensor& x, const std::optional<Tensor>
                                     const std::vector<std::optional<Tensor>>& residuals,
                                     bool gated_output = false);
 
+// Whether bitlinear_group(x, None, norm, ..., {gate, up}, ..., gated_output=true) writes
+// relu(gate)^2 * up in the products' own dispatch. Where it does not, the gating is an op of its
+// own, and handing gate and up to the next bitlinear_group's `up` instead fuses it into that
+// pre-pass (a decode step of several sequences on tensor cores).
+bool gated_output_fuses(const Tensor& x, const QuantizedWeights& gate, bool norm);
+
 // int8 [M, K] x int8 [K, N] -> int32 [M, N], exactly.
 // algorithm: automatic, tiled, coopmat, coopmat_khr or coopmat2 (matvec is taken as automatic).
 Tensor int8_matmul(const Tensor& a, const Tensor& b,
                    BitLinearAlgorithm algorithm = BitLinearAlgorithm::automatic,
                    std::optional<bool> hardware_dot = std::nullopt);
+// products int32 [m, n] = a int8 [m, Kp] . b int8 [n, Kp]^T, exactly, recorded into `sequence` on
+// the device's fastest int8 matmul path: rows of Kp values (a multiple of 16, zero-padded) in any
+// order of each 16-value block that a and b share (the screened head's matmul with its int8 copy).
+void record_int8_products(Sequence& sequence, const Tensor& a, const Tensor& b,
+                          const Tensor& products);
 // int8 [M, K] x ternary [N, K]^T -> int32 [M, N], exactly.
 Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w,
                       BitLinearAlgorithm algorithm = BitLinearAlgorithm::automatic,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/bitlinear.hpp"
 #include "ops/dispatch.hpp"
 #include "ops/sample_passes.hpp"
 #include "ops/tuning.hpp"
@@ -25,12 +26,15 @@ constexpr int64_t kScreenMaxVectors = 32;
 uint32_t screen_rows() { return tuning().screen_rows.value_or(2); }
 uint32_t screen_groups() { return tuning().screen_groups.value_or(2); }
 
-// Rows a head_verify workgroup takes (its CHUNK): its candidates go 8 at a time, one a team of 32
-// invocations, so where most rows are candidates (top-p over logits of a small spread, a trained
-// model's) many workgroups must share them.
-int64_t verify_chunk() { return tuning().verify_chunk.value_or(128); }
+// Rows a head_verify workgroup takes (its CHUNK) for rows of x: its candidates go 8 at a time,
+// one a team of 32 invocations, so where most rows are candidates (top-p over logits of a small
+// spread, a trained model's) many workgroups must share them; several rows' argmax, with few
+// candidates each, in larger chunks (fewer workgroups of little work: docs/PERFORMANCE.md).
+int64_t verify_chunk(int64_t rows) { return tuning().verify_chunk.value_or(rows > 1 ? 1024 : 128); }
 // head_verify's workgroups over a head of v rows.
-int64_t verify_workgroups(int64_t v) { return (v + verify_chunk() - 1) / verify_chunk(); }
+int64_t verify_workgroups(int64_t v, int64_t rows) {
+  return (v + verify_chunk(rows) - 1) / verify_chunk(rows);
+}
 
 int64_t screen_vectors(const Device& device, int64_t k) {
   const int64_t width = std::max<uint32_t>(1, device.info().subgroup_size);
@@ -39,19 +43,21 @@ int64_t screen_vectors(const Device& device, int64_t k) {
 
 }  // namespace
 
-bool screened_argmax_fits(const Device& device, int64_t k) {
-  return k > 0 && k % 4 == 0 && screen_vectors(device, k) <= kScreenMaxVectors;
+bool screened_argmax_fits(const Device& device, int64_t k, int64_t rows) {
+  // Several rows: 2 rows of int8 products each, which an int32 grid index must reach.
+  return k > 0 && k % 4 == 0 && rows > 0 && rows <= (1 << 20) &&
+         screen_vectors(device, k) <= kScreenMaxVectors;
 }
 
 namespace {
 
 struct ScreenShape {
-  int64_t v, k, padded_k;
+  int64_t rows, v, k, padded_k;
 };
 
-// The checks screened_argmax and screened_sample share.
+// The checks screened_argmax and screened_sample share (most_rows: rows of x the op takes).
 ScreenShape check_screening(const char* op, const Tensor& x, const Tensor& head,
-                            const Tensor& head_q, const Tensor& head_meta) {
+                            const Tensor& head_q, const Tensor& head_meta, int64_t most_rows) {
   if (x.dtype() != DType::float32)
     throw DTypeError("x: expected float32, got " + std::string(dtype_name(x.dtype())));
   require_float(head, "head");
@@ -60,11 +66,13 @@ ScreenShape check_screening(const char* op, const Tensor& x, const Tensor& head,
   if (head_meta.dtype() != DType::float32)
     throw DTypeError("head_meta: expected float32, got " +
                      std::string(dtype_name(head_meta.dtype())));
-  if (x.shape().size() != 2 || x.shape()[0] != 1 || head.shape().size() != 2 ||
-      x.shape()[1] != head.shape()[1])
-    throw ShapeError("expected x [1, K] and head [V, K], got x " + shape_text(x.shape()) +
-                     " and head " + shape_text(head.shape()));
-  const int64_t v = head.shape()[0], k = x.shape()[1], padded_k = (k + 15) / 16 * 16;
+  if (x.shape().size() != 2 || x.shape()[0] < 1 || x.shape()[0] > most_rows ||
+      head.shape().size() != 2 || x.shape()[1] != head.shape()[1])
+    throw ShapeError(std::string("expected x ") + (most_rows == 1 ? "[1, K]" : "[M, K], M >= 1,") +
+                     " and head [V, K], got x " + shape_text(x.shape()) + " and head " +
+                     shape_text(head.shape()));
+  const int64_t rows = x.shape()[0], v = head.shape()[0], k = x.shape()[1];
+  const int64_t padded_k = (k + 15) / 16 * 16;
   if (v == 0)
     throw ShapeError(std::string(op) + ": the head has no rows (shape " + shape_text(head.shape()) +
                      ")");
@@ -83,10 +91,16 @@ ScreenShape check_screening(const char* op, const Tensor& x, const Tensor& head,
                         std::to_string(kScreenMaxVectors *
                                        std::max<uint32_t>(1, device->info().subgroup_size) * 16) +
                         " values a row on this device, got K = " + std::to_string(k));
-  if (v > std::numeric_limits<int32_t>::max() / 2)
-    throw ShapeError(std::string(op) + ": too many rows (" + std::to_string(v) + ")");
-  return {v, k, padded_k};
+  if (!screened_argmax_fits(*device, k, rows))
+    throw ShapeError(std::string(op) + ": too many rows of x (" + std::to_string(rows) + ")");
+  if (v > std::numeric_limits<int32_t>::max() / 2 || rows > std::numeric_limits<int32_t>::max() / v)
+    throw ShapeError(std::string(op) + ": too many rows (" + std::to_string(v) + " x " +
+                     std::to_string(rows) + ")");
+  return {rows, v, k, padded_k};
 }
+
+// Head rows a head_brackets workgroup takes.
+constexpr int64_t kBracketChunk = 2048;
 
 // head_screen's workgroups: subgroups of about 32 rows each, at most screen_groups() a
 // multiprocessor where the count is known.
@@ -113,9 +127,10 @@ Kernel screen_kernel(const std::shared_ptr<Device>& device, int64_t k, bool samp
 // candidate row's vectors a lane requests at once: all of them, up to 8 (the sums' order does not
 // depend on it).
 Kernel verify_kernel(const std::shared_ptr<Device>& device, const char* base, DType dtype,
-                     int64_t k) {
-  return Kernel::builtin(device, float_variant(base, dtype),
-                         {{0, std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8)}, {1, verify_chunk()}});
+                     int64_t k, int64_t rows) {
+  return Kernel::builtin(
+      device, float_variant(base, dtype),
+      {{0, std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8)}, {1, verify_chunk(rows)}});
 }
 
 }  // namespace
@@ -123,20 +138,27 @@ Kernel verify_kernel(const std::shared_ptr<Device>& device, const char* base, DT
 Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q,
                        const Tensor& head_meta, const std::optional<Tensor>& given,
                        const std::optional<Tensor>& given_high) {
-  const auto [v, k, padded_k] = check_screening("screened_argmax", x, head, head_q, head_meta);
+  const auto [rows, v, k, padded_k] = check_screening("screened_argmax", x, head, head_q, head_meta,
+                                                      std::numeric_limits<int32_t>::max());
   const auto& device = x.device_ptr();
-  Tensor out = output(device, given, {1}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
-  const uint64_t groups = screen_workgroups(*device, v);
-  const int64_t chunks = verify_workgroups(v);
-  Tensor high = output(device, given_high, {v}, DType::float32, "high",
+  Tensor out = output(device, given, {rows}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
+  const uint64_t groups = rows == 1
+                              ? screen_workgroups(*device, v)
+                              : static_cast<uint64_t>((v + kBracketChunk - 1) / kBracketChunk);
+  const int64_t chunks = verify_workgroups(v, rows);
+  const std::vector<int64_t> high_shape =
+      rows == 1 ? std::vector<int64_t>{v} : std::vector<int64_t>{rows, v};
+  Tensor high = output(device, given_high, high_shape, DType::float32, "high",
                        {&x, &head, &head_q, &head_meta, &out});
-  Tensor lows =
-      Tensor::empty(device, std::vector<int64_t>{static_cast<int64_t>(groups)}, DType::float32);
-  Tensor partial = Tensor::empty(device, std::vector<int64_t>{chunks, 2}, DType::uint32);
-  // The last verifying workgroup resets the counter.
-  Tensor counter = self_resetting_counters(device, 1);
+  Tensor lows = Tensor::empty(device, std::vector<int64_t>{rows, static_cast<int64_t>(groups)},
+                              DType::float32);
+  Tensor partial = Tensor::empty(device, std::vector<int64_t>{rows, chunks, 2}, DType::uint32);
+  // The last verifying workgroup of each row resets its counter.
+  Tensor counter = self_resetting_counters(device, rows);
+  const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), uint64_t(rows), 1},
+                                 "screened_argmax over " + shape_text(head.shape()));
   Recorder op(device);
-  {
+  if (rows == 1) {
     Kernel kernel = screen_kernel(device, k, false);
     struct {
       uint32_t v, k, vectors;
@@ -146,17 +168,43 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
                                 lows.binding()};
     op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings,
                            push_bytes(push));
+  } else {
+    // Several rows: their 16-bit values as two int8 rows each, one int8 matmul of those with the
+    // head's copy on the device's matmul path (tensor cores where it has them, reading the copy
+    // once for up to 32 rows of x), then each bracket from its two sums.
+    Tensor split = Tensor::empty(device, std::vector<int64_t>{2 * rows, padded_k}, DType::int8);
+    Tensor stats = Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::float32);
+    Tensor products = Tensor::empty(device, std::vector<int64_t>{2 * rows, v}, DType::int32);
+    {
+      Kernel kernel = Kernel::builtin(device, "head_split_rows");
+      struct {
+        uint32_t k, padded_k;
+      } push{static_cast<uint32_t>(k), static_cast<uint32_t>(padded_k)};
+      BufferBinding bindings[] = {x.binding(), split.binding(), stats.binding()};
+      op.sequence().dispatch(kernel, {static_cast<uint32_t>(rows), 1, 1}, bindings,
+                             push_bytes(push));
+    }
+    record_int8_products(op.sequence(), split, head_q, products);
+    {
+      Kernel kernel = Kernel::builtin(device, "head_brackets", {{0, kBracketChunk}});
+      struct {
+        uint32_t v;
+      } push{static_cast<uint32_t>(v)};
+      BufferBinding bindings[] = {products.binding(), head_meta.binding(), stats.binding(),
+                                  high.binding(), lows.binding()};
+      op.sequence().dispatch(kernel,
+                             {static_cast<uint32_t>(groups), static_cast<uint32_t>(rows), 1},
+                             bindings, push_bytes(push));
+    }
   }
   {
-    Kernel kernel = verify_kernel(device, "head_verify", head.dtype(), k);
+    Kernel kernel = verify_kernel(device, "head_verify", head.dtype(), k, rows);
     struct {
       uint32_t v, k, lows;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups)};
     BufferBinding bindings[] = {x.binding(),    head.binding(),    high.binding(),
                                 lows.binding(), partial.binding(), counter.binding(),
                                 out.binding()};
-    const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1},
-                                   "screened_argmax over " + shape_text(head.shape()));
     op.sequence().dispatch(kernel, grid, bindings, push_bytes(push));
   }
   op.run();
@@ -167,14 +215,15 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
                        const Tensor& head_meta, const Tensor& params, const Tensor& start,
                        int64_t offset, const std::optional<Tensor>& given,
                        const std::optional<Tensor>& given_exact, bool top_p) {
-  const auto [v, k, padded_k] = check_screening("screened_sample", x, head, head_q, head_meta);
+  const auto [rows, v, k, padded_k] =
+      check_screening("screened_sample", x, head, head_q, head_meta, 1);
   check_sampling(params, start, offset, 1, x);
   const auto& device = x.device_ptr();
   check_top_p(*device, top_p);
   Tensor out = output(device, given, {1}, DType::int32, "out",
                       {&x, &head, &head_q, &head_meta, &params, &start});
   const uint64_t groups = screen_workgroups(*device, v);
-  const int64_t chunks = verify_workgroups(v);
+  const int64_t chunks = verify_workgroups(v, 1);
   checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1},
                "screened_sample over " + shape_text(head.shape()));
   // Each row's bracket ends; the largest lower draw_score, and lower end, of each screening
@@ -204,7 +253,7 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
   record_sample(op.sequence(), device, scratch, low.binding(), out.binding(), params, start, v,
                 offset, 0, 1, 0, 2);
   {
-    Kernel kernel = verify_kernel(device, "head_verify_sample", head.dtype(), k);
+    Kernel kernel = verify_kernel(device, "head_verify_sample", head.dtype(), k, 1);
     struct {
       uint32_t v, k, lows, offset;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups),

@@ -7,16 +7,18 @@
 // argmax or draw of the float head's logits, computing only the rows that can win.
 namespace bitnet::ops {
 
-// np.argmax(x @ head.T) for one row of x (float32 [1, K], K % 4 == 0) and a float head [V, K]
-// (float32 or float16), through a screening copy of the head: head_q int8 [V, Kp] (Kp = K
+// np.argmax(x @ head.T, axis=1) for rows of x (float32 [M, K], K % 4 == 0) and a float head
+// [V, K] (float32 or float16), through a screening copy of the head: head_q int8 [V, Kp] (Kp = K
 // rounded up to 16, zero-padded) with per-row scales and error norms in head_meta float32 [V, 4]
-// (models.py's screening_tables: sigma_v, D', N, 0). Every row gets a bracket around its logit
-// from the int8 copy; the rows whose bracket reaches the largest lower end are computed exactly,
-// as linear_rows computes them, and the largest (the first of equal ones, the first NaN) wins:
-// the index argmax_rows(linear_rows(x, head)) gives, reading the head's int8 copy once instead of
-// the float head. int32 [1]. ArgumentError where screened_argmax_fits(device, K) is false (K % 4,
-// or rows longer than a subgroup's lanes hold in registers). high (float32 [V], for inspection):
-// receives each row's upper bracket end, NaN where the row is not screened.
+// (models.py's screening_tables: sigma_v, D', N, 0). Every pair of a row of x and a row of the
+// head gets a bracket around its logit from the int8 copy; the head rows whose bracket reaches
+// the largest lower end of x's row are computed exactly, as linear_rows computes them, and the
+// largest (the first of equal ones, the first NaN) wins: the indices argmax_rows(linear_rows(x,
+// head)) gives, reading the head's int8 copy once for up to 8 rows of x instead of the float
+// head. int32 [M]. ArgumentError where screened_argmax_fits(device, K, M) is false (K % 4, rows
+// longer than a subgroup's lanes hold in registers, or several rows that shared memory does not
+// hold). high (float32 [V] for one row, else [M, V]; for inspection): receives each bracket's
+// upper end, NaN where the row of x is not screened.
 Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q,
                        const Tensor& head_meta, const std::optional<Tensor>& out = {},
                        const std::optional<Tensor>& high = {});
@@ -35,7 +37,7 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
                        const Tensor& head_meta, const Tensor& params, const Tensor& start,
                        int64_t offset, const std::optional<Tensor>& out = {},
                        const std::optional<Tensor>& exact = {}, bool top_p = false);
-// Whether screened_argmax (and screened_sample) take rows of k values on this device.
-bool screened_argmax_fits(const Device& device, int64_t k);
+// Whether screened_argmax takes `rows` rows of k values on this device (screened_sample: one).
+bool screened_argmax_fits(const Device& device, int64_t k, int64_t rows = 1);
 
 }  // namespace bitnet::ops

@@ -692,23 +692,24 @@ def bitnet_generate(
     return ids[0] if squeeze else ids
 
 
-def screening_bracket(h: np.ndarray, q: np.ndarray, meta: np.ndarray):
+def screening_bracket(h: np.ndarray, q: np.ndarray, meta: np.ndarray, scale: int = 32767):
     """(low, high) float64 [V]: the bracket _core.screened_argmax's screening pass gives each row
     of a head around its logit h . head[v], from the head's int8 copy q [V, Kp] and its row data
-    meta [V, 4] (models.screening_tables): h16 = rint(h * float32(32767 / max|h|)) as high and low
-    bytes, approx = sigma_h sigma_v (256 hi . q_v + lo . q_v) (exact integer sums), and
-    bound = ((||h|| + E_h) D' + E_h N) (1 + 2^-8) + 1e-36 with sigma_h = max|h| / 32767 and
-    E_h = 0.52 sqrt(K) sigma_h (shaders/screened_head/head_screen.comp). For finite h with max|h|
-    = 0 or
-    >= 1e-18; the kernel marks every other h's brackets NaN."""
+    meta [V, 4] (models.screening_tables): h16 = rint(h * float32(scale / max|h|)) (its high and
+    low bytes multiplied apart: the integer sum q_v . h16 exactly), approx = sigma_h sigma_v
+    (q_v . h16), and bound = ((||h|| + E_h) D' + E_h N) (1 + 2^-8) + 1e-36 with sigma_h = max|h| /
+    scale and E_h = 0.52 sqrt(K) sigma_h. scale: 32767 for one row of h
+    (shaders/screened_head/head_screen.comp), 32639 for several (head_split_rows.comp, whose bytes
+    are signed). For finite h with max|h| = 0 or >= 1e-18; the kernel marks every other h's
+    brackets NaN."""
     h = np.asarray(h, np.float32).reshape(-1)
     k = h.size
     amax = np.float32(np.abs(h).max())
-    inverse = np.float32(32767) / amax if amax > 0 else np.float32(0)
-    h16 = np.clip(np.rint(h * inverse), -32767, 32767).astype(np.int64)
+    inverse = np.float32(scale) / amax if amax > 0 else np.float32(0)
+    h16 = np.clip(np.rint(h * inverse), -scale, scale).astype(np.int64)
     values = np.asarray(q)[:, :k].astype(np.int64)
     total = 256 * (values @ (h16 >> 8)) + values @ (h16 & 255)
-    sigma_h = float(np.float32(amax) / np.float32(32767))
+    sigma_h = float(np.float32(amax) / np.float32(scale))
     approx = sigma_h * total * meta[:, 0].astype(np.float64)
     norm_h = float(np.linalg.norm(h.astype(np.float64)))
     error_h = 0.52 * np.sqrt(k) * sigma_h

@@ -8,8 +8,10 @@
 // T = the largest lower end of any bracket (or is NaN), and computes their logits h . head[v]
 // exactly as linear_rows does (a team of 32 invocations a row, the same order, precise), then
 // writes its best (value, index); the last workgroup to finish (counted by an atomic, which it
-// resets for the next run) picks the best of those. The row with the largest logit (the first of
-// equal ones, or the first NaN) has a bracket that reaches T, so it is among the candidates.
+// resets for the next run) picks the best of those. Workgroup (g, m) does so for row m of h
+// (head_brackets.comp's brackets), with a counter and an index of its own. The row with the
+// largest logit (the first of equal ones, or the first NaN) has a bracket that reaches T, so it
+// is among the candidates.
 // SAMPLE (the screened draw, ops/model.cpp's screened_sample): the candidates are the rows whose
 // upper end reaches the top_k-th largest lower end (its order key in select_state, from
 // sample_rows.comp's select passes over head_screen's low[v]) where top_k is set, else the rows
@@ -32,10 +34,10 @@
 layout(local_size_x = 256) in;
 // as linear_rows (the order does not depend on it)
 layout(constant_id = 0) const uint IN_FLIGHT = 2;
-layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };      // h float32 [K], K % 4 == 0
+layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };  // h float32 [M, K], K % 4 == 0
 layout(std430, binding = 1) readonly buffer W4 { ELEMENT4 w4[]; };  // head [V, K]
-layout(std430, binding = 2) readonly buffer High { float high[]; };  // [V]
-// [screening workgroups] ([2, ...] with SAMPLE)
+layout(std430, binding = 2) readonly buffer High { float high[]; };  // [M, V]
+// [M, screening workgroups] ([2, ...] with SAMPLE)
 layout(std430, binding = 3) readonly buffer Lows { float lows[]; };
 #ifdef SAMPLE
 layout(std430, binding = 4) readonly buffer Select { uvec4 select_state; };  // prefix, wanted, all
@@ -45,10 +47,10 @@ layout(std430, binding = 6) readonly buffer Start { int start; };
 layout(std430, binding = 7) writeonly buffer Exact { float exact[]; };       // [V]
 layout(push_constant) uniform Push { uint v; uint k; uint lows; uint offset; } p;
 #else
-// [chunks]: (value bits, index)
+// [M, chunks]: (value bits, index)
 layout(std430, binding = 4) coherent buffer Partial { uvec2 partial[]; };
-layout(std430, binding = 5) coherent buffer Counter { uint tickets[1]; };  // zero between runs
-layout(std430, binding = 6) writeonly buffer Out { int index_out; };
+layout(std430, binding = 5) coherent buffer Counter { uint tickets[]; };  // [M], zero between runs
+layout(std430, binding = 6) writeonly buffer Out { int index_out[]; };  // [M]
 layout(push_constant) uniform Push { uint v; uint k; uint lows; } p;
 #endif
 
@@ -67,6 +69,8 @@ shared bool s_last;
 void main() {
   const uint id = gl_LocalInvocationID.x, lane = id % TEAM, team = id / TEAM;
   const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.v);
+  // Row m of h (one row with SAMPLE): its row of high, its screening workgroups' lows.
+  const uint m = gl_WorkGroupID.y, k4 = p.k / 4;
 #ifdef SAMPLE
   const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
   const bool by_key = params[2] != 0u, by_weight = !by_key && params[5] != 0u && temperature != 0.0;
@@ -77,7 +81,7 @@ void main() {
 #endif
   float t = -1.0 / 0.0;
   for (uint i = id; i < p.lows; i += 256) {
-    const float low = lows[from + i];
+    const float low = lows[from + m * p.lows + i];
     if (low > t) t = low;  // NaN never raises it
   }
   t = subgroupMax(t);
@@ -105,11 +109,11 @@ void main() {
 #else
   for (uint r = id; r < CHUNK; r += 256) {
     const uint row = first + r;
-    if (row < end && !(high[row] < threshold)) s_rows[atomicAdd(s_count, 1u)] = row;
+    if (row < end && !(high[m * p.v + row] < threshold)) s_rows[atomicAdd(s_count, 1u)] = row;
   }
 #endif
   barrier();
-  const uint count = s_count, k4 = p.k / 4;
+  const uint count = s_count;
   float best = -1.0 / 0.0;
   uint best_index = 0xFFFFFFFFu;
   for (uint round = 0; round * TEAMS < count; ++round) {  // uniform
@@ -126,7 +130,7 @@ void main() {
         }
         [[unroll]] for (uint u = 0; u < IN_FLIGHT; ++u) {
           const uint c = c0 + u * TEAM;
-          if (c < k4) acc = acc + dot(wv[u], x4[c]);
+          if (c < k4) acc = acc + dot(wv[u], x4[m * k4 + c]);
         }
       }
     }
@@ -149,13 +153,14 @@ void main() {
 #ifndef SAMPLE
   // Each team's best sits in its lane 0; every other invocation offers nothing.
   workgroup_best(lane == 0 ? best : -1.0 / 0.0, lane == 0 ? best_index : 0xFFFFFFFFu);
-  if (id == 0) partial[gl_WorkGroupID.x] = packed_best();
-  // The last workgroup picks the best of the chunks.
-  if (!last_workgroup(0u)) return;
+  if (id == 0) partial[m * gl_NumWorkGroups.x + gl_WorkGroupID.x] = packed_best();
+  // The last workgroup of row m picks the best of its chunks.
+  if (!last_workgroup(m)) return;
   best = -1.0 / 0.0;
   best_index = 0xFFFFFFFFu;
-  for (uint c = id; c < gl_NumWorkGroups.x; c += 256) offer(partial[c], best, best_index);
+  for (uint c = id; c < gl_NumWorkGroups.x; c += 256)
+    offer(partial[m * gl_NumWorkGroups.x + c], best, best_index);
   workgroup_best(best, best_index);
-  if (id == 0) index_out = int(s_index[0]);
+  if (id == 0) index_out[m] = int(s_index[0]);
 #endif
 }

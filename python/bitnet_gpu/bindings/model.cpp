@@ -35,8 +35,10 @@ void bind_model(py::module_& m) {
         py::arg("head_meta"), py::arg("out") = py::none(), py::arg("high") = py::none(), release);
   m.def(
       "screened_argmax_fits",
-      [](const Device& device, int64_t k) { return ops::screened_argmax_fits(device, k); },
-      py::arg("device"), py::arg("k"));
+      [](const Device& device, int64_t k, int64_t rows) {
+        return ops::screened_argmax_fits(device, k, rows);
+      },
+      py::arg("device"), py::arg("k"), py::arg("rows") = 1);
   m.def("tuning_knobs", [] {
     py::list knobs;
     for (const auto& knob : ops::tuning_knobs())

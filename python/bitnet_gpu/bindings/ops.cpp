@@ -107,6 +107,8 @@ void bind_ops(py::module_& m) {
   m.def("attention_cached", &ops::attention_cached, py::arg("q"), py::arg("k_cache"),
         py::arg("v_cache"), py::arg("start"), py::arg("causal"), py::arg("out") = py::none(),
         py::arg("float16") = false, release);
+  m.def("gated_output_fuses", &ops::gated_output_fuses, py::arg("x"), py::arg("gate"),
+        py::arg("norm"));
   m.def("bitlinear_group", &ops::bitlinear_group, py::arg("x"), py::arg("up"),
         py::arg("norm_weight"), py::arg("norm_eps"), py::arg("weights"), py::arg("residuals"),
         py::arg("gated_output") = false, release);

@@ -56,10 +56,11 @@ class BitNetModel(WeightsAccess):
     ) -> None:
         """embedding_dtype: float16 or float32 for the embedding and head; None: from_weights
         keeps what the checkpoint holds (float16 where that loses nothing), random weights float16.
-        screened_head: decode steps of one sequence pick the next token through an int8 copy
-        of the head (``_core.screened_argmax``, ``_core.screened_sample``: the same ids as the
-        argmax of, or the draw from, the float head's logits, reading half the bytes; the copy
-        takes vocab x hidden bytes more on the device). None: wherever the device takes the hidden
+        screened_head: decode steps pick the next token (one sequence's argmax or draw, the
+        argmax of several sequences or of a verify step's tokens) through an int8 copy of the
+        head (``_core.screened_argmax``, ``_core.screened_sample``: the same ids as the argmax
+        of, or the draw from, the float head's logits, reading half the bytes; the copy takes
+        vocab x hidden bytes more on the device). None: wherever the device takes the hidden
         size. decode_chunk: decode steps a graph replay runs at most (each step's next ids feed
         the next step's embedding on the GPU, so the host submits and waits once a chunk, and
         stream() yields a chunk's ids as it arrives); 1 replays the graph once a token.
@@ -116,7 +117,7 @@ class BitNetModel(WeightsAccess):
 
     @property
     def screened_head(self) -> bool:
-        """Whether decode steps of one sequence pick through the screened head."""
+        """Whether decode steps pick through the screened head (see __init__)."""
         return self.runner.screened_head
 
     @screened_head.setter

@@ -190,7 +190,8 @@ class StepRecorder:
                 a.reshape(rows, c.hidden_size), None, norms["self_attn.attn_sub_norm"], eps,
                 [w["o"]], [x],
             )  # fmt: skip
-            if plan.tokens == 1:  # the gate/up dispatch writes relu(gate)^2 * up itself
+            if plan.tokens == 1 and _core.gated_output_fuses(x, w["gate"], True):
+                # The gate/up dispatch writes relu(gate)^2 * up itself.
                 (f,) = _core.bitlinear_group(
                     x, None, norms["post_attention_layernorm"], eps, [w["gate"], w["up"]],
                     [None, None], True,
@@ -198,7 +199,7 @@ class StepRecorder:
                 (x,) = _core.bitlinear_group(
                     f, None, norms["mlp.ffn_sub_norm"], eps, [w["down"]], [x]
                 )
-            else:
+            else:  # relu(gate)^2 * up in the down projection's pre-pass
                 g, u = _core.bitlinear_group(
                     x, None, norms["post_attention_layernorm"], eps, [w["gate"], w["up"]],
                     [None, None],
@@ -215,7 +216,7 @@ class StepRecorder:
         picked_rows = x.shape[0]
         if plan.screened:
             head_q, head_meta = self.screened_head.tables(head)
-            picked = self.device.empty((1,), np.int32, memory="host")
+            picked = self.device.empty((picked_rows,), np.int32, memory="host")
             if plan.pick.draws:
                 assert sampling is not None and drawn_at is not None
                 top_p = plan.pick is not Pick.SAMPLE

@@ -22,20 +22,21 @@ from .step import DecodePolicy, Pick, Step, StepOutputs, StepPlan
 
 __all__ = ["StepRunner"]
 
-# The picks the screened head serves (for one sequence): top-p without top-k would make its
-# candidates most of the vocabulary, slower than the float head (docs/PERFORMANCE.md).
+# The picks the screened head serves for one row: top-p without top-k would make its candidates
+# most of the vocabulary, slower than the float head (docs/PERFORMANCE.md). For several rows (a
+# batch's decode step, a verify step's tokens): the argmax.
 _SCREENED = (Pick.ARGMAX, Pick.SAMPLE, Pick.NUCLEUS_TOP_K)
 # Attention over more new tokens than this a sequence runs in float16 where the model asks.
 _FLOAT16_FROM_TOKENS = 8
 
 
 class StepRunner:
-    """policy: DecodePolicy; screened_head: whether one-sequence steps pick through the screened
-    head; float16_prefill: whether attention over more than 8 new tokens a sequence runs in
-    float16; kv_dtype: the KV caches' dtype (float32 or float16). `last` is the RecordedStep of
-    the latest replay (benchmarks read its timings). The runner also keeps the model's shared
-    pools, one a batch size, which forward, generate and stream use; sessions hold pools of their
-    own."""
+    """policy: DecodePolicy; screened_head: whether steps pick through the screened head (one row's
+    argmax or draw; several rows' argmax); float16_prefill: whether attention over more than 8 new
+    tokens a sequence runs in float16; kv_dtype: the KV caches' dtype (float32 or float16). `last`
+    is the RecordedStep of the latest replay (benchmarks read its timings). The runner also keeps
+    the model's shared pools, one a batch size, which forward, generate and stream use; sessions
+    hold pools of their own."""
 
     def __init__(
         self,
@@ -124,12 +125,12 @@ class StepRunner:
 
     def plan(self, step: Step) -> StepPlan:
         tokens = step.tokens
+        picked = step.batch * tokens if step.every_token else step.batch
         screened = (
             self.screened_head
-            and step.batch == 1
-            and step.pick in _SCREENED
             and not step.keep_logits
-            and not step.every_token
+            and (step.pick in _SCREENED if picked == 1 else step.pick is Pick.ARGMAX)
+            and (picked == 1 or self.screens_rows(picked))
         )
         return StepPlan(
             batch=step.batch,
@@ -146,6 +147,12 @@ class StepRunner:
             screened=screened,
             float16_attention=self.float16_prefill and tokens > _FLOAT16_FROM_TOKENS,
             row_sampling=step.pick.draws and step.sampling is not None and step.sampling.ndim == 2,
+        )
+
+    def screens_rows(self, rows: int) -> bool:
+        """Whether the screened head takes `rows` rows of hidden states at once on this device."""
+        return _core.screened_argmax_fits(
+            self.recorder.device, self.recorder.config.hidden_size, rows
         )
 
     def run(self, pool: CachePool, step: Step) -> StepOutputs:
