@@ -267,10 +267,11 @@ def test_matvec_default_grid(device, rng, m, k, expected):
 def test_fused_matvec_limit_setting(device, rng, tune):
     """fused_matvec_most moves the values of x up to which every matvec workgroup quantizes x
     itself (none from three rows by default): (4, 2560) takes the pre-pass by default, one fused
-    dispatch under 16384, exact either way; a value out of range raises naming it."""
+    dispatch under 16384, exact either way; a value out of range raises naming it. (The matvec
+    takes the 4 rows: on devices with tensor cores they would go to the matmul.)"""
     x, q, bias = case(rng, 4, 2560, 40)
     for most, fused in [(None, False), (16384, True)]:
-        tune(fused_matvec_most=most)
+        tune(fused_matvec_most=most, matvec_most_rows=8)
         with bg.profile(device) as p:
             result = bg.bitlinear(x, q, bias, return_accumulator=True)
         check(x, q, bias, *result)
