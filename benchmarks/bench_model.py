@@ -47,8 +47,7 @@ def op_kind(label):
         ("binary", "residual add"),
         ("gated|elementwise", "relu2 * up"),
         ("linear_rows", "LM head (float16)"),
-        # Several rows: the split rows and the brackets (their int8 matmul with the head's copy
-        # is a bitlinear_coopmat, counted with the matmuls).
+        # Several rows: the split rows, their int8 matmul with the head's copy, the brackets.
         ("head_screen|head_split_rows|head_brackets", "LM head: int8 screening"),
         ("head_verify", "LM head: candidates, exactly"),
         ("embedding", "embedding / gather"),

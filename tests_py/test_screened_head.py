@@ -104,7 +104,10 @@ def test_screened_argmax_of_several_rows(dtype, m, v, k):
     h = rng.standard_normal((m, k)).astype(np.float32)
     h[m // 2] *= 300.0  # rows of different scales share a workgroup
     out, high = _poisoned((m,), np.int32), _poisoned((m, v), np.float32)
-    _screened(h, head, out, high)
+    with bg.profile(bg.default_device()) as profile:
+        _screened(h, head, out, high)
+    names = [name for name, _ in profile.timings]  # the matmul named for the head in timings
+    assert "head_screen_matmul" in names and not any("bitlinear" in n for n in names), names
     expected = _core.argmax_rows(_core.linear_rows(to_tensor(h), to_tensor(head))).numpy()
     np.testing.assert_array_equal(out.numpy(), expected)
     exact = h.astype(np.float64) @ head.astype(np.float64).T

@@ -185,6 +185,7 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
                              push_bytes(push));
     }
     record_int8_products(op.sequence(), split, head_q, products);
+    op.sequence().name_last_op("head_screen_matmul");
     {
       Kernel kernel = Kernel::builtin(device, "head_brackets", {{0, kBracketChunk}});
       struct {

@@ -214,6 +214,12 @@ void Sequence::write_timestamp() {
   context_->queries_used++;
 }
 
+void Sequence::name_last_op(std::string label) {
+  ensure_recording();
+  if (labels_.empty()) throw ArgumentError("name_last_op: nothing has been recorded yet");
+  labels_.back() = std::move(label);
+}
+
 void Sequence::after_op(std::string label) {
   labels_.push_back(std::move(label));
   if (timing_ == Timing::per_op) write_timestamp();

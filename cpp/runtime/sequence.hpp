@@ -87,6 +87,9 @@ class Sequence {
   bool closed() const { return closed_; }
 
   size_t op_count() const { return labels_.size(); }
+  // Names the last recorded op in the timings, where code that other ops share recorded it (the
+  // screened head's int8 matmul is a BitLinear kernel).
+  void name_last_op(std::string label);
   size_t barrier_count() const { return barriers_; }
   bool timings_enabled() const { return timing_ != Timing::off; }
   bool submitted() const { return submission_ != nullptr; }
