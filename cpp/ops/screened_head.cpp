@@ -44,8 +44,9 @@ int64_t screen_vectors(const Device& device, int64_t k) {
 }  // namespace
 
 bool screened_argmax_fits(const Device& device, int64_t k, int64_t rows) {
-  // Several rows: 2 rows of int8 products each, which an int32 grid index must reach.
-  return k > 0 && k % 4 == 0 && rows > 0 && rows <= (1 << 20) &&
+  // Several rows: a row of workgroups each in the passes after the screening.
+  return k > 0 && k % 4 == 0 && rows > 0 &&
+         rows <= int64_t{device.limits().maxComputeWorkGroupCount[1]} &&
          screen_vectors(device, k) <= kScreenMaxVectors;
 }
 
@@ -93,7 +94,9 @@ ScreenShape check_screening(const char* op, const Tensor& x, const Tensor& head,
                         " values a row on this device, got K = " + std::to_string(k));
   if (!screened_argmax_fits(*device, k, rows))
     throw ShapeError(std::string(op) + ": too many rows of x (" + std::to_string(rows) + ")");
-  if (v > std::numeric_limits<int32_t>::max() / 2 || rows > std::numeric_limits<int32_t>::max() / v)
+  // Indices into several rows' products [2 rows, V] stay within int32.
+  if (v > std::numeric_limits<int32_t>::max() / 2 ||
+      rows > std::numeric_limits<int32_t>::max() / 2 / v)
     throw ShapeError(std::string(op) + ": too many rows (" + std::to_string(v) + " x " +
                      std::to_string(rows) + ")");
   return {rows, v, k, padded_k};
