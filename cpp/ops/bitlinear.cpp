@@ -696,22 +696,22 @@ Tensor int8_matmul(const Tensor& a, const Tensor& b, BitLinearAlgorithm algorith
   Sequence& sequence = op_sequence.sequence();
   PreparedRows pa = interleave_int8(sequence, a, m, k, false);
   PreparedRows pb = interleave_int8(sequence, b, n, k, true);
-  record_matmul(path, sequence, pb.values, pa, m, n, k, false, pa.row_sums, pa.row_sums,
-                std::nullopt, false, {std::nullopt, out}, hardware);
+  record_int8_products(sequence, pa.values, pb.values, out, path, hardware);
   op_sequence.run();
   return out;
 }
 
 void record_int8_products(Sequence& sequence, const Tensor& a, const Tensor& b,
-                          const Tensor& products) {
+                          const Tensor& products, BitLinearAlgorithm algorithm,
+                          std::optional<bool> hardware_dot) {
   const auto& device = a.device_ptr();
   const int64_t m = a.shape()[0], n = b.shape()[0], k = a.shape()[1];
   // Row sums, scales and gamma: bound, not read, where the weights are int8 and y is not asked for.
   const Tensor unread = Tensor::empty(device, std::vector<int64_t>{m}, DType::int32);
   const PreparedRows rows{a, unread};
-  record_matmul(matmul_path(*device, BitLinearAlgorithm::automatic), sequence, b, rows, m, n, k,
-                false, unread, unread, std::nullopt, false, {std::nullopt, products},
-                use_hardware_dot(*device, std::nullopt));
+  record_matmul(matmul_path(*device, algorithm), sequence, b, rows, m, n, k, false, unread, unread,
+                std::nullopt, false, {std::nullopt, products},
+                use_hardware_dot(*device, hardware_dot));
 }
 
 Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w, BitLinearAlgorithm algorithm,

@@ -60,10 +60,13 @@ Tensor int8_matmul(const Tensor& a, const Tensor& b,
                    BitLinearAlgorithm algorithm = BitLinearAlgorithm::automatic,
                    std::optional<bool> hardware_dot = std::nullopt);
 // products int32 [m, n] = a int8 [m, Kp] . b int8 [n, Kp]^T, exactly, recorded into `sequence` on
-// the device's fastest int8 matmul path: rows of Kp values (a multiple of 16, zero-padded) in any
-// order of each 16-value block that a and b share (the screened head's matmul with its int8 copy).
+// the matmul path `algorithm` picks (int8_matmul's, and the screened head's matmul with its int8
+// copy): rows of Kp values (a multiple of 16, zero-padded) in any order of each 16-value block
+// that a and b share.
 void record_int8_products(Sequence& sequence, const Tensor& a, const Tensor& b,
-                          const Tensor& products);
+                          const Tensor& products,
+                          BitLinearAlgorithm algorithm = BitLinearAlgorithm::automatic,
+                          std::optional<bool> hardware_dot = std::nullopt);
 // int8 [M, K] x ternary [N, K]^T -> int32 [M, N], exactly.
 Tensor ternary_matmul(const Tensor& a, const QuantizedWeights& w,
                       BitLinearAlgorithm algorithm = BitLinearAlgorithm::automatic,
