@@ -21,6 +21,7 @@ from common import (
     profiled,
     torch_copy_gbps,
     torch_cuda,
+    torch_int8_matmul,
     torch_time,
     with_settings,
     write_results,
@@ -188,13 +189,13 @@ def main():
                 torch, lambda: torch.nn.functional.linear(xh, wh), args.repeats
             )
             row["speedup_vs_fp16"] = row["cublas_fp16_s"] / t
-            if m >= 17:  # torch._int_mm needs M > 16
+            if m >= 17:  # PyTorch's int8 matmul needs M > 16
                 xi = torch.randint(-128, 127, (m, k), device="cuda", dtype=torch.int8)
                 # [K, N] column-major (a transposed [N, K]), the layout cuBLASLt's int8
                 # kernels take: row-major [K, N] ran 5-7x slower at M = 2048.
                 wi = torch.randint(-128, 127, (n, k), device="cuda", dtype=torch.int8).t()
                 row["torch_int_mm_s"] = torch_time(
-                    torch, lambda: torch._int_mm(xi, wi), args.repeats
+                    torch, lambda: torch_int8_matmul(torch, xi, wi), args.repeats
                 )
             del xh, wh
         results["rows"].append(row)

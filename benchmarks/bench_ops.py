@@ -20,6 +20,7 @@ from common import (
     profiled,
     torch_copy_gbps,
     torch_cuda,
+    torch_softmax_backward,
     torch_time,
     write_results,
 )  # benchmarks/common.py
@@ -158,7 +159,7 @@ def main():
             (rows, k),
             12 * rows * k,
             lambda: bg.softmax_backward(mg, m, out=my),
-            lambda: torch._softmax_backward_data(tg, tm, -1, torch.float32),
+            lambda: torch_softmax_backward(torch, tg, tm, -1),
         ),
         (
             "layer_norm backward",

@@ -44,6 +44,20 @@ def compile_glsl(source, defines=(), target="vulkan1.2", include_dir=None):
             return np.frombuffer(f.read(), np.uint32).copy()
 
 
+def torch_int8_matmul(torch, a, b):
+    """PyTorch's int8 matmul on cuBLASLt's int8 kernels (a [M, K] int8 with M > 16, b [K, N]
+    int8): torch._int_mm, which PyTorch gives no public name; composing it from public ops would
+    time something slower than PyTorch's own kernel."""
+    return torch._int_mm(a, b)
+
+
+def torch_softmax_backward(torch, grad, y, dim):
+    """The kernel PyTorch's softmax backward runs, given the output y and its gradient:
+    torch._softmax_backward_data, which PyTorch gives no public name (autograd around it would
+    time its engine too)."""
+    return torch._softmax_backward_data(grad, y, dim, y.dtype)
+
+
 def torch_time(torch, fn, repeats):
     """Median seconds of fn() between CUDA events, after one warm-up call."""
     fn()
