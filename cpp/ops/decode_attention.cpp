@@ -130,8 +130,6 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int64_t splits = (shape.cache_rows + split_keys - 1) / split_keys;
   Tensor partial = Tensor::empty(
       device, std::vector<int64_t>{shape.batch, shape.hq, splits, shape.d + 4}, DType::float32);
-  // The last workgroup of each (sequence, KV head) resets its counter.
-  Tensor counter = self_resetting_counters(device, shape.batch * shape.hkv);
   struct {
     uint32_t hq, hkv, cache_rows, table_rows, splits;
     float scale;
@@ -150,16 +148,18 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   Kernel kernel =
       Kernel::builtin(device, attention_variant("decode_attention", q.dtype(), k_cache.dtype()),
                       {{0, heads_per_kv}, {1, split_keys}, {2, int64_t{shape.d}}});
-  BufferBinding bindings[] = {
-      q.binding(),       k.binding(),       v.binding(),       cos.binding(),    sin.binding(),
-      k_cache.binding(), v_cache.binding(), k_cache.binding(), start.binding(),  partial.binding(),
-      counter.binding(), out.binding(),     v_cache.binding(), partial.binding()};
   const auto grid =
       checked_grid(*device,
                    {static_cast<uint64_t>(shape.hkv), static_cast<uint64_t>(splits),
                     static_cast<uint64_t>(shape.batch)},
                    "decode attention over " + std::to_string(shape.cache_rows) + " cache rows");
   Recorder op(device);
+  // The last workgroup of each (sequence, KV head) resets its counter.
+  Tensor counter = self_resetting_counters(op.sequence(), device, shape.batch * shape.hkv);
+  BufferBinding bindings[] = {
+      q.binding(),       k.binding(),       v.binding(),       cos.binding(),    sin.binding(),
+      k_cache.binding(), v_cache.binding(), k_cache.binding(), start.binding(),  partial.binding(),
+      counter.binding(), out.binding(),     v_cache.binding(), partial.binding()};
   op.sequence().dispatch(kernel, grid, bindings, push_bytes(push));
   op.run();
   return out;

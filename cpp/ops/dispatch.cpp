@@ -137,14 +137,12 @@ Tensor zeroed_counter(const std::shared_ptr<Device>& device) {
   return tensor;
 }
 
-Tensor self_resetting_counters(const std::shared_ptr<Device>& device, int64_t count) {
+Tensor self_resetting_counters(Sequence& sequence, const std::shared_ptr<Device>& device,
+                               int64_t count) {
   // In a graph, ones an earlier op left zero where a barrier has ordered that op before this one.
   if (Graph* graph = device->recording_graph()) return graph->zeroed_scratch(count);
-  // Not an op's result (Tensor::empty's by_op): its zeros come from the host.
-  Tensor counters =
-      Tensor::empty(device, std::vector<int64_t>{count}, DType::uint32, Placement::device, false);
-  const std::vector<uint32_t> zeros(static_cast<size_t>(count), 0u);
-  counters.upload(zeros.data(), counters.nbytes());
+  Tensor counters = Tensor::empty(device, std::vector<int64_t>{count}, DType::uint32);
+  sequence.fill(counters.binding(), 0u);
   return counters;
 }
 

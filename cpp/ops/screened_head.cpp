@@ -156,11 +156,11 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
   Tensor lows = Tensor::empty(device, std::vector<int64_t>{rows, static_cast<int64_t>(groups)},
                               DType::float32);
   Tensor partial = Tensor::empty(device, std::vector<int64_t>{rows, chunks, 2}, DType::uint32);
-  // The last verifying workgroup of each row resets its counter.
-  Tensor counter = self_resetting_counters(device, rows);
   const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), uint64_t(rows), 1},
                                  "screened_argmax over " + shape_text(head.shape()));
   Recorder op(device);
+  // The last verifying workgroup of each row resets its counter.
+  Tensor counter = self_resetting_counters(op.sequence(), device, rows);
   if (rows == 1) {
     Kernel kernel = screen_kernel(device, k, false);
     struct {
@@ -239,8 +239,8 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
   Tensor exact = output(device, given_exact, {v}, DType::float32, "exact",
                         {&x, &head, &head_q, &head_meta, &params, &start, &out})
                      .reshaped({1, v});
-  const SampleScratch scratch = sample_scratch(device, 1, v, true, top_p);
   Recorder op(device);
+  const SampleScratch scratch = sample_scratch(op.sequence(), device, 1, v, true, top_p);
   {
     Kernel kernel = screen_kernel(device, k, true);
     struct {
