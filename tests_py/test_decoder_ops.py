@@ -369,6 +369,28 @@ def test_the_residual_is_added_bit_for_bit(m, k, n):
     np.testing.assert_array_equal(summed.numpy(), plain.numpy() + residual)
 
 
+def test_pre_pass_rows_past_the_grid():
+    """More rows than a grid's workgroups (the pre-pass's workgroups take a row each and go round
+    again): every row, normed, as it is in a call of its rows alone, and the Inf in the last row
+    (a workgroup's second row) counted."""
+    limit = bg.default_device().info.max_workgroup_count[0]
+    if limit > 1 << 17:
+        pytest.skip("the grid holds more rows than this test makes")
+    m, k = limit + 1000, 64
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    norm_w = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    w = bg.quantize_weights(rng.standard_normal((5, k)).astype(np.float32))
+    (full,) = _core.bitlinear_group(to_tensor(x), None, to_tensor(norm_w), 1e-5, [w._core], [None])
+    tail = slice(limit - 1000, m)
+    (alone,) = _core.bitlinear_group(
+        to_tensor(np.ascontiguousarray(x[tail])), None, to_tensor(norm_w), 1e-5, [w._core], [None]
+    )
+    np.testing.assert_array_equal(full.numpy()[tail], alone.numpy())
+    x[m - 1, 3] = np.inf
+    with pytest.raises(bg.ArgumentError, match="1 NaN or Inf value"):
+        _core.bitlinear_group(to_tensor(x), None, to_tensor(norm_w), 1e-5, [w._core], [None])
+
+
 @pytest.mark.parametrize("m", [1, 3, 9, 300])
 @pytest.mark.parametrize("k", [64, 33, 20000])
 @pytest.mark.parametrize("gated", [False, True])

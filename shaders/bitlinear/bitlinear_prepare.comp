@@ -42,6 +42,10 @@ shared int s_sum[256];
 shared uint s_bad[256];
 shared float s_squares[256];
 
+// Each reduction: every subgroup's share published, one barrier, then the total read by every
+// invocation that needs it. A scratch array is written again (the next row) only after later
+// barriers that every invocation reaches after reading it: three barriers a row, not six.
+
 // sum of squares of the row (float32, in a fixed order: lanes, subgroups, then subgroup by
 // subgroup).
 float row_sum_of_squares(float partial) {
@@ -50,38 +54,41 @@ float row_sum_of_squares(float partial) {
   barrier();
   float total = 0.0;
   for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_squares[s];
-  barrier();
   return total;
 }
 
-// max|x| (and the NaN/Inf count) of the workgroup's values, in every invocation.
+// max|x| of the workgroup's values, in every invocation; each subgroup's NaN/Inf count is left in
+// s_bad for finish_row.
 float reduce_row(float absmax, uint bad) {
-  const uint lane = gl_LocalInvocationID.x;
   absmax = subgroupMax(absmax);  // max is exact in any order
   bad = subgroupAdd(bad);
-  if (subgroupElect()) { s_max[gl_SubgroupID] = absmax; s_bad[gl_SubgroupID] = bad; }
+  if (subgroupElect()) {
+    s_max[gl_SubgroupID] = absmax;
+    s_bad[gl_SubgroupID] = bad;
+  }
   barrier();
-  if (lane == 0)
-    for (uint s = 1; s < gl_NumSubgroups; ++s) {
-      s_max[0] = max(s_max[0], s_max[s]);
-      s_bad[0] += s_bad[s];
-    }
-  barrier();
-  return s_max[0];
+  float total = 0.0;
+  for (uint s = 0; s < gl_NumSubgroups; ++s) total = max(total, s_max[s]);
+  return total;
 }
 
 void finish_row(uint row, float scale, int sum) {
-  const uint lane = gl_LocalInvocationID.x;
   sum = subgroupAdd(sum);  // integer sums: exact in any order
   if (subgroupElect()) s_sum[gl_SubgroupID] = sum;
   barrier();
-  if (lane == 0) {
-    for (uint s = 1; s < gl_NumSubgroups; ++s) s_sum[0] += s_sum[s];
+  if (gl_LocalInvocationID.x == 0) {
+    int total = 0;
+    uint bad = 0;
+    for (uint s = 0; s < gl_NumSubgroups; ++s) {
+      total += s_sum[s];
+      bad += s_bad[s];
+    }
     scales[row] = scale;
-    row_sums[row] = s_sum[0];
-    if (s_bad[0] > 0) atomicAdd(nonfinite_total, s_bad[0]);
+    row_sums[row] = total;
+    if (bad > 0) atomicAdd(nonfinite_total, bad);
   }
-  barrier();
+  // Invocation 0 is done reading before the next row's reductions write (uniform).
+  if (row + gl_NumWorkGroups.x < p.rows) barrier();
 }
 
 void main() {
@@ -89,6 +96,13 @@ void main() {
   const uint vectors = p.k / 4, padded_vectors = p.padded_k / 4;
   const bool vectorized = p.k % 4 == 0;  // rows start on a vector
   const bool cached = vectorized && padded_vectors <= CACHED * 256;
+  // The norm's weights requested with the first row, not after its sum of squares' barrier.
+  vec4 norm_weights[NORM ? CACHED : 1];
+  if (NORM && cached)
+    [[unroll]] for (uint c = 0; c < CACHED; ++c) {
+      const uint v = lane + c * 256;
+      norm_weights[c] = v < vectors ? norm_weight4[v] : vec4(0.0);
+    }
   for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
     float absmax = 0.0;
     uint bad = 0;
@@ -109,7 +123,7 @@ void main() {
         const float r = 1.0 / sqrt(row_sum_of_squares(squares) / float(p.k) + p.norm_eps);
         [[unroll]] for (uint c = 0; c < CACHED; ++c) {
           const uint v = lane + c * 256;
-          if (v < vectors) cache[c] = cache[c] * r * norm_weight4[v];
+          if (v < vectors) cache[c] = cache[c] * r * norm_weights[c];
         }
       }
       [[unroll]] for (uint c = 0; c < CACHED; ++c)
