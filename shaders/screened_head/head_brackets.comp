@@ -1,11 +1,13 @@
 #version 450
 // The screened argmax's brackets for several rows of h (ops/screened_head.cpp, M > 1), from the
 // int8 matmul of head_split_rows' rows with the head's int8 copy: for row m of h and head row v,
-// approx = sigma_h sigma_v (256 hi_m . q_v + lo_m . q_v) and the bound head_screen.comp gives,
-// high[m, v] = approx + bound (NaN where row m has no bracket), and lows[m, g] the largest
-// approx - bound of workgroup g's head rows. Workgroup (g, m) takes CHUNK head rows of row m.
+// the bracket of bracket_common.glsl from hi_m . q_v and lo_m . q_v; high[m, v] its high end
+// (NaN where row m has no bracket), and lows[m, g] the largest low end of workgroup g's head
+// rows. Workgroup (g, m) takes CHUNK head rows of row m.
+#extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
+#include "bracket_common.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint CHUNK = 2048;
 layout(std430, binding = 0) readonly buffer Products { int products[]; };  // int32 [2M, V]
@@ -27,11 +29,9 @@ void main() {
   for (uint v = first + id; v < end; v += 256) {
     const vec4 r = meta[v];
     const int high_sum = products[2 * m * p.v + v], low_sum = products[(2 * m + 1) * p.v + v];
-    const float approx = sigma_h * (256.0 * float(high_sum) + float(low_sum)) * r.x;
-    // 1e-36: what flushing a product below the smallest normal float to zero can lose.
-    const float bound = ((norm_h + error_h) * r.y + error_h * r.z) * (1.0 + 1.0 / 256.0) + 1e-36;
-    high[m * p.v + v] = unbounded ? not_a_number : approx + bound;
-    if (!unbounded && approx - bound > best_low) best_low = approx - bound;  // NaN never raises it
+    const vec2 ends = bracket(high_sum, low_sum, sigma_h, norm_h, error_h, r);
+    high[m * p.v + v] = unbounded ? not_a_number : ends.y;
+    if (!unbounded && ends.x > best_low) best_low = ends.x;  // NaN never raises it
   }
   best_low = subgroupMax(best_low);
   if (subgroupElect()) s_low[gl_SubgroupID] = best_low;

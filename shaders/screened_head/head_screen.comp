@@ -30,6 +30,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_vote : require
 #include "../bitlinear/bitlinear_common.glsl"
+#include "bracket_common.glsl"
 #ifdef SAMPLE
 #include "../quantize/quantize_common.glsl"
 #include "../sampling/sampling_common.glsl"
@@ -132,18 +133,15 @@ void main() {
       sum_high = subgroupAdd(sum_high);
       sum_low = subgroupAdd(sum_low);
       if (lane == r && row < p.v) {
-        const float approx = sigma_h * (256.0 * float(sum_high) + float(sum_low)) * m.x;
-        // 1e-36: what flushing a product below the smallest normal float to zero can lose.
-        const float bound =
-            ((norm_h + error_h) * m.y + error_h * m.z) * (1.0 + 1.0 / 256.0) + 1e-36;
-        high[row] = unbounded ? not_a_number : approx + bound;
+        const vec2 ends = bracket(sum_high, sum_low, sigma_h, norm_h, error_h, m);
+        high[row] = unbounded ? not_a_number : ends.y;
 #ifdef SAMPLE
-        low_out[row] = unbounded ? not_a_number : approx - bound;
-        if (!unbounded && approx - bound > best_plain_low) best_plain_low = approx - bound;
+        low_out[row] = unbounded ? not_a_number : ends.x;
+        if (!unbounded && ends.x > best_plain_low) best_plain_low = ends.x;
         const float low =
-            draw_score(approx - bound, gumbel(row, row_key), temperature, inverse_temperature);
+            draw_score(ends.x, gumbel(row, row_key), temperature, inverse_temperature);
 #else
-        const float low = approx - bound;
+        const float low = ends.x;
 #endif
         if (!unbounded && low > best_low) best_low = low;  // NaN brackets never raise it
       }
