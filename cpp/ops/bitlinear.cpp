@@ -86,10 +86,9 @@ void dispatch_tiles(Sequence& sequence, const Kernel& kernel, std::vector<Buffer
   // last split of each tile zeroes them); bound to the output where K is not split.
   const auto& device = kernel.device();
   const bool splits = split->splits > 1;
-  const Tensor partial = splits ? self_resetting_counters(sequence, device, m * n) : any;
+  const Tensor partial = splits ? self_resetting_counters(sequence, m * n) : any;
   const Tensor tickets =
-      splits ? self_resetting_counters(sequence, device, static_cast<int64_t>(tiles_n * tiles_m))
-             : any;
+      splits ? self_resetting_counters(sequence, static_cast<int64_t>(tiles_n * tiles_m)) : any;
   bindings.push_back(partial.binding());
   bindings.push_back(tickets.binding());
   struct {

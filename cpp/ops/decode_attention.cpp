@@ -155,7 +155,7 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
                    "decode attention over " + std::to_string(shape.cache_rows) + " cache rows");
   Recorder op(device);
   // The last workgroup of each (sequence, KV head) resets its counter.
-  Tensor counter = self_resetting_counters(op.sequence(), device, shape.batch * shape.hkv);
+  Tensor counter = self_resetting_counters(op.sequence(), shape.batch * shape.hkv);
   BufferBinding bindings[] = {
       q.binding(),       k.binding(),       v.binding(),       cos.binding(),    sin.binding(),
       k_cache.binding(), v_cache.binding(), k_cache.binding(), start.binding(),  partial.binding(),

@@ -137,8 +137,8 @@ Tensor zeroed_counter(const std::shared_ptr<Device>& device) {
   return tensor;
 }
 
-Tensor self_resetting_counters(Sequence& sequence, const std::shared_ptr<Device>& device,
-                               int64_t count) {
+Tensor self_resetting_counters(Sequence& sequence, int64_t count) {
+  const auto& device = sequence.device();
   // In a graph, ones an earlier op left zero where a barrier has ordered that op before this one.
   if (Graph* graph = device->recording_graph()) return graph->zeroed_scratch(count);
   Tensor counters = Tensor::empty(device, std::vector<int64_t>{count}, DType::uint32);

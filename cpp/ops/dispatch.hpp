@@ -87,8 +87,7 @@ uint32_t read_counter(const Tensor& counter);
 // next run (or graph replay). In a graph, scratch an earlier op left zero; else zeroed by a fill
 // recorded into `sequence`, ahead of the op that uses them: no host writes through the mapping (a
 // few hundred KiB of split sums for a call of a few rows) and no submission of their own.
-Tensor self_resetting_counters(Sequence& sequence, const std::shared_ptr<Device>& device,
-                               int64_t count);
+Tensor self_resetting_counters(Sequence& sequence, int64_t count);
 // ArgumentError "<name> contains N NaN or Inf value(s)" when the counter is not zero.
 void raise_if_nonfinite(const Tensor& counter, const char* name);
 

@@ -21,8 +21,8 @@ struct SampleScratch {
 
 // selects: the top-k select or nucleus passes run (else their bins are not read, and each row's
 // select state says "every value kept"); nucleus: the nucleus passes run.
-SampleScratch sample_scratch(Sequence& sequence, const std::shared_ptr<Device>& device,
-                             int64_t rows, int64_t n, bool selects, bool nucleus);
+SampleScratch sample_scratch(Sequence& sequence, int64_t rows, int64_t n, bool selects,
+                             bool nucleus);
 
 // Records sample_rows.comp's phases first_phase .. last_phase (0-2: the top_k select, 3: the draw)
 // over `rows` rows of n values (logits and out bound at their first row, row0 their index in the

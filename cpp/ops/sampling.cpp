@@ -21,8 +21,9 @@ constexpr int64_t kSampleChunk = 1024, kSampleBins = 2048, kSampleTickets = 8;
 
 // selects: the top-k select or nucleus passes run (else their bins are not read, and each row's
 // select state says "every value kept"); nucleus: the nucleus passes run.
-SampleScratch sample_scratch(Sequence& sequence, const std::shared_ptr<Device>& device,
-                             int64_t rows, int64_t n, bool selects, bool nucleus) {
+SampleScratch sample_scratch(Sequence& sequence, int64_t rows, int64_t n, bool selects,
+                             bool nucleus) {
+  const auto& device = sequence.device();
   const int64_t chunks = (n + kSampleChunk - 1) / kSampleChunk;
   // Not an op's result where its contents come from the host (Tensor::empty's by_op).
   Tensor select = Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::uint32,
@@ -33,13 +34,14 @@ SampleScratch sample_scratch(Sequence& sequence, const std::shared_ptr<Device>& 
     for (size_t r = 0; r < static_cast<size_t>(rows); ++r) every_value_kept[4 * r + 2] = 1u;
     select.upload(every_value_kept.data(), select.nbytes());
   }
-  return {self_resetting_counters(sequence, device, selects ? rows * kSampleBins : 1),
-          self_resetting_counters(sequence, device, rows * kSampleTickets), select,
+  return {self_resetting_counters(sequence, selects ? rows * kSampleBins : 1),
+          self_resetting_counters(sequence, rows * kSampleTickets),
+          select,
           Tensor::empty(device, std::vector<int64_t>{rows, chunks, 2}, DType::uint32),
           zeroed_counter(device),
-          // uint64 each
-          self_resetting_counters(sequence, device, nucleus ? rows * kSampleBins * 2 : 2),
-          self_resetting_counters(sequence, device, rows * 8), static_cast<uint32_t>(chunks)};
+          self_resetting_counters(sequence, nucleus ? rows * kSampleBins * 2 : 2),  // uint64 each
+          self_resetting_counters(sequence, rows * 8),
+          static_cast<uint32_t>(chunks)};
 }
 
 // Records sample_rows.comp's phases first_phase .. last_phase (0-2: the top_k select, 3: the draw)
@@ -162,8 +164,7 @@ Tensor sample_rows(const Tensor& logits, const Tensor& params, const Tensor& sta
                 static_cast<uint64_t>(block_rows), 1},
                "sample_rows over " + shape_text(logits.shape()));
   Recorder op(device);
-  const SampleScratch scratch =
-      sample_scratch(op.sequence(), device, block_rows, n, selects, top_p);
+  const SampleScratch scratch = sample_scratch(op.sequence(), block_rows, n, selects, top_p);
   for (const RowRange& block : blocks)
     record_sample(op.sequence(), device, scratch,
                   rows_of(logits, block, static_cast<uint64_t>(n) * 4), rows_of(out, block, 4),

@@ -160,7 +160,7 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
                                  "screened_argmax over " + shape_text(head.shape()));
   Recorder op(device);
   // The last verifying workgroup of each row resets its counter.
-  Tensor counter = self_resetting_counters(op.sequence(), device, rows);
+  Tensor counter = self_resetting_counters(op.sequence(), rows);
   if (rows == 1) {
     Kernel kernel = screen_kernel(device, k, false);
     struct {
@@ -240,7 +240,7 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
                         {&x, &head, &head_q, &head_meta, &params, &start, &out})
                      .reshaped({1, v});
   Recorder op(device);
-  const SampleScratch scratch = sample_scratch(op.sequence(), device, 1, v, true, top_p);
+  const SampleScratch scratch = sample_scratch(op.sequence(), 1, v, true, top_p);
   {
     Kernel kernel = screen_kernel(device, k, true);
     struct {
