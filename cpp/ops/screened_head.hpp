@@ -14,11 +14,12 @@ namespace bitnet::ops {
 // head gets a bracket around its logit from the int8 copy; the head rows whose bracket reaches
 // the largest lower end of x's row are computed exactly, as linear_rows computes them, and the
 // largest (the first of equal ones, the first NaN) wins: the indices argmax_rows(linear_rows(x,
-// head)) gives, reading the head's int8 copy once for up to 8 rows of x instead of the float
-// head. int32 [M]. ArgumentError where screened_argmax_fits(device, K, M) is false (K % 4, rows
-// longer than a subgroup's lanes hold in registers, or several rows that shared memory does not
-// hold). high (float32 [V] for one row, else [M, V]; for inspection): receives each bracket's
-// upper end, NaN where the row of x is not screened.
+// head)) gives, reading the head's int8 copy (for several rows, in an int8 matmul on the device's
+// matmul path) instead of the float head. int32 [M]. Where screened_argmax_fits(device, K, M) is
+// false: ArgumentError for K (K % 4, rows longer than a subgroup's lanes hold in registers),
+// ShapeError for M (more rows than a grid's second dimension holds). high (float32 [V] for one
+// row, else [M, V]; for inspection): receives each bracket's upper end, NaN where the row of x is
+// not screened.
 Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q,
                        const Tensor& head_meta, const std::optional<Tensor>& out = {},
                        const std::optional<Tensor>& high = {});
