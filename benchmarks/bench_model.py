@@ -32,6 +32,7 @@ import bitnet_gpu as bg
 from bitnet_gpu.telemetry import TelemetrySampler
 from bitnet_gpu.telemetry import summary as telemetry_summary
 from bitnet_gpu.models import BitNetConfig, BitNetModel, Pick, Step
+from bitnet_gpu.sampling import sampling_params
 from common import arguments, median_wall, torch_copy_gbps, torch_cuda, write_results
 from model_phases import BATCH_NEW, batch_rows, speculative_rows, verify_rows
 
@@ -112,12 +113,18 @@ def fill_cache(model, tokens):
     return fill
 
 
-def decode_step(model, context, batch=1):
+def decode_step(model, context, batch=1, sampling=None):
     """One decode step of DECODE_TOKEN for `batch` sequences after `context` cached tokens, as
-    greedy generate() runs it (the next ids read back; through the screened head where
-    model.screened_head)."""
+    generate() runs it, greedy or with `sampling` (generate's keywords: temperature, top_k, seed;
+    the next ids read back; through the screened head where model.screened_head)."""
     ids = np.repeat(DECODE_TOKEN, batch, axis=0)
-    return lambda: replay(model, ids, context, Pick.ARGMAX).ids()
+    if sampling is None:
+        return lambda: replay(model, ids, context, Pick.ARGMAX).ids()
+    params = sampling_params(
+        sampling["temperature"], sampling["top_k"], sampling["seed"], model.config.vocab_size
+    )
+    step = Step(np.arange(batch), np.full(batch, context), tuple(ids), Pick.SAMPLE, 1, params)
+    return lambda: model.runner.run(model.runner.shared_pool(batch), step).ids()
 
 
 GENERATE_PROMPT = 128

@@ -53,7 +53,8 @@ def anchor_tokens_per_s(torch, anchor, batch, context):
 
 def batch_rows(model, batches, tokens, repeats, steps, torch, helpers, prompt=BATCH_PROMPT):
     """One row a batch size B: aggregate tokens/s of generate on a [B, prompt] prompt (greedy),
-    the GPU time of a greedy decode step of B sequences at the context it ends at, device memory a
+    the GPU time of a greedy decode step of B sequences at the context it ends at and of a sampled
+    one (helpers.SAMPLING's draw, through the screened and the float16 head), device memory a
     sequence (the KV cache of max_tokens, the graphs), and the anchor's tokens/s in this run."""
     device = model.device
     prompt_tokens = min(prompt, model.max_tokens - BATCH_NEW - 1)
@@ -72,6 +73,16 @@ def batch_rows(model, batches, tokens, repeats, steps, torch, helpers, prompt=BA
         step()
         gpu = helpers.gpu_seconds(model, step, steps)
         ops = helpers.split(helpers.per_op(model, step))
+        # The sampled step (generate's sampled run's settings), through the screened head and
+        # through the float16 head.
+        sampled = {}
+        screened = model.screened_head
+        for head, on in (("screened", screened), ("float_head", False)):
+            model.screened_head = on
+            draw = helpers.decode_step(model, context - 1, batch, helpers.SAMPLING)
+            draw()
+            sampled[head] = helpers.gpu_seconds(model, draw, steps)
+        model.screened_head = screened
         row = {
             "phase": "generate_batch",
             "batch": batch,
@@ -82,6 +93,8 @@ def batch_rows(model, batches, tokens, repeats, steps, torch, helpers, prompt=BA
             "tokens_per_s": rate,
             "decode_step_gpu_s": gpu,
             "decode_step_split_s": ops,
+            "sampled_decode_step_gpu_s": sampled["screened"],
+            "sampled_float_head_decode_step_gpu_s": sampled["float_head"],
             "memory_per_sequence_bytes": in_use / batch,
         }
         if anchor is not None:
@@ -93,7 +106,9 @@ def batch_rows(model, batches, tokens, repeats, steps, torch, helpers, prompt=BA
         print(
             f"generate {new} tokens after {prompt_tokens} for {batch} sequences: {rate:.0f} "
             f"tokens/s; a decode step at context {context} {gpu * 1e6:.0f} us GPU; "
-            f"{in_use / batch / 2**20:.0f} MiB a sequence (max_tokens {model.max_tokens})"
+            f"{in_use / batch / 2**20:.0f} MiB a sequence (max_tokens {model.max_tokens}); "
+            f"sampled {sampled['screened'] * 1e6:.0f} us GPU "
+            f"({sampled['float_head'] * 1e6:.0f} through the float16 head)"
             + (
                 f"; bf16 anchor {row['anchor_tokens_per_s']:.0f} tokens/s "
                 f"({row['tokens_per_s_over_anchor']:.2f}x)"

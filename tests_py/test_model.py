@@ -254,6 +254,33 @@ def test_sampled_generation_is_the_references_draws(tiny_model, seed, top_k, top
     assert len(np.unique(out[:, 5:])) > 8
 
 
+@pytest.mark.parametrize(
+    "batch,top_k,top_p", [(3, None, None), (11, 40, None), (4, 40, 0.9), (4, None, 0.9)]
+)
+def test_screened_sampled_batches_are_the_float_heads(tiny_model, batch, top_k, top_p):
+    """A batch's draws go through the screened head (but for top-p without top-k), each row with
+    its own noise: the ids the float head's draws give, bit for bit, in chunks of steps."""
+    if top_p is not None and not tiny_model.device.info.features["int64_atomics"]:
+        pytest.skip("top-p needs 64-bit integer atomics")
+    prompt = np.random.default_rng(batch).integers(0, tiny_model.config.vocab_size, (batch, 5))
+    sampling = dict(temperature=1.3, top_k=top_k, seed=batch, top_p=top_p)
+    tiny_model.reset_graphs()
+    out = tiny_model.generate(prompt, 20, **sampling)
+    screens = top_p is None or top_k is not None
+    assert any(
+        p.pick.draws and p.batch == batch and p.screened == screens
+        for p in tiny_model.recorded_plans()
+    )
+    tiny_model.screened_head = False
+    try:
+        tiny_model.reset_graphs()
+        np.testing.assert_array_equal(tiny_model.generate(prompt, 20, **sampling), out)
+    finally:
+        tiny_model.screened_head = True
+        tiny_model.reset_graphs()
+    assert len(np.unique(out[:, 5:])) > 8
+
+
 @pytest.mark.parametrize("top_k", [None, 40])
 def test_top_p_generation_of_one_sequence(tiny_model, top_k):
     """One sequence with top_p: with top_k through the screened head ('nucleus_top_k' graphs,

@@ -7,7 +7,7 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import _core, reference
 from bitnet_gpu.models import screening_tables
-from bitnet_gpu.sampling import sampling_params
+from bitnet_gpu.sampling import sampling_params, sampling_rows
 from conftest import device_tensor as to_tensor, poisoned as _poisoned
 
 rng = np.random.default_rng()
@@ -268,6 +268,101 @@ def test_screened_top_p_is_the_float_heads_draw(dtype, v, k, scale):
         assert candidates[reference.sampling_kept(logits, top_k, top_p, temperature)].all()
         if k >= 1000 and scale == 1.0:
             assert candidates.sum() <= v // 4, candidates.sum()
+
+
+def _row_draws(h, head, settings, starts, offset, top_p, exact=None):
+    """(the screened draws of rows of h, each with its own settings (temperature, top_k, top_p),
+    seed and key row, at steps starts + offset; sample_rows' draws from linear_rows' logits)."""
+    v = head.shape[0]
+    params = sampling_rows(
+        [sampling_params(t, k, seed, v, p) for t, k, p, seed in settings],
+        rng.permutation(len(settings)),  # key rows other than the rows' indices
+    )
+    q, meta = screening_tables(head)
+    start = to_tensor(np.asarray(starts, np.int32))
+    args = (to_tensor(params), start, offset)
+    drawn = _core.screened_sample(
+        to_tensor(h), to_tensor(head), to_tensor(q), to_tensor(meta), *args, None, exact, top_p
+    ).numpy()
+    logits = _core.linear_rows(to_tensor(h), to_tensor(head))
+    return drawn, _core.sample_rows(logits, *args, None, top_p).numpy()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("m,v,k", [(2, 7, 60), (3, 1000, 16), (9, 4097, 2560), (37, 2100, 1028)])
+def test_screened_sample_of_several_rows(dtype, m, v, k):
+    """Rows of x (a batch's decode step, a verify step's tokens), each with its own temperature,
+    top_k, seed, key row and step, get the draws sample_rows makes from linear_rows' logits, bit
+    for bit; each row's candidates' logits are linear_rows' and the screening prunes each row."""
+    head = rng.standard_normal((v, k)).astype(dtype)
+    h = rng.standard_normal((m, k)).astype(np.float32)
+    h[m // 2] *= 300.0  # rows of different scales
+    settings = [
+        (*SAMPLINGS[i % len(SAMPLINGS)], None, int(rng.integers(0, 2**63))) for i in range(m)
+    ]
+    starts = rng.integers(0, 2**20, m)
+    exact = _poisoned((m, v), np.float32)
+    with bg.profile(bg.default_device()) as profile:
+        drawn, expected = _row_draws(h, head, settings, starts, 3, False, exact)
+    names = [name for name, _ in profile.timings]
+    assert "head_screen_matmul" in names, names
+    np.testing.assert_array_equal(drawn, expected)
+    logits = _core.linear_rows(to_tensor(h), to_tensor(head)).numpy()
+    got = exact.numpy()
+    candidates = got != -np.inf
+    np.testing.assert_array_equal(got[candidates], logits[candidates])
+    assert candidates[np.arange(m), drawn].all()
+    for row, (_, top_k, _, _) in enumerate(settings):
+        if top_k is not None and top_k < v:  # every kept logit is a candidate
+            assert candidates[row, reference.sampling_kept(logits[row], top_k)].all()
+    if v >= 1000:
+        assert (candidates.sum(axis=1) <= v // 4).all(), candidates.sum(axis=1)
+    # Every row's parameters and step alike ([6] and [1]): each row keyed by its index.
+    params = sampling_params(0.8, None, 5, v)
+    q, meta = screening_tables(head)
+    one = (to_tensor(params), to_tensor(np.array([7], np.int32)), 2)
+    screened = _core.screened_sample(
+        to_tensor(h), to_tensor(head), to_tensor(q), to_tensor(meta), *one
+    )
+    float_head = _core.sample_rows(_core.linear_rows(to_tensor(h), to_tensor(head)), *one)
+    np.testing.assert_array_equal(screened.numpy(), float_head.numpy())
+
+
+@needs_int64_atomics
+@pytest.mark.parametrize("m,v,k,scale", [(5, 4097, 2560, 1.0), (4, 4097, 2560, 0.02)])
+def test_screened_top_p_of_several_rows(m, v, k, scale):
+    """Top-p over several rows, each with its own settings (with and without top_k): the float
+    head's draws bit for bit, every row the nucleus keeps a candidate."""
+    head = (rng.standard_normal((v, k)) * scale).astype(np.float16)
+    h = rng.standard_normal((m, k)).astype(np.float32)
+    settings = [
+        (*NUCLEUS_SAMPLINGS[i % len(NUCLEUS_SAMPLINGS)], int(rng.integers(0, 2**63)))
+        for i in range(m)
+    ]
+    exact = _poisoned((m, v), np.float32)
+    drawn, expected = _row_draws(h, head, settings, rng.integers(0, 2**20, m), 0, True, exact)
+    np.testing.assert_array_equal(drawn, expected)
+    logits = _core.linear_rows(to_tensor(h), to_tensor(head)).numpy()
+    candidates = exact.numpy() != -np.inf
+    for row, (t, top_k, top_p, _) in enumerate(settings):
+        assert candidates[row, reference.sampling_kept(logits[row], top_k, top_p, t)].all()
+
+
+def test_screened_sample_keys_one_row_by_its_key_row():
+    """One row with its own parameters ([1, 8]) is keyed by the key row they name, as sample_rows
+    keys it (a sequence of a batch drawn alone)."""
+    k, v = 256, 3000
+    head = (rng.standard_normal((v, k)) * 0.02).astype(np.float32)  # the noise decides
+    for key_row in (0, 5, 63):
+        h = rng.standard_normal((1, k)).astype(np.float32)
+        params = sampling_rows([sampling_params(1.0, None, 11, v)], [key_row])
+        args = (to_tensor(params), to_tensor(np.array([4], np.int32)), 0)
+        q, meta = screening_tables(head)
+        screened = _core.screened_sample(
+            to_tensor(h), to_tensor(head), to_tensor(q), to_tensor(meta), *args
+        ).numpy()
+        float_head = _core.sample_rows(_core.linear_rows(to_tensor(h), to_tensor(head)), *args)
+        np.testing.assert_array_equal(screened, float_head.numpy())
 
 
 def test_screened_sample_near_ties_and_special_values():

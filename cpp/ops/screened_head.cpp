@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -136,13 +137,46 @@ Kernel verify_kernel(const std::shared_ptr<Device>& device, const char* base, DT
       {{0, std::clamp<int64_t>((k / 4 + 31) / 32, 1, 8)}, {1, verify_chunk(rows)}});
 }
 
+// Several rows' first passes: their 16-bit values as two int8 rows each, one int8 matmul of those
+// with the head's copy on the device's matmul path (tensor cores where it has them, reading the
+// copy once for up to 32 rows of x), then head_brackets ("head_brackets_sample" with `draw`, which
+// binds low, params and start after high and lows) over a grid of `groups` x rows.
+void record_row_brackets(Sequence& sequence, const Tensor& x, const Tensor& head_q,
+                         const Tensor& head_meta, const ScreenShape& shape, uint64_t groups,
+                         const std::vector<BufferBinding>& outputs, std::span<const std::byte> push,
+                         bool draw) {
+  const auto& device = x.device_ptr();
+  const int64_t rows = shape.rows;
+  Tensor split = Tensor::empty(device, std::vector<int64_t>{2 * rows, shape.padded_k}, DType::int8);
+  Tensor stats = Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::float32);
+  Tensor products = Tensor::empty(device, std::vector<int64_t>{2 * rows, shape.v}, DType::int32);
+  {
+    Kernel kernel = Kernel::builtin(device, "head_split_rows");
+    struct {
+      uint32_t k, padded_k;
+    } split_push{static_cast<uint32_t>(shape.k), static_cast<uint32_t>(shape.padded_k)};
+    BufferBinding bindings[] = {x.binding(), split.binding(), stats.binding()};
+    sequence.dispatch(kernel, {static_cast<uint32_t>(rows), 1, 1}, bindings,
+                      push_bytes(split_push));
+  }
+  record_int8_products(sequence, split, head_q, products);
+  sequence.name_last_op("head_screen_matmul");
+  Kernel kernel = Kernel::builtin(device, draw ? "head_brackets_sample" : "head_brackets_argmax",
+                                  {{0, kBracketChunk}});
+  std::vector<BufferBinding> bindings{products.binding(), head_meta.binding(), stats.binding()};
+  bindings.insert(bindings.end(), outputs.begin(), outputs.end());
+  sequence.dispatch(kernel, {static_cast<uint32_t>(groups), static_cast<uint32_t>(rows), 1},
+                    bindings, push);
+}
+
 }  // namespace
 
 Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q,
                        const Tensor& head_meta, const std::optional<Tensor>& given,
                        const std::optional<Tensor>& given_high) {
-  const auto [rows, v, k, padded_k] = check_screening("screened_argmax", x, head, head_q, head_meta,
-                                                      std::numeric_limits<int32_t>::max());
+  const ScreenShape shape = check_screening("screened_argmax", x, head, head_q, head_meta,
+                                            std::numeric_limits<int32_t>::max());
+  const auto [rows, v, k, padded_k] = shape;
   const auto& device = x.device_ptr();
   Tensor out = output(device, given, {rows}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
   const uint64_t groups = rows == 1
@@ -172,34 +206,9 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
     op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings,
                            push_bytes(push));
   } else {
-    // Several rows: their 16-bit values as two int8 rows each, one int8 matmul of those with the
-    // head's copy on the device's matmul path (tensor cores where it has them, reading the copy
-    // once for up to 32 rows of x), then each bracket from its two sums.
-    Tensor split = Tensor::empty(device, std::vector<int64_t>{2 * rows, padded_k}, DType::int8);
-    Tensor stats = Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::float32);
-    Tensor products = Tensor::empty(device, std::vector<int64_t>{2 * rows, v}, DType::int32);
-    {
-      Kernel kernel = Kernel::builtin(device, "head_split_rows");
-      struct {
-        uint32_t k, padded_k;
-      } push{static_cast<uint32_t>(k), static_cast<uint32_t>(padded_k)};
-      BufferBinding bindings[] = {x.binding(), split.binding(), stats.binding()};
-      op.sequence().dispatch(kernel, {static_cast<uint32_t>(rows), 1, 1}, bindings,
-                             push_bytes(push));
-    }
-    record_int8_products(op.sequence(), split, head_q, products);
-    op.sequence().name_last_op("head_screen_matmul");
-    {
-      Kernel kernel = Kernel::builtin(device, "head_brackets", {{0, kBracketChunk}});
-      struct {
-        uint32_t v;
-      } push{static_cast<uint32_t>(v)};
-      BufferBinding bindings[] = {products.binding(), head_meta.binding(), stats.binding(),
-                                  high.binding(), lows.binding()};
-      op.sequence().dispatch(kernel,
-                             {static_cast<uint32_t>(groups), static_cast<uint32_t>(rows), 1},
-                             bindings, push_bytes(push));
-    }
+    record_row_brackets(op.sequence(), x, head_q, head_meta, shape, groups,
+                        {high.binding(), lows.binding()}, push_bytes(static_cast<uint32_t>(v)),
+                        false);
   }
   {
     Kernel kernel = verify_kernel(device, "head_verify", head.dtype(), k, rows);
@@ -219,57 +228,76 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
                        const Tensor& head_meta, const Tensor& params, const Tensor& start,
                        int64_t offset, const std::optional<Tensor>& given,
                        const std::optional<Tensor>& given_exact, bool top_p) {
-  const auto [rows, v, k, padded_k] =
-      check_screening("screened_sample", x, head, head_q, head_meta, 1);
-  check_sampling(params, start, offset, 1, x);
+  const ScreenShape shape = check_screening("screened_sample", x, head, head_q, head_meta,
+                                            std::numeric_limits<int32_t>::max());
+  const auto [rows, v, k, padded_k] = shape;
+  check_sampling(params, start, offset, rows, x);
   const auto& device = x.device_ptr();
   check_top_p(*device, top_p);
-  Tensor out = output(device, given, {1}, DType::int32, "out",
+  Tensor out = output(device, given, {rows}, DType::int32, "out",
                       {&x, &head, &head_q, &head_meta, &params, &start});
-  const uint64_t groups = screen_workgroups(*device, v);
-  const int64_t chunks = verify_workgroups(v, 1);
-  checked_grid(*device, {static_cast<uint64_t>(chunks), 1, 1},
-               "screened_sample over " + shape_text(head.shape()));
+  const uint64_t groups = rows == 1
+                              ? screen_workgroups(*device, v)
+                              : static_cast<uint64_t>((v + kBracketChunk - 1) / kBracketChunk);
+  const int64_t chunks = verify_workgroups(v, rows);
+  const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), uint64_t(rows), 1},
+                                 "screened_sample over " + shape_text(head.shape()));
   // Each row's bracket ends; the largest lower draw_score, and lower end, of each screening
   // workgroup; the candidates' exact logits with -inf for every other row; the draw's scratch.
-  Tensor high = Tensor::empty(device, std::vector<int64_t>{v}, DType::float32);
-  Tensor low = Tensor::empty(device, std::vector<int64_t>{1, v}, DType::float32);
-  Tensor lows =
-      Tensor::empty(device, std::vector<int64_t>{2, static_cast<int64_t>(groups)}, DType::float32);
-  Tensor exact = output(device, given_exact, {v}, DType::float32, "exact",
+  Tensor high = Tensor::empty(device, std::vector<int64_t>{rows, v}, DType::float32);
+  Tensor low = Tensor::empty(device, std::vector<int64_t>{rows, v}, DType::float32);
+  Tensor lows = Tensor::empty(device, std::vector<int64_t>{2, rows, static_cast<int64_t>(groups)},
+                              DType::float32);
+  const std::vector<int64_t> exact_shape =
+      rows == 1 ? std::vector<int64_t>{v} : std::vector<int64_t>{rows, v};
+  Tensor exact = output(device, given_exact, exact_shape, DType::float32, "exact",
                         {&x, &head, &head_q, &head_meta, &params, &start, &out})
-                     .reshaped({1, v});
+                     .reshaped({rows, v});
+  // params [6] (every row's) or [rows, 8] (each row's own); start [1] or one a row.
+  const uint32_t params_stride = params.shape().size() == 2 ? 8u : 0u;
+  const uint32_t start_stride = start.size() == 1 ? 0u : 1u;
   Recorder op(device);
-  const SampleScratch scratch = sample_scratch(op.sequence(), 1, v, true, top_p);
-  {
+  const SampleScratch scratch = sample_scratch(op.sequence(), rows, v, true, top_p);
+  if (rows == 1) {
     Kernel kernel = screen_kernel(device, k, true);
     struct {
-      uint32_t v, k, vectors, offset;
+      uint32_t v, k, vectors, offset, params_stride;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(padded_k / 16),
-           static_cast<uint32_t>(offset)};
+           static_cast<uint32_t>(offset), params_stride};
     BufferBinding bindings[] = {x.binding(),      head_q.binding(), head_meta.binding(),
                                 high.binding(),   lows.binding(),   low.binding(),
                                 params.binding(), start.binding()};
     op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings,
                            push_bytes(push));
-  }
-  // The top_k-th largest lower end (its passes do nothing without top_k).
-  record_sample(op.sequence(), device, scratch, low.binding(), out.binding(), params, start, v,
-                offset, 0, 1, 0, 2);
-  {
-    Kernel kernel = verify_kernel(device, "head_verify_sample", head.dtype(), k, 1);
+  } else {
     struct {
-      uint32_t v, k, lows, offset;
-    } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups),
-           static_cast<uint32_t>(offset)};
+      uint32_t v, offset, start_stride, params_stride;
+    } push{static_cast<uint32_t>(v), static_cast<uint32_t>(offset), start_stride, params_stride};
+    record_row_brackets(
+        op.sequence(), x, head_q, head_meta, shape, groups,
+        {high.binding(), lows.binding(), low.binding(), params.binding(), start.binding()},
+        push_bytes(push), true);
+  }
+  // Each row's top_k-th largest lower end (its passes do nothing for a row without top_k).
+  record_sample(op.sequence(), device, scratch, low.binding(), out.binding(), params, start, v,
+                offset, 0, static_cast<uint64_t>(rows), 0, 2);
+  {
+    Kernel kernel = verify_kernel(device, "head_verify_sample", head.dtype(), k, rows);
+    struct {
+      uint32_t v, k, lows, offset, start_stride, params_stride;
+    } push{static_cast<uint32_t>(v),
+           static_cast<uint32_t>(k),
+           static_cast<uint32_t>(groups),
+           static_cast<uint32_t>(offset),
+           start_stride,
+           params_stride};
     BufferBinding bindings[] = {x.binding(),     head.binding(),           high.binding(),
                                 lows.binding(),  scratch.select.binding(), params.binding(),
                                 start.binding(), exact.binding()};
-    op.sequence().dispatch(kernel, {static_cast<uint32_t>(chunks), 1, 1}, bindings,
-                           push_bytes(push));
+    op.sequence().dispatch(kernel, grid, bindings, push_bytes(push));
   }
   record_sample(op.sequence(), device, scratch, exact.binding(), out.binding(), params, start, v,
-                offset, 0, 1, 0, 3, top_p);
+                offset, 0, static_cast<uint64_t>(rows), 0, 3, top_p);
   op.run([nans = scratch.nans] { raise_if_nan_logits(nans); });
   return out;
 }

@@ -23,22 +23,24 @@ namespace bitnet::ops {
 Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q,
                        const Tensor& head_meta, const std::optional<Tensor>& out = {},
                        const std::optional<Tensor>& high = {});
-// sample_rows(linear_rows(x, head), params, start, offset) for one row of x (float32 [1, K],
-// K % 4 == 0, as screened_argmax takes it), through the head's screening copy: every row's bracket
-// [low, high] around its logit; with top_k, the rows whose high reaches the top_k-th largest low
-// (the top_k-th largest logit is at least that), else the rows whose draw score of high reaches
-// the largest draw score of any low, get their logits computed exactly as linear_rows computes
-// them, every other row -inf, and sample_rows draws from those: the same index, reading the int8
-// copy and a few float rows instead of the float head. int32 [1]; NaN in x makes every row a
-// candidate (and raises as sample_rows does). top_p: as sample_rows's; without top_k the
-// candidates are then the rows whose high reaches the largest low less 22.5 t (every other row's
-// top-p weight is 0: it is never kept, and the nucleus threshold is the same). exact (float32
-// [V], for inspection): receives the candidates' logits and -inf elsewhere.
+// sample_rows(linear_rows(x, head), params, start, offset) for rows of x (float32 [M, K],
+// K % 4 == 0, as screened_argmax takes them; params and start as sample_rows takes them: [6] or
+// [M, 8], [1] or [M]), through the head's screening copy: every row's bracket [low, high] around
+// its logit (for several rows, from the int8 matmul screened_argmax records); with top_k, the rows
+// whose high reaches the top_k-th largest low (the top_k-th largest logit is at least that), else
+// the rows whose draw score of high reaches the largest draw score of any low, get their logits
+// computed exactly as linear_rows computes them, every other row -inf, and sample_rows draws from
+// those: the same index, reading the int8 copy and a few float rows instead of the float head.
+// int32 [M]; NaN in a row of x makes every head row its candidate (and raises as sample_rows
+// does). top_p: as sample_rows's; without top_k the candidates are then the rows whose high
+// reaches the largest low less 22.5 t (every other row's top-p weight is 0: it is never kept, and
+// the nucleus threshold is the same). exact (float32 [V] for one row, else [M, V]; for
+// inspection): receives the candidates' logits and -inf elsewhere.
 Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q,
                        const Tensor& head_meta, const Tensor& params, const Tensor& start,
                        int64_t offset, const std::optional<Tensor>& out = {},
                        const std::optional<Tensor>& exact = {}, bool top_p = false);
-// Whether screened_argmax takes `rows` rows of k values on this device (screened_sample: one).
+// Whether screened_argmax and screened_sample take `rows` rows of k values on this device.
 bool screened_argmax_fits(const Device& device, int64_t k, int64_t rows = 1);
 
 }  // namespace bitnet::ops

@@ -49,10 +49,13 @@ shared float s_low[256];
 #ifdef SAMPLE
 shared float s_plain_low[256];
 layout(std430, binding = 5) writeonly buffer Low { float low_out[]; };  // [V]
-layout(std430, binding = 6) readonly buffer Params { uint params[6]; };  // as sample_rows.comp's
+// as sample_rows.comp's: [6], or [1, 8] (params_stride 8) with the draw's key row at 6
+layout(std430, binding = 6) readonly buffer Params { uint params[]; };
 layout(std430, binding = 7) readonly buffer Start { int start; };
 // vectors: Kp / 16
-layout(push_constant) uniform Push { uint v; uint k; uint vectors; uint offset; } p;
+layout(push_constant) uniform Push {
+  uint v; uint k; uint vectors; uint offset; uint params_stride;
+} p;
 #else
 layout(push_constant) uniform Push { uint v; uint k; uint vectors; } p;  // vectors: Kp / 16
 #endif
@@ -111,7 +114,8 @@ void main() {
   float best_plain_low = -1.0 / 0.0;
   const float temperature = uintBitsToFloat(params[0]);
   const float inverse_temperature = uintBitsToFloat(params[1]);
-  const uint row_key = draw_key(0u, uint(start) + p.offset, params[3], params[4]);
+  const uint key_row = p.params_stride == 0 ? 0u : params[6];
+  const uint row_key = draw_key(key_row, uint(start) + p.offset, params[3], params[4]);
 #endif
   for (uint first = team * ROWS; first < p.v; first += teams * ROWS) {
     uvec4 w[ROWS][J];

@@ -12,14 +12,15 @@
 // (head_brackets.comp's brackets), with a counter and an index of its own. The row with the
 // largest logit (the first of equal ones, or the first NaN) has a bracket that reaches T, so it
 // is among the candidates.
-// SAMPLE (the screened draw, ops/model.cpp's screened_sample): the candidates are the rows whose
-// upper end reaches the top_k-th largest lower end (its order key in select_state, from
-// sample_rows.comp's select passes over head_screen's low[v]) where top_k is set, else the rows
-// whose draw_score(upper end, g_v) reaches the largest draw_score(lower end, g_w) (lows); each
-// candidate's logit, computed as above, goes to exact[v] and -inf to every other row, and
+// SAMPLE (the screened draw, ops/screened_head.cpp's screened_sample; for row m of h, with its own
+// parameters and step where each row has them): the candidates are the rows whose upper end
+// reaches the top_k-th largest lower end (its order key in select_state, from sample_rows.comp's
+// select passes over head_screen's or head_brackets' low) where top_k is set, else the rows whose
+// draw_score(upper end, g_v) reaches the largest draw_score(lower end, g_w) (lows); each
+// candidate's logit, computed as above, goes to exact[m, v] and -inf to every other row, and
 // sample_rows.comp then draws from exact: the draw it makes from linear_rows' logits. With top-p
 // (params[5] != 0, T > 0) and no top_k, the candidates are the rows whose upper end reaches
-// L - 22.5 T, L the largest lower end (head_screen's second half of lows): every other row's
+// L - 22.5 T, L the largest lower end (the second half of lows): every other row's
 // logit lies more than 22.5 T below the largest, so its top-p weight roundEven(exp((x - m) / T)
 // 2^31) is 0 (exp(-22.18) = 2^-32) whatever the logit, it is never kept, and the nucleus passes
 // give the same threshold from exact as from linear_rows' logits.
@@ -40,12 +41,15 @@ layout(std430, binding = 2) readonly buffer High { float high[]; };  // [M, V]
 // [M, screening workgroups] ([2, ...] with SAMPLE)
 layout(std430, binding = 3) readonly buffer Lows { float lows[]; };
 #ifdef SAMPLE
-layout(std430, binding = 4) readonly buffer Select { uvec4 select_state; };  // prefix, wanted, all
-// as sample_rows.comp's
-layout(std430, binding = 5) readonly buffer Params { uint params[6]; };
-layout(std430, binding = 6) readonly buffer Start { int start; };
-layout(std430, binding = 7) writeonly buffer Exact { float exact[]; };       // [V]
-layout(push_constant) uniform Push { uint v; uint k; uint lows; uint offset; } p;
+// [M]: prefix, wanted, all
+layout(std430, binding = 4) readonly buffer Select { uvec4 select_state[]; };
+// as sample_rows.comp's: [6] for every row, or [M, 8] (params_stride 8) each row's own
+layout(std430, binding = 5) readonly buffer Params { uint params[]; };
+layout(std430, binding = 6) readonly buffer Start { int start[]; };  // [1], or [M] (stride 1)
+layout(std430, binding = 7) writeonly buffer Exact { float exact[]; };  // [M, V]
+layout(push_constant) uniform Push {
+  uint v; uint k; uint lows; uint offset; uint start_stride; uint params_stride;
+} p;
 #else
 // [M, chunks]: (value bits, index)
 layout(std430, binding = 4) coherent buffer Partial { uvec2 partial[]; };
@@ -69,13 +73,16 @@ shared bool s_last;
 void main() {
   const uint id = gl_LocalInvocationID.x, lane = id % TEAM, team = id / TEAM;
   const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.v);
-  // Row m of h (one row with SAMPLE): its row of high, its screening workgroups' lows.
+  // Row m of h: its row of high, its screening workgroups' lows.
   const uint m = gl_WorkGroupID.y, k4 = p.k / 4;
 #ifdef SAMPLE
-  const float temperature = uintBitsToFloat(params[0]), inverse = uintBitsToFloat(params[1]);
-  const bool by_key = params[2] != 0u, by_weight = !by_key && params[5] != 0u && temperature != 0.0;
-  // top-p: the largest lower end itself, the second half
-  const uint from = by_weight ? p.lows : 0u;
+  const uint at = m * p.params_stride;
+  const float temperature = uintBitsToFloat(params[at]);
+  const float inverse = uintBitsToFloat(params[at + 1]);
+  const bool by_key = params[at + 2] != 0u;
+  const bool by_weight = !by_key && params[at + 5] != 0u && temperature != 0.0;
+  // top-p: the largest lower end itself, the second half of lows
+  const uint from = by_weight ? gl_NumWorkGroups.y * p.lows : 0u;
 #else
   const uint from = 0u;
 #endif
@@ -91,20 +98,23 @@ void main() {
   float threshold = s_low[0];
   for (uint s = 1; s < gl_NumSubgroups; ++s) threshold = max(threshold, s_low[s]);
 #ifdef SAMPLE
-  const uint row_key = draw_key(0u, uint(start) + p.offset, params[3], params[4]);
-  const uint low_key = by_key && select_state.z == 0u ? select_state.x : 0u;
+  const uint key_row = p.params_stride == 0 ? m : params[at + 6];
+  const uint row_key = draw_key(key_row, uint(start[m * p.start_stride]) + p.offset,
+                                params[at + 3], params[at + 4]);
+  const uvec4 selected = select_state[m];
+  const uint low_key = by_key && selected.z == 0u ? selected.x : 0u;
   const float weight_floor = threshold - 22.5 * temperature;
   for (uint r = id; r < CHUNK; r += 256) {
     const uint row = first + r;
     if (row >= end) continue;
-    const float h = high[row];
+    const float h = high[m * p.v + row];
     if (isnan(h) || (by_key     ? key(h) >= low_key
                      : by_weight ? !(h < weight_floor)
                                  : !(draw_score(h, gumbel(row, row_key), temperature, inverse) <
                                      threshold)))
       s_rows[atomicAdd(s_count, 1u)] = row;
     else
-      exact[row] = -1.0 / 0.0;
+      exact[m * p.v + row] = -1.0 / 0.0;
   }
 #else
   for (uint r = id; r < CHUNK; r += 256) {
@@ -141,7 +151,7 @@ void main() {
       barrier();
     }
 #ifdef SAMPLE
-    if (lane == 0 && row != 0xFFFFFFFFu) exact[row] = partial_sum[id];
+    if (lane == 0 && row != 0xFFFFFFFFu) exact[m * p.v + row] = partial_sum[id];
 #else
     if (lane == 0 && row != 0xFFFFFFFFu && before(partial_sum[id], row, best, best_index)) {
       best = partial_sum[id];

@@ -56,9 +56,9 @@ class BitNetModel(WeightsAccess):
     ) -> None:
         """embedding_dtype: float16 or float32 for the embedding and head; None: from_weights
         keeps what the checkpoint holds (float16 where that loses nothing), random weights float16.
-        screened_head: decode steps pick the next token (one sequence's argmax or draw, the
-        argmax of several sequences or of a verify step's tokens) through an int8 copy of the
-        head (``_core.screened_argmax``, ``_core.screened_sample``: the same ids as the argmax
+        screened_head: decode steps pick the next token (the argmax or draw of one sequence, of
+        several, or of a verify step's tokens; not top-p without top-k) through an int8 copy of
+        the head (``_core.screened_argmax``, ``_core.screened_sample``: the same ids as the argmax
         of, or the draw from, the float head's logits, reading half the bytes; the copy takes
         vocab x hidden bytes more on the device). None: wherever the device takes the hidden
         size. decode_chunk: decode steps a graph replay runs at most (each step's next ids feed

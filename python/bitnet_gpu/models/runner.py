@@ -22,17 +22,17 @@ from .step import DecodePolicy, Pick, Step, StepOutputs, StepPlan
 
 __all__ = ["StepRunner"]
 
-# The picks the screened head serves for one row: top-p without top-k would make its candidates
-# most of the vocabulary, slower than the float head (docs/PERFORMANCE.md). For several rows (a
-# batch's decode step, a verify step's tokens): the argmax.
+# The picks the screened head serves, for one row or several (a batch's decode step, a verify
+# step's tokens): top-p without top-k would make its candidates most of the vocabulary, slower
+# than the float head (docs/PERFORMANCE.md).
 _SCREENED = (Pick.ARGMAX, Pick.SAMPLE, Pick.NUCLEUS_TOP_K)
 # Attention over more new tokens than this a sequence runs in float16 where the model asks.
 _FLOAT16_FROM_TOKENS = 8
 
 
 class StepRunner:
-    """policy: DecodePolicy; screened_head: whether steps pick through the screened head (one row's
-    argmax or draw; several rows' argmax); float16_prefill: whether attention over more than 8 new
+    """policy: DecodePolicy; screened_head: whether steps pick through the screened head (the
+    argmax or draw of their rows); float16_prefill: whether attention over more than 8 new
     tokens a sequence runs in float16; kv_dtype: the KV caches' dtype (float32 or float16). `last`
     is the RecordedStep of the latest replay (benchmarks read its timings). The runner also keeps
     the model's shared pools, one a batch size, which forward, generate and stream use; sessions
@@ -129,7 +129,7 @@ class StepRunner:
         screened = (
             self.screened_head
             and not step.keep_logits
-            and (step.pick in _SCREENED if picked == 1 else step.pick is Pick.ARGMAX)
+            and step.pick in _SCREENED
             and (picked == 1 or self.screens_rows(picked))
         )
         return StepPlan(
