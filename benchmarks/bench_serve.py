@@ -4,10 +4,13 @@ client, spread over processes), each sending one completion of token-id prompt o
 256 new tokens; beside it, offline batched `generate` of the same load in this process, in the
 same run.
 
-    python3 benchmarks/bench_serve.py [--clients 1 8 32 64] [--json FILE] [--tiny]
+    python3 benchmarks/bench_serve.py [--clients 1 8 32 64] [--temperatures 0 0.8] [--json FILE]
+                                      [--tiny]
 
-Rows {"clients", "tokens_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s",
-"offline_tokens_per_s", "step_s", "mean_batch"}: aggregate new tokens a second from the first
+Each load at each temperature (0, greedy, by default; above 0 each request is drawn at that
+temperature, with the server's defaults for the rest). Rows {"clients", "temperature",
+"tokens_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "offline_tokens_per_s",
+"step_s", "mean_batch"}: aggregate new tokens a second from the first
 request sent to the last token received; time to first token and between tokens as each client
 sees them (p50, p99; each client process makes one untimed request first, so its set-up is not
 counted); offline generate's tokens a second; the server's mean decode step (wall,
@@ -17,6 +20,7 @@ from /metrics) and the mean batch it ran while these clients were served.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import multiprocessing
 import os
 import re
@@ -75,7 +79,7 @@ def start_server(args, preset: str, context: int, prompt_tokens: int, folder: st
     raise SystemExit("the server did not start in 900 s")
 
 
-async def _stream(client, prompt: list[int], new_tokens: int, start_at: float):
+async def _stream(client, prompt: list[int], new_tokens: int, temperature: float, start_at: float):
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
     sent = time.monotonic()
     arrivals = []
@@ -84,7 +88,7 @@ async def _stream(client, prompt: list[int], new_tokens: int, start_at: float):
         model="bench",
         prompt=prompt,
         max_tokens=new_tokens,
-        temperature=0,
+        temperature=temperature,
         stream=True,
         stream_options={"include_usage": True},
         extra_body={"ignore_eos": True},
@@ -101,7 +105,7 @@ def client_process(job):
     """One process's share of the clients: [(sent, token arrival times, tokens made)]."""
     import openai
 
-    url, prompts, new_tokens, start_at = job
+    url, prompts, new_tokens, temperature, start_at = job
 
     async def run():
         client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
@@ -110,22 +114,25 @@ def client_process(job):
             # pool and request models, which is the client's cost, not the server's.
             await client.models.list()
             return await asyncio.gather(
-                *[_stream(client, p, new_tokens, start_at) for p in prompts]
+                *[_stream(client, p, new_tokens, temperature, start_at) for p in prompts]
             )
 
     return asyncio.run(run())
 
 
 def serve_load(
-    pool, processes: int, url: str, prompts: np.ndarray, new_tokens: int
+    pool, processes: int, url: str, prompts: np.ndarray, new_tokens: int, temperature: float
 ) -> dict[str, float]:
-    """The load of `prompts` from `processes` client processes of `pool`."""
+    """The load of `prompts` from `processes` client processes of `pool`, drawn at `temperature`."""
     before = metrics(url)
     jobs = np.array_split(np.arange(len(prompts)), min(len(prompts), processes))
     start_at = time.monotonic() + 3.0  # every process imported, connected and warmed by then
     shares = pool.map(
         client_process,
-        [(url, [prompts[i].tolist() for i in job], new_tokens, start_at) for job in jobs],
+        [
+            (url, [prompts[i].tolist() for i in job], new_tokens, temperature, start_at)
+            for job in jobs
+        ],
     )
     results = [r for share in shares for r in share]
     after = metrics(url)
@@ -153,12 +160,12 @@ def serve_load(
     }
 
 
-def offline_rate(model, prompts: np.ndarray, new_tokens: int) -> float:
-    """New tokens a second of model.generate over the whole load as one batch (its second run:
-    the first records the graphs)."""
+def offline_rate(model, prompts: np.ndarray, new_tokens: int, temperature: float) -> float:
+    """New tokens a second of model.generate over the whole load as one batch, drawn at
+    `temperature` (its second run: the first records the graphs)."""
     for _ in range(2):
         begin = time.perf_counter()
-        model.generate(prompts, new_tokens, eos_token_id=[])
+        model.generate(prompts, new_tokens, eos_token_id=[], temperature=temperature)
         seconds = time.perf_counter() - begin
     return len(prompts) * new_tokens / seconds
 
@@ -166,6 +173,7 @@ def offline_rate(model, prompts: np.ndarray, new_tokens: int) -> float:
 def main() -> None:
     def extra(parser):
         parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 64])
+        parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0])
         parser.add_argument("--prompt-tokens", type=int, default=128)
         parser.add_argument("--new-tokens", type=int, default=256)
         parser.add_argument("--device", type=int, default=None)
@@ -173,6 +181,7 @@ def main() -> None:
     args = arguments(__doc__, extra)
     if args.tiny:
         args.clients, args.prompt_tokens, args.new_tokens = [1, 3], 8, 6
+        args.temperatures = [0.0, 0.8]
     import bitnet_gpu as bg
     from bitnet_gpu.models import BitNetConfig, BitNetModel
 
@@ -191,16 +200,21 @@ def main() -> None:
         try:
             processes = min(8, max(args.clients))
             with spawn.Pool(processes) as pool:
-                for clients in args.clients:
+                for temperature, clients in itertools.product(args.temperatures, args.clients):
                     prompts = rng.integers(0, config.vocab_size, (clients, args.prompt_tokens))
-                    row = {"clients": clients}
-                    row.update(serve_load(pool, processes, url, prompts, args.new_tokens))
-                    row["offline_tokens_per_s"] = offline_rate(model, prompts, args.new_tokens)
+                    row = {"clients": clients, "temperature": temperature}
+                    row.update(
+                        serve_load(pool, processes, url, prompts, args.new_tokens, temperature)
+                    )
+                    row["offline_tokens_per_s"] = offline_rate(
+                        model, prompts, args.new_tokens, temperature
+                    )
                     row["serve_over_offline"] = row["tokens_per_s"] / row["offline_tokens_per_s"]
                     row["itl_p99_over_step"] = row["itl_p99_s"] / max(row["step_s"], 1e-12)
                     rows.append(row)
                     print(
-                        f"{clients:3d} clients: {row['tokens_per_s']:8.1f} tok/s "
+                        f"{clients:3d} clients at temperature {temperature:g}: "
+                        f"{row['tokens_per_s']:8.1f} tok/s "
                         f"(offline {row['offline_tokens_per_s']:8.1f}, "
                         f"{row['serve_over_offline']:.2f}x), TTFT p50 "
                         f"{row['ttft_p50_s'] * 1e3:7.1f} ms p99 {row['ttft_p99_s'] * 1e3:7.1f} ms, "

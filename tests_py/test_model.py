@@ -172,13 +172,17 @@ def test_greedy_generation_across_the_decode_split_switch(tiny_model, monkeypatc
         tiny_model.generate(pair, 24),
         reference.bitnet_generate(tiny_model.reference_params(), tiny_model.config, pair, 24),
     )
-    assert {p.split_keys for p in tiny_model.recorded_plans() if p.tokens == 1} == {32}
+    assert {p.split_keys for p in tiny_model.recorded_plans() if p.tokens == 1} == {
+        tiny_model.policy.batch_split
+    }
     tiny_model.reset_graphs()
     monkeypatch.setattr(
         tiny_model, "policy", dataclasses.replace(tiny_model.policy, split_by_context=False)
     )
     np.testing.assert_array_equal(tiny_model.generate(prompt, 24), out)
-    assert {p.split_keys for p in tiny_model.recorded_plans() if p.tokens == 1} == {32}
+    assert {p.split_keys for p in tiny_model.recorded_plans() if p.tokens == 1} == {
+        tiny_model.policy.batch_split
+    }
     tiny_model.reset_graphs()
 
 

@@ -163,7 +163,7 @@ class DecodePolicy:
     short_context: int = 384
     long_context: int = 640
     kept_prefill_graphs: int = 2
-    batch_split: int = 32
+    batch_split: int = 64
     split_by_context: bool = True
     prefill_chunk: int = 512
 
