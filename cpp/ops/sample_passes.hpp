@@ -26,12 +26,13 @@ SampleScratch sample_scratch(Sequence& sequence, int64_t rows, int64_t n, bool s
 
 // Records sample_rows.comp's phases first_phase .. last_phase (0-2: the top_k select, 3: the draw)
 // over `rows` rows of n values (logits and out bound at their first row, row0 their index in the
-// whole array), with sample_nucleus.comp's four passes before the draw where nucleus (top-p).
+// whole array; row_stride values from one row to the next, 0: n), with sample_nucleus.comp's four
+// passes before the draw where nucleus (top-p).
 void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
                    const SampleScratch& scratch, const BufferBinding& logits,
                    const BufferBinding& out, const Tensor& params, const Tensor& start, int64_t n,
                    int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase,
-                   int64_t last_phase, bool nucleus = false);
+                   int64_t last_phase, bool nucleus = false, int64_t row_stride = 0);
 
 // The checks sample_rows and screened_sample share: params uint32 [6] or [rows, 8], start int32
 // [1] or one a row ([rows]), both on `on`'s device, offset in [0, 2^32); UnsupportedError for

@@ -46,19 +46,25 @@ SampleScratch sample_scratch(Sequence& sequence, int64_t rows, int64_t n, bool s
 
 // Records sample_rows.comp's phases first_phase .. last_phase (0-2: the top_k select, 3: the draw)
 // over `rows` rows of n values (logits and out bound at their first row, row0 their index in the
-// whole array), with sample_nucleus.comp's four passes before the draw where nucleus (top-p).
+// whole array; row_stride values from one row to the next, 0: n), with sample_nucleus.comp's four
+// passes before the draw where nucleus (top-p).
 void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
                    const SampleScratch& scratch, const BufferBinding& logits,
                    const BufferBinding& out, const Tensor& params, const Tensor& start, int64_t n,
                    int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase,
-                   int64_t last_phase, bool nucleus) {
+                   int64_t last_phase, bool nucleus, int64_t row_stride) {
   // params [6] (every row's) or [rows, 8] (each row's own): the shaders' index step through it.
   const uint32_t params_stride = params.shape().size() == 2 ? 8u : 0u;
+  const uint32_t stride = static_cast<uint32_t>(row_stride ? row_stride : n);
   struct {
-    uint32_t n, chunks, offset, row0, start_stride, params_stride;
-  } push{static_cast<uint32_t>(n),      scratch.chunks,
-         static_cast<uint32_t>(offset), static_cast<uint32_t>(row0),
-         start.size() == 1 ? 0u : 1u,   params_stride};
+    uint32_t n, chunks, offset, row0, start_stride, params_stride, row_stride;
+  } push{static_cast<uint32_t>(n),
+         scratch.chunks,
+         static_cast<uint32_t>(offset),
+         static_cast<uint32_t>(row0),
+         start.size() == 1 ? 0u : 1u,
+         params_stride,
+         stride};
   BufferBinding bindings[] = {logits,
                               params.binding(),
                               start.binding(),
@@ -73,9 +79,9 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
   for (int64_t phase = first_phase; phase <= last_phase; ++phase) {
     if (phase == 3 && nucleus) {
       struct {
-        uint32_t n, chunks, row0, params_stride;
+        uint32_t n, chunks, row0, params_stride, row_stride;
       } nucleus_push{static_cast<uint32_t>(n), scratch.chunks, static_cast<uint32_t>(row0),
-                     params_stride};
+                     params_stride, stride};
       BufferBinding nucleus_bindings[] = {logits,
                                           params.binding(),
                                           scratch.bins.binding(),

@@ -139,17 +139,18 @@ Kernel verify_kernel(const std::shared_ptr<Device>& device, const char* base, DT
 
 // Several rows' first passes: their 16-bit values as two int8 rows each, one int8 matmul of those
 // with the head's copy on the device's matmul path (tensor cores where it has them, reading the
-// copy once for up to 32 rows of x), then head_brackets ("head_brackets_sample" with `draw`, which
-// binds low, params and start after high and lows) over a grid of `groups` x rows.
+// copy once for up to 32 rows of x), then head_brackets over a grid of `groups` x rows, its
+// bindings after the products (int32 [2 rows, V]), the head's meta and the rows' stats: `outputs`
+// (high and lows; for "head_brackets_sample" with `draw`, lows, params and start: the ends go over
+// the products).
 void record_row_brackets(Sequence& sequence, const Tensor& x, const Tensor& head_q,
                          const Tensor& head_meta, const ScreenShape& shape, uint64_t groups,
-                         const std::vector<BufferBinding>& outputs, std::span<const std::byte> push,
-                         bool draw) {
+                         const Tensor& products, const std::vector<BufferBinding>& outputs,
+                         std::span<const std::byte> push, bool draw) {
   const auto& device = x.device_ptr();
   const int64_t rows = shape.rows;
   Tensor split = Tensor::empty(device, std::vector<int64_t>{2 * rows, shape.padded_k}, DType::int8);
   Tensor stats = Tensor::empty(device, std::vector<int64_t>{rows, 4}, DType::float32);
-  Tensor products = Tensor::empty(device, std::vector<int64_t>{2 * rows, shape.v}, DType::int32);
   {
     Kernel kernel = Kernel::builtin(device, "head_split_rows");
     struct {
@@ -183,10 +184,13 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
                               ? screen_workgroups(*device, v)
                               : static_cast<uint64_t>((v + kBracketChunk - 1) / kBracketChunk);
   const int64_t chunks = verify_workgroups(v, rows);
-  const std::vector<int64_t> high_shape =
-      rows == 1 ? std::vector<int64_t>{v} : std::vector<int64_t>{rows, v};
-  Tensor high = output(device, given_high, high_shape, DType::float32, "high",
-                       {&x, &head, &head_q, &head_meta, &out});
+  // The brackets' high ends: for several rows without `high` given, over the int8 matmul's
+  // products (row 2m: 4 bytes a head row and row of x fewer in every graph a server keeps).
+  std::optional<Tensor> high_out;
+  if (given_high || rows == 1)
+    high_out = output(device, given_high,
+                      rows == 1 ? std::vector<int64_t>{v} : std::vector<int64_t>{rows, v},
+                      DType::float32, "high", {&x, &head, &head_q, &head_meta, &out});
   Tensor lows = Tensor::empty(device, std::vector<int64_t>{rows, static_cast<int64_t>(groups)},
                               DType::float32);
   Tensor partial = Tensor::empty(device, std::vector<int64_t>{rows, chunks, 2}, DType::uint32);
@@ -195,29 +199,37 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
   Recorder op(device);
   // The last verifying workgroup of each row resets its counter.
   Tensor counter = self_resetting_counters(op.sequence(), rows);
+  BufferBinding high;
+  uint32_t high_stride = static_cast<uint32_t>(v);
   if (rows == 1) {
     Kernel kernel = screen_kernel(device, k, false);
     struct {
       uint32_t v, k, vectors;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k),
            static_cast<uint32_t>(padded_k / 16)};
-    BufferBinding bindings[] = {x.binding(), head_q.binding(), head_meta.binding(), high.binding(),
-                                lows.binding()};
+    BufferBinding bindings[] = {x.binding(), head_q.binding(), head_meta.binding(),
+                                high_out->binding(), lows.binding()};
     op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings,
                            push_bytes(push));
+    high = high_out->binding();
   } else {
-    record_row_brackets(op.sequence(), x, head_q, head_meta, shape, groups,
-                        {high.binding(), lows.binding()}, push_bytes(static_cast<uint32_t>(v)),
-                        false);
+    const Tensor products = Tensor::empty(device, std::vector<int64_t>{2 * rows, v}, DType::int32);
+    high = high_out ? high_out->binding() : products.binding();
+    high_stride = static_cast<uint32_t>(high_out ? v : 2 * v);
+    struct {
+      uint32_t v, high_stride;
+    } push{static_cast<uint32_t>(v), high_stride};
+    record_row_brackets(op.sequence(), x, head_q, head_meta, shape, groups, products,
+                        {high, lows.binding()}, push_bytes(push), false);
   }
   {
     Kernel kernel = verify_kernel(device, "head_verify", head.dtype(), k, rows);
     struct {
-      uint32_t v, k, lows;
-    } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups)};
-    BufferBinding bindings[] = {x.binding(),    head.binding(),    high.binding(),
-                                lows.binding(), partial.binding(), counter.binding(),
-                                out.binding()};
+      uint32_t v, k, lows, high_stride;
+    } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(groups),
+           high_stride};
+    BufferBinding bindings[] = {x.binding(),       head.binding(),    high,         lows.binding(),
+                                partial.binding(), counter.binding(), out.binding()};
     op.sequence().dispatch(kernel, grid, bindings, push_bytes(push));
   }
   op.run();
@@ -242,62 +254,78 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
   const int64_t chunks = verify_workgroups(v, rows);
   const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), uint64_t(rows), 1},
                                  "screened_sample over " + shape_text(head.shape()));
-  // Each row's bracket ends; the largest lower draw_score, and lower end, of each screening
-  // workgroup; the candidates' exact logits with -inf for every other row; the draw's scratch.
-  Tensor high = Tensor::empty(device, std::vector<int64_t>{rows, v}, DType::float32);
-  Tensor low = Tensor::empty(device, std::vector<int64_t>{rows, v}, DType::float32);
+  // The largest lower draw_score, and lower end, of each screening workgroup.
   Tensor lows = Tensor::empty(device, std::vector<int64_t>{2, rows, static_cast<int64_t>(groups)},
                               DType::float32);
-  const std::vector<int64_t> exact_shape =
-      rows == 1 ? std::vector<int64_t>{v} : std::vector<int64_t>{rows, v};
-  Tensor exact = output(device, given_exact, exact_shape, DType::float32, "exact",
-                        {&x, &head, &head_q, &head_meta, &params, &start, &out})
-                     .reshaped({rows, v});
+  std::optional<Tensor> exact_out;
+  if (given_exact || rows == 1)
+    exact_out = output(
+        device, given_exact, rows == 1 ? std::vector<int64_t>{v} : std::vector<int64_t>{rows, v},
+        DType::float32, "exact", {&x, &head, &head_q, &head_meta, &params, &start, &out});
   // params [6] (every row's) or [rows, 8] (each row's own); start [1] or one a row.
   const uint32_t params_stride = params.shape().size() == 2 ? 8u : 0u;
   const uint32_t start_stride = start.size() == 1 ? 0u : 1u;
   Recorder op(device);
   const SampleScratch scratch = sample_scratch(op.sequence(), rows, v, true, top_p);
+  // Each row's bracket ends and the candidates' exact logits (-inf for every other head row): for
+  // one row, tensors of their own; for several, the rows of the int8 matmul's products, which
+  // head_brackets overwrites with each pair's ends (row 2m the low ends, 2m + 1 the high ends) and
+  // head_verify the low ends with the exact logits (the select passes have read them by then):
+  // 8 bytes a head row and row of x instead of 20 in the graphs a server keeps for every batch.
+  BufferBinding high, low, exact;
+  uint32_t high_at = 0, ends_stride = static_cast<uint32_t>(v);
   if (rows == 1) {
+    Tensor high_row = Tensor::empty(device, std::vector<int64_t>{1, v}, DType::float32);
+    Tensor low_row = Tensor::empty(device, std::vector<int64_t>{1, v}, DType::float32);
     Kernel kernel = screen_kernel(device, k, true);
     struct {
       uint32_t v, k, vectors, offset, params_stride;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k), static_cast<uint32_t>(padded_k / 16),
            static_cast<uint32_t>(offset), params_stride};
-    BufferBinding bindings[] = {x.binding(),      head_q.binding(), head_meta.binding(),
-                                high.binding(),   lows.binding(),   low.binding(),
-                                params.binding(), start.binding()};
+    BufferBinding bindings[] = {x.binding(),        head_q.binding(), head_meta.binding(),
+                                high_row.binding(), lows.binding(),   low_row.binding(),
+                                params.binding(),   start.binding()};
     op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings,
                            push_bytes(push));
+    high = high_row.binding();
+    low = low_row.binding();
   } else {
     struct {
       uint32_t v, offset, start_stride, params_stride;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(offset), start_stride, params_stride};
-    record_row_brackets(
-        op.sequence(), x, head_q, head_meta, shape, groups,
-        {high.binding(), lows.binding(), low.binding(), params.binding(), start.binding()},
-        push_bytes(push), true);
+    const Tensor products = Tensor::empty(device, std::vector<int64_t>{2 * rows, v}, DType::int32);
+    record_row_brackets(op.sequence(), x, head_q, head_meta, shape, groups, products,
+                        {lows.binding(), params.binding(), start.binding()}, push_bytes(push),
+                        true);
+    high = low = products.binding();
+    high_at = static_cast<uint32_t>(v);
+    ends_stride = static_cast<uint32_t>(2 * v);
   }
+  exact = exact_out ? exact_out->binding() : low;
+  const uint32_t exact_stride = exact_out ? static_cast<uint32_t>(v) : ends_stride;
   // Each row's top_k-th largest lower end (its passes do nothing for a row without top_k).
-  record_sample(op.sequence(), device, scratch, low.binding(), out.binding(), params, start, v,
-                offset, 0, static_cast<uint64_t>(rows), 0, 2);
+  record_sample(op.sequence(), device, scratch, low, out.binding(), params, start, v, offset, 0,
+                static_cast<uint64_t>(rows), 0, 2, false, ends_stride);
   {
     Kernel kernel = verify_kernel(device, "head_verify_sample", head.dtype(), k, rows);
     struct {
-      uint32_t v, k, lows, offset, start_stride, params_stride;
+      uint32_t v, k, lows, offset, start_stride, params_stride, high_at, high_stride, exact_stride;
     } push{static_cast<uint32_t>(v),
            static_cast<uint32_t>(k),
            static_cast<uint32_t>(groups),
            static_cast<uint32_t>(offset),
            start_stride,
-           params_stride};
-    BufferBinding bindings[] = {x.binding(),     head.binding(),           high.binding(),
-                                lows.binding(),  scratch.select.binding(), params.binding(),
-                                start.binding(), exact.binding()};
+           params_stride,
+           high_at,
+           ends_stride,
+           exact_stride};
+    BufferBinding bindings[] = {
+        x.binding(),      head.binding(),  high, lows.binding(), scratch.select.binding(),
+        params.binding(), start.binding(), exact};
     op.sequence().dispatch(kernel, grid, bindings, push_bytes(push));
   }
-  record_sample(op.sequence(), device, scratch, exact.binding(), out.binding(), params, start, v,
-                offset, 0, static_cast<uint64_t>(rows), 0, 3, top_p);
+  record_sample(op.sequence(), device, scratch, exact, out.binding(), params, start, v, offset, 0,
+                static_cast<uint64_t>(rows), 0, 3, top_p, exact_stride);
   op.run([nans = scratch.nans] { raise_if_nan_logits(nans); });
   return out;
 }

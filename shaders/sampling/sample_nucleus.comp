@@ -54,7 +54,10 @@ struct NucleusState {
   uint64_t total;  // Z
 };
 layout(std430, binding = 6) coherent buffer Nucleus { NucleusState nucleus[]; };
-layout(push_constant) uniform Push { uint n; uint chunks; uint row0; uint params_stride; } p;
+// row_stride: values from one row of x to the next (n, or more where x's rows are strided)
+layout(push_constant) uniform Push {
+  uint n; uint chunks; uint row0; uint params_stride; uint row_stride;
+} p;
 
 // Parameter i of block row `row` (sample_rows.comp's).
 uint param(uint row, uint i) { return params[(p.row0 + row) * p.params_stride + i]; }
@@ -100,7 +103,7 @@ void largest(uint row, uint kept_from) {
   [[unroll]] for (uint r = 0; r < PER_INVOCATION; ++r) {
     const uint j = first + id + 256 * r;
     if (j >= end) continue;
-    const float v = x[row * p.n + j];
+    const float v = x[row * p.row_stride + j];
     if (!isnan(v) && key(v) >= kept_from) most = max(most, key(v));
   }
   most = subgroupMax(most);
@@ -132,7 +135,7 @@ void select_digit(uint row, uint kept_from) {
   [[unroll]] for (uint r = 0; r < PER_INVOCATION; ++r) {
     const uint j = first + id + 256 * r;
     if (j >= end) continue;
-    const float v = x[row * p.n + j];
+    const float v = x[row * p.row_stride + j];
     if (isnan(v)) continue;
     const uint kv = key(v);
     if (kv < kept_from || (high != 32u && (kv >> high) != (prefix >> high))) continue;

@@ -54,8 +54,10 @@ layout(std430, binding = 8) writeonly buffer Out { int index_out[]; };
 // [M, 8] (sample_nucleus.comp's Nucleus): the largest kept key (0 between runs), the threshold's
 // key
 layout(std430, binding = 9) coherent buffer Nucleus { uint nucleus[]; };
+// row_stride: values from one row of x to the next (n, or more where x's rows are strided)
 layout(push_constant) uniform Push {
   uint n; uint chunks; uint offset; uint row0; uint start_stride; uint params_stride;
+  uint row_stride;
 } p;
 
 // Parameter i of block row `row`, and the row its draw is keyed by (its index, or its own).
@@ -81,7 +83,7 @@ void select_digit(uint row, uint k) {
   float v[PER_INVOCATION];
   [[unroll]] for (uint t = 0; t < PER_INVOCATION; ++t) {
     const uint j = first + id + 256 * t;
-    v[t] = j < end ? x[row * p.n + j] : 0.0;
+    v[t] = j < end ? x[row * p.row_stride + j] : 0.0;
   }
   [[unroll]] for (uint t = 0; t < PER_INVOCATION; ++t) {
     const uint j = first + id + 256 * t;
@@ -145,7 +147,7 @@ void draw(uint row, uint k) {
   float v[PER_INVOCATION];
   [[unroll]] for (uint t = 0; t < PER_INVOCATION; ++t) {
     const uint j = first + id + 256 * t;
-    v[t] = j < end ? x[row * p.n + j] : 0.0;
+    v[t] = j < end ? x[row * p.row_stride + j] : 0.0;
   }
   float best = -1.0 / 0.0;
   uint best_index = 0xFFFFFFFFu, nans = 0u;

@@ -3,12 +3,15 @@
 //! variant sample SAMPLE
 // The screened head's brackets for several rows of h (ops/screened_head.cpp, M > 1), from the
 // int8 matmul of head_split_rows' rows with the head's int8 copy: for row m of h and head row v,
-// the bracket of bracket_common.glsl from hi_m . q_v and lo_m . q_v; high[m, v] its high end
-// (NaN where row m has no bracket), and lows[m, g] the largest low end of workgroup g's head
-// rows. Workgroup (g, m) takes CHUNK head rows of row m.
+// the bracket of bracket_common.glsl from hi_m . q_v and lo_m . q_v; high[m high_stride + v] its
+// high end (NaN where row m has no bracket; high may be the products' buffer, stride 2V: the ends
+// then go over row 2m, which only this invocation reads), and lows[m, g] the largest low end of
+// workgroup g's head rows. Workgroup (g, m) takes CHUNK head rows of row m.
 // SAMPLE (the screened draw of several rows): as head_screen.comp's SAMPLE for each row m, with
-// row m's own parameters and step: low[m, v] the low end, lows[m, g] the largest
-// draw_score(low end, g_v) and lows[M + m, g] the largest low end itself.
+// row m's own parameters and step, the ends written over the two sums they come from (each
+// invocation reads its pair before it writes it: no other reads them): products row 2m takes the
+// low ends, row 2m + 1 the high ends (float32 bits); lows[m, g] the largest draw_score(low end,
+// g_v) and lows[M + m, g] the largest low end itself.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -19,22 +22,22 @@
 #endif
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint CHUNK = 2048;
-layout(std430, binding = 0) readonly buffer Products { int products[]; };  // int32 [2M, V]
 layout(std430, binding = 1) readonly buffer Meta { vec4 meta[]; };  // [V]: sigma_v, D', N, unused
 layout(std430, binding = 2) readonly buffer RowStats { vec4 stats[]; };  // [M], head_split_rows'
-layout(std430, binding = 3) writeonly buffer High { float high[]; };  // [M, V]
-// [M, workgroups along x] ([2, M, workgroups] with SAMPLE)
-layout(std430, binding = 4) writeonly buffer Lows { float lows[]; };
 #ifdef SAMPLE
-layout(std430, binding = 5) writeonly buffer Low { float low_out[]; };  // [M, V]
+layout(std430, binding = 0) buffer Products { int products[]; };  // int32 [2M, V], then the ends
+layout(std430, binding = 3) writeonly buffer Lows { float lows[]; };  // [2, M, workgroups along x]
 // as sample_rows.comp's: [6] for every row, or [M, 8] (params_stride 8) each row's own
-layout(std430, binding = 6) readonly buffer Params { uint params[]; };
-layout(std430, binding = 7) readonly buffer Start { int start[]; };  // [1], or [M] (stride 1)
+layout(std430, binding = 4) readonly buffer Params { uint params[]; };
+layout(std430, binding = 5) readonly buffer Start { int start[]; };  // [1], or [M] (stride 1)
 layout(push_constant) uniform Push {
   uint v; uint offset; uint start_stride; uint params_stride;
 } p;
 #else
-layout(push_constant) uniform Push { uint v; } p;
+layout(std430, binding = 0) readonly buffer Products { int products[]; };  // int32 [2M, V]
+layout(std430, binding = 3) writeonly buffer High { float high[]; };
+layout(std430, binding = 4) writeonly buffer Lows { float lows[]; };  // [M, workgroups along x]
+layout(push_constant) uniform Push { uint v; uint high_stride; } p;
 #endif
 shared float s_low[256];
 #ifdef SAMPLE
@@ -62,12 +65,13 @@ void main() {
     const vec4 r = meta[v];
     const int high_sum = products[2 * m * p.v + v], low_sum = products[(2 * m + 1) * p.v + v];
     const vec2 ends = bracket(high_sum, low_sum, sigma_h, norm_h, error_h, r);
-    high[m * p.v + v] = unbounded ? not_a_number : ends.y;
 #ifdef SAMPLE
-    low_out[m * p.v + v] = unbounded ? not_a_number : ends.x;
+    products[2 * m * p.v + v] = floatBitsToInt(unbounded ? not_a_number : ends.x);
+    products[(2 * m + 1) * p.v + v] = floatBitsToInt(unbounded ? not_a_number : ends.y);
     if (!unbounded && ends.x > best_plain_low) best_plain_low = ends.x;
     const float low = draw_score(ends.x, gumbel(v, row_key), temperature, inverse_temperature);
 #else
+    high[m * p.high_stride + v] = unbounded ? not_a_number : ends.y;
     const float low = ends.x;
 #endif
     if (!unbounded && low > best_low) best_low = low;  // NaN never raises it

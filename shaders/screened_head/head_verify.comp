@@ -47,15 +47,20 @@ layout(std430, binding = 4) readonly buffer Select { uvec4 select_state[]; };
 layout(std430, binding = 5) readonly buffer Params { uint params[]; };
 layout(std430, binding = 6) readonly buffer Start { int start[]; };  // [1], or [M] (stride 1)
 layout(std430, binding = 7) writeonly buffer Exact { float exact[]; };  // [M, V]
+// high[m, v] at high[high_at + m high_stride + v], exact[m, v] at exact[m exact_stride + v]: the
+// one buffer where they are the rows of head_brackets' products (each candidate row's exact value
+// is written by the workgroup that read its high end, after reading it)
 layout(push_constant) uniform Push {
   uint v; uint k; uint lows; uint offset; uint start_stride; uint params_stride;
+  uint high_at; uint high_stride; uint exact_stride;
 } p;
 #else
 // [M, chunks]: (value bits, index)
 layout(std430, binding = 4) coherent buffer Partial { uvec2 partial[]; };
 layout(std430, binding = 5) coherent buffer Counter { uint tickets[]; };  // [M], zero between runs
 layout(std430, binding = 6) writeonly buffer Out { int index_out[]; };  // [M]
-layout(push_constant) uniform Push { uint v; uint k; uint lows; } p;
+// high[m, v] at high[m high_stride + v] (2V where high is head_brackets' products buffer)
+layout(push_constant) uniform Push { uint v; uint k; uint lows; uint high_stride; } p;
 #endif
 
 // rows a workgroup screens (ops/model.cpp's verify_chunk)
@@ -107,19 +112,20 @@ void main() {
   for (uint r = id; r < CHUNK; r += 256) {
     const uint row = first + r;
     if (row >= end) continue;
-    const float h = high[m * p.v + row];
+    const float h = high[p.high_at + m * p.high_stride + row];
     if (isnan(h) || (by_key     ? key(h) >= low_key
                      : by_weight ? !(h < weight_floor)
                                  : !(draw_score(h, gumbel(row, row_key), temperature, inverse) <
                                      threshold)))
       s_rows[atomicAdd(s_count, 1u)] = row;
     else
-      exact[m * p.v + row] = -1.0 / 0.0;
+      exact[m * p.exact_stride + row] = -1.0 / 0.0;
   }
 #else
   for (uint r = id; r < CHUNK; r += 256) {
     const uint row = first + r;
-    if (row < end && !(high[m * p.v + row] < threshold)) s_rows[atomicAdd(s_count, 1u)] = row;
+    if (row < end && !(high[m * p.high_stride + row] < threshold))
+      s_rows[atomicAdd(s_count, 1u)] = row;
   }
 #endif
   barrier();
@@ -151,7 +157,7 @@ void main() {
       barrier();
     }
 #ifdef SAMPLE
-    if (lane == 0 && row != 0xFFFFFFFFu) exact[m * p.v + row] = partial_sum[id];
+    if (lane == 0 && row != 0xFFFFFFFFu) exact[m * p.exact_stride + row] = partial_sum[id];
 #else
     if (lane == 0 && row != 0xFFFFFFFFu && before(partial_sum[id], row, best, best_index)) {
       best = partial_sum[id];
