@@ -228,7 +228,7 @@ def _nucleus_by_sorting(row, top_k, top_p, temperature):
     the largest; keep each whose larger values (strictly larger: ties go together) hold less than
     top_p of softmax(row / t) over them. Also how close the rule came (relative to top_p)."""
     x = row.astype(np.float64)
-    kept = reference._top_k_kept(row, top_k)
+    kept = reference.sampling_kept(row, top_k)  # top_k alone
     weights = np.where(kept, np.exp((x - x[kept].max()) / temperature), 0.0)
     share = np.array([weights[kept & (x > v)].sum() for v in x]) / weights.sum()
     inside = kept & (share < top_p)
