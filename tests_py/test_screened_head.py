@@ -365,6 +365,36 @@ def test_screened_sample_keys_one_row_by_its_key_row():
         np.testing.assert_array_equal(screened, float_head.numpy())
 
 
+def test_screened_sample_of_several_rows_rejects_bad_input():
+    """Several rows: a row holding NaN raises as sample_rows does (every head row its candidate),
+    parameters or steps of the wrong count raise, and the device stays usable."""
+    k, v, m = 64, 500, 3
+    head = rng.standard_normal((v, k)).astype(np.float32)
+    q, meta = screening_tables(head)
+    tables = (to_tensor(head), to_tensor(q), to_tensor(meta))
+    h = rng.standard_normal((m, k)).astype(np.float32)
+    params = sampling_rows([sampling_params(0.9, 5, 3, v)] * m, range(m))
+    starts = to_tensor(np.arange(m, dtype=np.int32))
+    bad = h.copy()
+    bad[1, 7] = np.nan
+    with pytest.raises(bg.ArgumentError, match=f"{v} NaN values"):
+        _core.screened_sample(to_tensor(bad), *tables, to_tensor(params), starts, 0)
+    with pytest.raises(bg.DTypeError, match="params"):
+        _core.screened_sample(to_tensor(h), *tables, to_tensor(params[:2]), starts, 0)
+    with pytest.raises(bg.DTypeError, match="start"):
+        _core.screened_sample(
+            to_tensor(h), *tables, to_tensor(params), to_tensor(np.zeros(2, np.int32)), 0
+        )
+    with pytest.raises(bg.ShapeError, match="exact"):
+        _core.screened_sample(
+            to_tensor(h), *tables, to_tensor(params), starts, 0, None, _poisoned((v,), np.float32)
+        )
+    drawn = _core.screened_sample(to_tensor(h), *tables, to_tensor(params), starts, 0).numpy()
+    logits = _core.linear_rows(to_tensor(h), tables[0])
+    expected = _core.sample_rows(logits, to_tensor(params), starts, 0).numpy()
+    np.testing.assert_array_equal(drawn, expected)
+
+
 def test_screened_sample_near_ties_and_special_values():
     """Duplicated and near-duplicated rows, rows with a huge value, h with outliers: the same draws
     as the float head's; NaN in h makes every row a candidate and raises as sample_rows does."""
