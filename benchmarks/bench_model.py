@@ -95,11 +95,13 @@ def split(timings):
 DECODE_TOKEN = np.array([[17]], np.int32)
 
 
-def replay(model, ids, context, pick):
+def replay(model, ids, context, pick, sampling=None):
     """One step of ids [B, T] after `context` cached tokens over the model's shared cache for B
-    sequences (the same slots and positions every time): what generate runs a step."""
+    sequences (the same slots and positions every time): what generate runs a step (sampling:
+    sampling_params' [6] for a draw)."""
     batch = ids.shape[0]
-    step = Step(np.arange(batch), np.full(batch, context), tuple(ids.astype(np.int32)), pick)
+    ids = tuple(ids.astype(np.int32))
+    step = Step(np.arange(batch), np.full(batch, context), ids, pick, sampling=sampling)
     return model.runner.run(model.runner.shared_pool(batch), step)
 
 
@@ -123,8 +125,7 @@ def decode_step(model, context, batch=1, sampling=None):
     params = sampling_params(
         sampling["temperature"], sampling["top_k"], sampling["seed"], model.config.vocab_size
     )
-    step = Step(np.arange(batch), np.full(batch, context), tuple(ids), Pick.SAMPLE, 1, params)
-    return lambda: model.runner.run(model.runner.shared_pool(batch), step).ids()
+    return lambda: replay(model, ids, context, Pick.SAMPLE, params).ids()
 
 
 GENERATE_PROMPT = 128

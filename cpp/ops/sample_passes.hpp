@@ -34,6 +34,13 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
                    int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase,
                    int64_t last_phase, bool nucleus = false, int64_t row_stride = 0);
 
+// The step through params ([6]: 0, every row's; [rows, 8]: 8, each row's own) and through start
+// ([1]: 0; one a row: 1) that the sampling shaders take.
+struct SamplingStrides {
+  uint32_t params, start;
+};
+SamplingStrides sampling_strides(const Tensor& params, const Tensor& start);
+
 // The checks sample_rows and screened_sample share: params uint32 [6] or [rows, 8], start int32
 // [1] or one a row ([rows]), both on `on`'s device, offset in [0, 2^32); UnsupportedError for
 // top-p without 64-bit integer atomics.

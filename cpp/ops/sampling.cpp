@@ -53,8 +53,7 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
                    const BufferBinding& out, const Tensor& params, const Tensor& start, int64_t n,
                    int64_t offset, uint64_t row0, uint64_t rows, int64_t first_phase,
                    int64_t last_phase, bool nucleus, int64_t row_stride) {
-  // params [6] (every row's) or [rows, 8] (each row's own): the shaders' index step through it.
-  const uint32_t params_stride = params.shape().size() == 2 ? 8u : 0u;
+  const SamplingStrides strides = sampling_strides(params, start);
   const uint32_t stride = static_cast<uint32_t>(row_stride ? row_stride : n);
   struct {
     uint32_t n, chunks, offset, row0, start_stride, params_stride, row_stride;
@@ -62,8 +61,8 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
          scratch.chunks,
          static_cast<uint32_t>(offset),
          static_cast<uint32_t>(row0),
-         start.size() == 1 ? 0u : 1u,
-         params_stride,
+         strides.start,
+         strides.params,
          stride};
   BufferBinding bindings[] = {logits,
                               params.binding(),
@@ -81,7 +80,7 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
       struct {
         uint32_t n, chunks, row0, params_stride, row_stride;
       } nucleus_push{static_cast<uint32_t>(n), scratch.chunks, static_cast<uint32_t>(row0),
-                     params_stride, stride};
+                     strides.params, stride};
       BufferBinding nucleus_bindings[] = {logits,
                                           params.binding(),
                                           scratch.bins.binding(),
@@ -97,6 +96,10 @@ void record_sample(Sequence& sequence, const std::shared_ptr<Device>& device,
     Kernel kernel = Kernel::builtin(device, "sample_rows", {{0, phase}});
     sequence.dispatch(kernel, grid, bindings, push_bytes(push));
   }
+}
+
+SamplingStrides sampling_strides(const Tensor& params, const Tensor& start) {
+  return {params.shape().size() == 2 ? 8u : 0u, start.size() == 1 ? 0u : 1u};
 }
 
 // The checks sample_rows and screened_sample share.

@@ -116,6 +116,13 @@ uint64_t screen_workgroups(const Device& device, int64_t v) {
   return std::clamp<uint64_t>(groups, 1, 65535);
 }
 
+// Workgroups along x of the first pass that brackets every head row: head_screen's for one row of
+// x, head_brackets' chunks for several; each writes one lower end a row of x into lows.
+uint64_t bracket_workgroups(const Device& device, int64_t v, int64_t rows) {
+  return rows == 1 ? screen_workgroups(device, v)
+                   : static_cast<uint64_t>((v + kBracketChunk - 1) / kBracketChunk);
+}
+
 // head_screen for rows of k values ("_sample": the screened draw's variant), with the packed dot
 // products where the device accelerates them (as BitLinear takes them).
 Kernel screen_kernel(const std::shared_ptr<Device>& device, int64_t k, bool sample) {
@@ -180,9 +187,7 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
   const auto [rows, v, k, padded_k] = shape;
   const auto& device = x.device_ptr();
   Tensor out = output(device, given, {rows}, DType::int32, "out", {&x, &head, &head_q, &head_meta});
-  const uint64_t groups = rows == 1
-                              ? screen_workgroups(*device, v)
-                              : static_cast<uint64_t>((v + kBracketChunk - 1) / kBracketChunk);
+  const uint64_t groups = bracket_workgroups(*device, v, rows);
   const int64_t chunks = verify_workgroups(v, rows);
   // The brackets' high ends: for several rows without `high` given, over the int8 matmul's
   // products (row 2m: 4 bytes a head row and row of x fewer in every graph a server keeps).
@@ -207,11 +212,11 @@ Tensor screened_argmax(const Tensor& x, const Tensor& head, const Tensor& head_q
       uint32_t v, k, vectors;
     } push{static_cast<uint32_t>(v), static_cast<uint32_t>(k),
            static_cast<uint32_t>(padded_k / 16)};
-    BufferBinding bindings[] = {x.binding(), head_q.binding(), head_meta.binding(),
-                                high_out->binding(), lows.binding()};
+    high = high_out->binding();
+    BufferBinding bindings[] = {x.binding(), head_q.binding(), head_meta.binding(), high,
+                                lows.binding()};
     op.sequence().dispatch(kernel, {static_cast<uint32_t>(groups), 1, 1}, bindings,
                            push_bytes(push));
-    high = high_out->binding();
   } else {
     const Tensor products = Tensor::empty(device, std::vector<int64_t>{2 * rows, v}, DType::int32);
     high = high_out ? high_out->binding() : products.binding();
@@ -248,9 +253,7 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
   check_top_p(*device, top_p);
   Tensor out = output(device, given, {rows}, DType::int32, "out",
                       {&x, &head, &head_q, &head_meta, &params, &start});
-  const uint64_t groups = rows == 1
-                              ? screen_workgroups(*device, v)
-                              : static_cast<uint64_t>((v + kBracketChunk - 1) / kBracketChunk);
+  const uint64_t groups = bracket_workgroups(*device, v, rows);
   const int64_t chunks = verify_workgroups(v, rows);
   const auto grid = checked_grid(*device, {static_cast<uint64_t>(chunks), uint64_t(rows), 1},
                                  "screened_sample over " + shape_text(head.shape()));
@@ -262,9 +265,7 @@ Tensor screened_sample(const Tensor& x, const Tensor& head, const Tensor& head_q
     exact_out = output(
         device, given_exact, rows == 1 ? std::vector<int64_t>{v} : std::vector<int64_t>{rows, v},
         DType::float32, "exact", {&x, &head, &head_q, &head_meta, &params, &start, &out});
-  // params [6] (every row's) or [rows, 8] (each row's own); start [1] or one a row.
-  const uint32_t params_stride = params.shape().size() == 2 ? 8u : 0u;
-  const uint32_t start_stride = start.size() == 1 ? 0u : 1u;
+  const auto [params_stride, start_stride] = sampling_strides(params, start);
   Recorder op(device);
   const SampleScratch scratch = sample_scratch(op.sequence(), rows, v, true, top_p);
   // Each row's bracket ends and the candidates' exact logits (-inf for every other head row): for
