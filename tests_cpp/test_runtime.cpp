@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -125,6 +126,40 @@ TEST(MemoryPool, ReusesFreedBlocksAndTrims) {
   dev->trim();
   EXPECT_EQ(dev->memory_stats().live_blocks, 0u);
   EXPECT_EQ(dev->memory_stats().allocated_bytes, 0u);
+}
+
+TEST(ScratchPool, LendsZeroBlocksOneHolderAtATimeAndLetsTheDeviceGo) {
+  std::weak_ptr<Device> gone;
+  {
+    auto dev = Device::create();
+    gone = dev;
+    ScratchPool& pool = dev->scratch_pool();
+    auto a = pool.lend(100);
+    auto b = pool.lend(100);
+    ASSERT_TRUE(a && b);
+    EXPECT_NE(a->buffer(), b->buffer());  // both lent at once: two blocks
+    EXPECT_GE(a->size(), 100u);
+    {
+      std::vector<uint32_t> words(a->size() / 4, 7u);
+      Tensor lent(a, std::vector<int64_t>{static_cast<int64_t>(words.size())}, DType::uint32);
+      lent.download(words.data(), lent.nbytes());
+      EXPECT_EQ(std::count(words.begin(), words.end(), 0u), static_cast<long>(words.size()));
+    }
+    const VkBuffer first = a->buffer();
+    a.reset();
+    auto c = pool.lend(64);  // given back: lent again, not a new block
+    EXPECT_EQ(c->buffer(), first);
+    EXPECT_EQ(pool.pooled_bytes(), 2u * 4096u);              // sizes in powers of two from 4 KiB
+    EXPECT_EQ(pool.lend(ScratchPool::kMostBytes), nullptr);  // past what the pool keeps
+    c.reset();
+    b.reset();
+    dev->trim();
+    EXPECT_EQ(pool.pooled_bytes(), 0u);
+    auto d = pool.lend(8);  // holds the device while lent
+    dev.reset();
+    EXPECT_FALSE(gone.expired());
+  }
+  EXPECT_TRUE(gone.expired());  // the pool's own blocks do not keep it alive
 }
 
 TEST(Tensor, RoundTripsEveryDtypeAndPlacement) {

@@ -391,3 +391,39 @@ def test_each_row_its_own_parameters(device, rng, rows):
         if t == 0:
             assert drawn[r] == logits[r].argmax()
     assert differed <= max(1, rows // 20)
+
+
+def test_eager_draws_share_scratch_that_stays_zero(device, rng):
+    """An eager draw's self-resetting counters (the top-k bins, tickets, the nucleus's masses) come
+    from the device's scratch pool, zero since it was made, so a call records no fill: the same
+    draws call after call, across shapes, after calls that raised on NaN, and from two threads at
+    once (each draw holding its own block)."""
+    import concurrent.futures
+
+    cases = []
+    for rows, n in [(3, 40), (7, 1000), (2, 4097), (5, 33)]:
+        logits = (rng.standard_normal((rows, n)) * 3).astype(np.float32)
+        cases.append((logits, 0.7, 5, 0.9, int(rng.integers(0, 2**32))))
+        cases.append((logits, 1.2, 20, None, int(rng.integers(0, 2**32))))
+
+    def draw(case):
+        logits, temperature, top_k, top_p, seed = case
+        return bg.sample_logits(logits, temperature, top_k, top_p, seed=seed, step=1)
+
+    first = [draw(case) for case in cases]
+    for (logits, temperature, top_k, top_p, seed), drawn in zip(cases, first):
+        assert check_draws(logits, drawn, temperature, top_k, seed, 1, top_p) <= 1
+    bad = cases[2][0].copy()
+    bad[1, 5] = np.nan
+    for _ in range(2):
+        with pytest.raises(bg.ArgumentError, match="NaN"):
+            bg.sample_logits(bad, 0.7, 5, 0.9, seed=3, step=1)
+        for case, drawn in zip(cases, first):
+            np.testing.assert_array_equal(draw(case), drawn)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for i, drawn in enumerate(pool.map(draw, cases * 6)):
+            np.testing.assert_array_equal(drawn, first[i % len(cases)])
+    with bg.profile(device) as profile:
+        draw(cases[0])
+    labels = [label for label, _ in profile.timings]
+    assert "fill" not in labels and any("sample" in label for label in labels), labels

@@ -141,6 +141,9 @@ Tensor self_resetting_counters(Sequence& sequence, int64_t count) {
   const auto& device = sequence.device();
   // In a graph, ones an earlier op left zero where a barrier has ordered that op before this one.
   if (Graph* graph = device->recording_graph()) return graph->zeroed_scratch(count);
+  const auto bytes = static_cast<uint64_t>(count) * sizeof(uint32_t);
+  if (auto lent = device->scratch_pool().lend(bytes))
+    return Tensor(std::move(lent), std::vector<int64_t>{count}, DType::uint32);
   Tensor counters = Tensor::empty(device, std::vector<int64_t>{count}, DType::uint32);
   sequence.fill(counters.binding(), 0u);
   return counters;

@@ -84,9 +84,9 @@ std::string attention_variant(const char* base, DType q, DType kv);
 Tensor zeroed_counter(const std::shared_ptr<Device>& device);
 uint32_t read_counter(const Tensor& counter);
 // uint32 counters in device memory for kernels whose last workgroup resets its counter for the
-// next run (or graph replay). In a graph, scratch an earlier op left zero; else zeroed by a fill
-// recorded into `sequence`, ahead of the op that uses them: no host writes through the mapping (a
-// few hundred KiB of split sums for a call of a few rows) and no submission of their own.
+// next run (or graph replay). In a graph, scratch an earlier op left zero; else a block of the
+// device's ScratchPool (zero since it was made), or where the pool is full one zeroed by a fill
+// recorded into `sequence` ahead of the op that uses them.
 Tensor self_resetting_counters(Sequence& sequence, int64_t count);
 // ArgumentError "<name> contains N NaN or Inf value(s)" when the counter is not zero.
 void raise_if_nonfinite(const Tensor& counter, const char* name);

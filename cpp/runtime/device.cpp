@@ -185,6 +185,7 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
 
   try {
     pool_ = std::make_unique<MemoryPool>(*this);
+    scratch_ = std::make_unique<ScratchPool>(*this);
     pipelines_ = std::make_unique<PipelineCache>(*this);
   } catch (...) {
     pipelines_.reset();
@@ -199,6 +200,7 @@ Device::~Device() {
   if (pipelines_) pipelines_->save();
   free_contexts_.clear();
   pipelines_.reset();
+  scratch_.reset();
   pool_.reset();
   vkDestroyDevice(device_, nullptr);
 }

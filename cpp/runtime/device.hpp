@@ -13,6 +13,7 @@
 
 #include "runtime/instance.hpp"
 #include "runtime/memory.hpp"
+#include "runtime/scratch_pool.hpp"
 
 namespace bitnet {
 
@@ -75,7 +76,12 @@ class Device : public std::enable_shared_from_this<Device> {
   // Each memory heap's size and, where the device has VK_EXT_memory_budget, its budget and this
   // process's usage (zero where unknown).
   std::vector<HeapBudget> heap_budgets() const;
-  void trim() { pool_->trim(); }
+  // Frees the memory pool's free blocks and the scratch pool's blocks not lent.
+  void trim() {
+    scratch_->trim();
+    pool_->trim();
+  }
+  ScratchPool& scratch_pool() { return *scratch_; }
   void synchronize();
 
   PipelineCache& pipeline_cache() { return *pipelines_; }
@@ -125,6 +131,7 @@ class Device : public std::enable_shared_from_this<Device> {
   std::vector<std::pair<std::string, double>> profile_;
 
   std::unique_ptr<MemoryPool> pool_;
+  std::unique_ptr<ScratchPool> scratch_;  // its blocks come from pool_
   std::unique_ptr<PipelineCache> pipelines_;
 
   std::mutex queue_mutex_;

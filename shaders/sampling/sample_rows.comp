@@ -51,8 +51,8 @@ layout(std430, binding = 5) coherent buffer Tickets { uint tickets[]; };
 layout(std430, binding = 6) coherent buffer Partial { uvec2 partial[]; };
 layout(std430, binding = 7) buffer NaNs { uint nan_count; };
 layout(std430, binding = 8) writeonly buffer Out { int index_out[]; };
-// [M, 8] (sample_nucleus.comp's Nucleus): the largest kept key (0 between runs), the threshold's
-// key
+// [M, 8] (sample_nucleus.comp's Nucleus): the largest kept key, the threshold's key, ...; all zero
+// between runs
 layout(std430, binding = 9) coherent buffer Nucleus { uint nucleus[]; };
 // row_stride: values from one row of x to the next (n, or more where x's rows are strided)
 layout(push_constant) uniform Push {
@@ -167,7 +167,9 @@ void draw(uint row, uint k) {
   workgroup_best(best, best_index);
   if (id == 0) partial[row * p.chunks + gl_WorkGroupID.x] = packed_best();
   if (!last_workgroup(row * TICKETS + PHASE)) return;
-  if (nucleus_ran && id == 0) nucleus[row * 8] = 0u;  // every workgroup has read it
+  // Every workgroup has read the row's state: all of it zero again, as its scratch is lent to
+  // whatever op needs zeros next (a graph's or the device's pool), not only to the nucleus.
+  if (nucleus_ran && id < 8) nucleus[row * 8 + id] = 0u;
   best = -1.0 / 0.0;
   best_index = 0xFFFFFFFFu;
   for (uint c = id; c < p.chunks; c += 256) offer(partial[row * p.chunks + c], best, best_index);
