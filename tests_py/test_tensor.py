@@ -222,3 +222,33 @@ def test_numpy_out_argument(device, unmapped_device, rng):
         t.numpy(out=np.empty((9, 7), np.float32))
     with pytest.raises(bg.ArgumentError):
         t.numpy(out=np.empty((7, 18), np.float32)[:, ::2])
+
+
+def test_numpy_results_are_views_of_host_memory_that_outlive_later_calls(device, rng):
+    """A NumPy-in call's result is the GPU's own host-memory output, handed back as a view (no
+    copy): it keeps its values while later calls run and their results are freed and reused, never
+    shares memory with another result, and is writeable. Sizes below and above the 4 MiB that the
+    path was limited to before."""
+    q = bg.quantize_weights(rng.standard_normal((300, 70)).astype(np.float32))
+    cases = [
+        (lambda a: bg.relu(a), lambda a: np.maximum(a, 0), (1, 1 << 21)),
+        (lambda a: bg.softmax(a), None, (5, 8, 1 << 19)),
+        (lambda a: bg.bitlinear(a.reshape(-1, 70), q), None, (70 * 3, 70 * 4000)),
+    ]
+    for op, expected, sizes in cases:
+        for size in sizes:
+            a = rng.standard_normal(size).astype(np.float32)
+            first = op(a)
+            kept = first.copy()
+            assert isinstance(first, np.ndarray) and first.flags.writeable
+            assert first.flags.c_contiguous and not first.flags.owndata
+            if expected is not None:
+                np.testing.assert_array_equal(first, expected(a))
+            for _ in range(3):  # results made and freed while `first` lives
+                other = op(-a)
+                assert not np.shares_memory(first, other)
+                del other
+                gc.collect()
+            np.testing.assert_array_equal(first, kept)
+            first[...] = 7.0  # the user's memory now: writing it changes nothing else
+            np.testing.assert_array_equal(op(a), kept)

@@ -96,13 +96,13 @@ def float32_param(value, device, name):
 
 def result_as(t, as_tensor):
     """A result as the input came: a Tensor, or NumPy. Inside a recording graph results are always
-    Tensors: their values exist only once the graph runs."""
-    return t if as_tensor or _core.recording(t.device) else t.numpy()
-
-
-# Results up to this size that go back to NumPy are written by the GPU straight into host memory:
-# the download is then a memcpy instead of a second submission (tens of microseconds a call).
-HOST_RESULT_BYTES = 4 << 20
+    Tensors: their values exist only once the graph runs. A result in host memory (which is
+    host-cached where the device has such memory) comes back as a NumPy view of it, whose base
+    keeps the Tensor alive: copying it into a fresh array would cost more than the call (its pages
+    are new to the process, docs/PERFORMANCE.md)."""
+    if as_tensor or _core.recording(t.device):
+        return t
+    return np.asarray(t) if t.memory == "host" and t.size else t.numpy()
 
 
 class Outputs:
@@ -114,9 +114,9 @@ class Outputs:
     """
 
     def __init__(self, out, specs, host=None):
-        """host: the device of a call whose results go back to NumPy: results of its shape up to
-        HOST_RESULT_BYTES are then written by the GPU straight into host-cached memory, and read
-        back with a memcpy instead of a copy submission of their own."""
+        """host: the device of a call whose results go back to NumPy: its results are then written
+        by the GPU straight into host-cached memory and handed back as views of it (result_as),
+        with no copy submission of their own (tens of microseconds) nor a copy on the CPU."""
         self.specs = specs
         self.host = host if out is None else None
         if out is None:
@@ -159,12 +159,12 @@ class Outputs:
         _, shape, dtype = self.specs[i]
         if self.host is None:
             return None
-        dtype = np.dtype(dtype)
-        if not 0 < math.prod(shape) * dtype.itemsize <= HOST_RESULT_BYTES or _core.recording(
-            self.host
-        ):
+        if math.prod(shape) == 0 or _core.recording(self.host):
             return None
-        return self.host.empty(shape, dtype, memory="host")
+        try:
+            return self.host.empty(shape, np.dtype(dtype), memory="host")
+        except _core.OutOfMemory:  # host memory the driver can map is short: the core makes one
+            return None
 
     def results(self, tensors, as_tensor):
         """What the call returns: each target filled, or each result as the input came."""
