@@ -60,9 +60,8 @@ layout(push_constant) uniform Push {
   uint row_stride;
 } p;
 
-// Parameter i of block row `row`, and the row its draw is keyed by (its index, or its own).
+// Parameter i of block row `row`.
 uint param(uint row, uint i) { return params[(p.row0 + row) * p.params_stride + i]; }
-uint key_row(uint row) { return p.params_stride == 0 ? p.row0 + row : param(row, 6); }
 
 const uint CHUNK = 1024, BINS = 2048, PER_INVOCATION = CHUNK / 256, TICKETS = 8;
 shared uint s_bins[BINS];
@@ -142,7 +141,8 @@ void draw(uint row, uint k) {
   if (nucleus_ran && nucleus_applies(nucleus[row * 8]))
     threshold = max(threshold, nucleus[row * 8 + 1]);
   const uint step = uint(start[(p.row0 + row) * p.start_stride]) + p.offset;
-  const uint row_key = draw_key(key_row(row), step, param(row, 3), param(row, 4));
+  const uint row_key = ROW_DRAW_KEY(params, (p.row0 + row) * p.params_stride, p.params_stride != 0,
+                                    p.row0 + row, step);
   const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.n);
   float v[PER_INVOCATION];
   [[unroll]] for (uint t = 0; t < PER_INVOCATION; ++t) {

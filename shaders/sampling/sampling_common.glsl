@@ -34,6 +34,12 @@ uint draw_key(uint row, uint step, uint seed_lo, uint seed_hi) {
   return pcg_hash(row ^ pcg_hash(step ^ pcg_hash(seed_lo ^ pcg_hash(seed_hi))));
 }
 
+// The key of row `row`'s draw at `step`, from the draw's parameters in buffer PARAMS at word `at`
+// (the seed's words at 3 and 4): the row is keyed by its own index, or where each row has
+// parameters of its own (`own`) by the key row at word 6. Every pass of a draw takes it from here.
+#define ROW_DRAW_KEY(PARAMS, at, own, row, step) \
+  draw_key((own) ? PARAMS[(at) + 6] : (row), (step), PARAMS[(at) + 3], PARAMS[(at) + 4])
+
 // Index j's Gumbel noise under a row's key.
 float gumbel(uint j, uint row_key) { return -log(exponential(pcg_hash(pcg_hash(j) ^ row_key))); }
 

@@ -56,9 +56,8 @@ void main() {
   const uint at = m * p.params_stride;
   const float temperature = uintBitsToFloat(params[at]);
   const float inverse_temperature = uintBitsToFloat(params[at + 1]);
-  const uint key_row = p.params_stride == 0 ? m : params[at + 6];
-  const uint row_key = draw_key(key_row, uint(start[m * p.start_stride]) + p.offset,
-                                params[at + 3], params[at + 4]);
+  const uint row_key =
+      ROW_DRAW_KEY(params, at, p.params_stride != 0, m, uint(start[m * p.start_stride]) + p.offset);
 #endif
   const uint first = gl_WorkGroupID.x * CHUNK, end = min(first + CHUNK, p.v);
   for (uint v = first + id; v < end; v += 256) {

@@ -114,8 +114,7 @@ void main() {
   float best_plain_low = -1.0 / 0.0;
   const float temperature = uintBitsToFloat(params[0]);
   const float inverse_temperature = uintBitsToFloat(params[1]);
-  const uint key_row = p.params_stride == 0 ? 0u : params[6];
-  const uint row_key = draw_key(key_row, uint(start) + p.offset, params[3], params[4]);
+  const uint row_key = ROW_DRAW_KEY(params, 0u, p.params_stride != 0, 0u, uint(start) + p.offset);
 #endif
   for (uint first = team * ROWS; first < p.v; first += teams * ROWS) {
     uvec4 w[ROWS][J];

@@ -103,9 +103,8 @@ void main() {
   float threshold = s_low[0];
   for (uint s = 1; s < gl_NumSubgroups; ++s) threshold = max(threshold, s_low[s]);
 #ifdef SAMPLE
-  const uint key_row = p.params_stride == 0 ? m : params[at + 6];
-  const uint row_key = draw_key(key_row, uint(start[m * p.start_stride]) + p.offset,
-                                params[at + 3], params[at + 4]);
+  const uint row_key =
+      ROW_DRAW_KEY(params, at, p.params_stride != 0, m, uint(start[m * p.start_stride]) + p.offset);
   const uvec4 selected = select_state[m];
   const uint low_key = by_key && selected.z == 0u ? selected.x : 0u;
   const float weight_floor = threshold - 22.5 * temperature;
