@@ -224,11 +224,13 @@ KSplit coopmat_split(const Device& device, const CoopmatTile& tile, int64_t m, i
   if (const auto forced = tuning().coopmat_splits) {
     splits = *forced;
   } else if (m <= 64) {
-    // About two workgroups a multiprocessor (four where the count is unknown), each at least two
-    // K steps where it can: a few tiles alone would run their whole K on a few multiprocessors.
+    // About one workgroup a multiprocessor (two where the count is unknown), each at least two K
+    // steps where it can: a few tiles alone would run their whole K on a few multiprocessors,
+    // and more splits than that cost more in their atomics and epilogue than their shorter K
+    // loops save (docs/PERFORMANCE.md).
     const int64_t multiprocessors =
         device.info().multiprocessors ? device.info().multiprocessors : 2;
-    const int64_t wanted = (2 * multiprocessors + tiles - 1) / std::max<int64_t>(tiles, 1);
+    const int64_t wanted = (multiprocessors + tiles - 1) / std::max<int64_t>(tiles, 1);
     splits = static_cast<uint32_t>(std::clamp<int64_t>(std::min(wanted, steps / 2), 1, 64));
   }
   (void)n;

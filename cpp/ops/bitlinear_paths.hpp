@@ -83,7 +83,7 @@ struct KSplit {
   uint32_t splits = 1, blocks = 0;
 };
 // For an m x n x k matmul on `tile`, where its `tiles` output tiles (those of the matmuls recorded
-// with it included) leave multiprocessors idle: about two workgroups a multiprocessor.
+// with it included) leave multiprocessors idle: about one workgroup a multiprocessor.
 KSplit coopmat_split(const Device& device, const CoopmatTile& tile, int64_t m, int64_t n, int64_t k,
                      int64_t tiles);
 
