@@ -149,6 +149,21 @@ def test_from_dlpack_copies_what_it_cannot_share(device, rng, dtype):
     assert t.numpy()[0, 0] == original
 
 
+def test_from_dlpack_takes_an_ops_result(device, rng):
+    """An op's result for NumPy input is a view of host memory the device itself mapped: with
+    copy=None it comes back as a tensor of its values, imported where the driver takes it, copied
+    where it does not; a graph or op reading it sees those values."""
+    x = rng.standard_normal(1 << 16).astype(np.float32)
+    y = bg.relu(x)
+    t = bg.from_dlpack(y, device=device)
+    assert t.memory in ("imported", "device")
+    np.testing.assert_array_equal(t.numpy(), np.maximum(x, 0))
+    np.testing.assert_array_equal(bg.relu(t).numpy(), np.maximum(x, 0))
+    if t.memory == "imported":  # shared: the GPU's writes are the view's
+        gpu_add_one(t)
+        np.testing.assert_array_equal(y, np.maximum(x, 0) + 1)
+
+
 def test_a_read_only_producer_is_copied_never_written(device, rng):
     a = bg.aligned_empty(64, np.float32, device)
     a[:] = rng.standard_normal(64).astype(np.float32)

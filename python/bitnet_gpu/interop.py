@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ._core import ArgumentError, Device, Tensor, UnsupportedError, default_device
+from ._core import Device, Error, Tensor, default_device
 
 __all__ = ["from_dlpack"]
 
@@ -96,7 +96,7 @@ def from_dlpack(x: Any, /, *, device: Device | None = None, copy: bool | None = 
     if copy is not True:
         try:
             return Tensor.from_numpy(array, device, zero_copy=True)
-        except (ArgumentError, UnsupportedError) as why:
+        except Error as why:  # any refusal: drivers differ in the memory they take (even their own)
             if copy is False:
                 raise BufferError(
                     f"copy=False, but this memory cannot be shared with the device: {why}"
