@@ -68,7 +68,7 @@ class RecordedStep:
                 rows = np.stack([at.reshape(-1), np.repeat(slots, plan.tokens)])
                 inputs[f"positions{i}"] = rows.astype(np.int32)
             else:
-                inputs[f"positions{i}"] = np.stack([starts + i, slots]).astype(np.int32)
+                inputs[f"positions{i}"] = np.array([starts + i, slots], np.int32)
             if plan.pick.draws:
                 # The drawn token's position keys its draw: after the last token fed, or after
                 # each token for a pick at every token.

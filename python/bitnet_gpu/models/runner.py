@@ -141,7 +141,7 @@ class StepRunner:
             keep_logits=step.keep_logits,
             split_keys=self.policy.split_keys(
                 1 if step.every_token else tokens,
-                int(np.max(step.starts)) + (tokens - 1 if step.every_token else 0),
+                step.last_start() + (tokens - 1 if step.every_token else 0),
                 step.batch,
             ),
             screened=screened,
@@ -161,14 +161,16 @@ class StepRunner:
         if step.tokens > self.policy.prefill_chunk and step.chain == 1 and not step.every_token:
             return run_in_chunks(step, self.policy.prefill_chunk, lambda part: self.run(pool, part))
         slots = np.asarray(step.slots)
-        if slots.dtype.kind not in "iu" or slots.min() < 0 or slots.max() >= pool.slots:
+        listed = slots.tolist()  # a few values: Python's min and max, not NumPy's reductions
+        if slots.dtype.kind not in "iu" or min(listed) < 0 or max(listed) >= pool.slots:
             raise _core.ArgumentError(f"step: slots must lie in [0, {pool.slots})")
-        if slots.size > 1 and np.unique(slots).size != slots.size:
+        if len(set(listed)) != len(listed):
             raise _core.ArgumentError("step: two sequences of one step share a slot")
-        ends = np.asarray(step.starts, np.int64) + step.lengths + step.chain - 1
-        if np.min(step.starts) < 0 or ends.max() > pool.max_tokens:
+        starts = np.asarray(step.starts).tolist()
+        end = max(s + n for s, n in zip(starts, step.lengths.tolist())) + step.chain - 1
+        if min(starts) < 0 or end > pool.max_tokens:
             raise _core.ShapeError(
-                f"{int(np.max(step.starts))} cached + {step.tokens + step.chain - 1} new tokens "
+                f"{max(starts)} cached + {step.tokens + step.chain - 1} new tokens "
                 f"exceed max_tokens={pool.max_tokens}"
             )
         if (

@@ -121,7 +121,7 @@ class DecodeSession:
         )
         for b, s in enumerate(sequences):
             self._tokens[b].extend(s[(self._pending is not None) :].tolist())
-            self._cached[b] += s.size
+        self._cached = self._cached + [s.size for s in sequences]
         self._pending = None
         return result
 
@@ -290,7 +290,7 @@ class DecodeSession:
                 raise _core.DTypeError(f"token_ids: expected integers, got {row.dtype}")
             if row.ndim != 1:
                 raise _core.ShapeError(f"token_ids: sequence {b} is not one-dimensional")
-            if row.size and (row.min() < 0 or row.max() >= vocab):
+            if _outside(row, vocab):
                 raise _core.ArgumentError(f"token_ids: ids must lie in [0, {vocab})")
             if self._pending is not None:
                 row = np.concatenate([self._pending[b : b + 1], row.astype(np.int64)])
@@ -300,6 +300,15 @@ class DecodeSession:
             if shape is not None:
                 columns.append(every_column if mask is None else np.flatnonzero(mask[b]))
         return sequences, columns, shape
+
+
+def _outside(values: np.ndarray, high: int) -> bool:
+    """Whether any of values lies outside [0, high): Python's min and max over a few values (a
+    decode step's), where NumPy's reductions cost microseconds each."""
+    if values.size > 64:
+        return bool(values.min() < 0 or values.max() >= high)
+    listed = values.tolist()
+    return bool(listed) and (min(listed) < 0 or max(listed) >= high)
 
 
 def _mask(attention_mask: Any, shape: tuple[int, ...]) -> np.ndarray:

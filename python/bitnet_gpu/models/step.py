@@ -31,7 +31,9 @@ class Pick(enum.Enum):
 
     @property
     def draws(self) -> bool:
-        return self in (Pick.SAMPLE, Pick.NUCLEUS, Pick.NUCLEUS_TOP_K)
+        # Identity, not `in (...)`: an enum's equality and hash are Python calls, read several
+        # times a step.
+        return self is Pick.SAMPLE or self is Pick.NUCLEUS or self is Pick.NUCLEUS_TOP_K
 
     @property
     def chooses(self) -> bool:
@@ -102,18 +104,19 @@ class Step:
     tokens: int = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # Python ints and lists, not NumPy reductions: a decode step's arrays hold a few values,
+        # where each NumPy call costs microseconds of the step's wall time.
         batch = len(self.ids)
-        object.__setattr__(
-            self, "lengths", np.fromiter((np.size(ids) for ids in self.ids), np.int64, batch)
-        )
+        sizes = [ids.size if isinstance(ids, np.ndarray) else np.size(ids) for ids in self.ids]
+        object.__setattr__(self, "lengths", np.array(sizes, np.int64))
         if batch == 0 or np.shape(self.slots) != (batch,) or np.shape(self.starts) != (batch,):
             raise _core.ShapeError(
                 f"step: {batch} sequences need {batch} slots and starts, got "
                 f"{np.shape(self.slots)} and {np.shape(self.starts)}"
             )
-        if any(np.ndim(ids) != 1 or np.size(ids) == 0 for ids in self.ids):
+        if 0 in sizes or any(np.ndim(ids) != 1 for ids in self.ids):
             raise _core.ShapeError("step: every sequence needs one or more new ids")
-        object.__setattr__(self, "tokens", int(self.lengths.max()))
+        object.__setattr__(self, "tokens", max(sizes))
         if self.chain > 1 and self.tokens != 1:
             raise _core.ArgumentError("step: a chain of decode steps feeds one id a sequence")
         if self.pick.draws and self.sampling is None:
@@ -129,10 +132,16 @@ class Step:
 
     def padded_ids(self) -> np.ndarray:
         """int32 [B, T]: each sequence's ids first, zeros after."""
+        if all(np.size(ids) == self.tokens for ids in self.ids):  # no padding (a decode step)
+            return np.array(self.ids, np.int32).reshape(self.batch, self.tokens)
         out = np.zeros((self.batch, self.tokens), np.int32)
         for b, ids in enumerate(self.ids):
             out[b, : np.size(ids)] = ids
         return out
+
+    def last_start(self) -> int:
+        """The most tokens any of the step's slots holds before it."""
+        return max(np.asarray(self.starts).tolist())
 
 
 class StepOutputs(Protocol):
