@@ -9,7 +9,7 @@
 // BitLinear (docs/NUMERICS.md): y = (x_q . W_q) * gamma / s + bias with exact int32 accumulators.
 namespace bitnet::ops {
 
-// automatic: matvec for up to kMatvecMaxRows rows (2 where the device has tensor cores: above
+// automatic: matvec for up to kMatvecMaxRows rows (5 where the device has tensor cores: above
 // that their matmul with K split over workgroups is faster, docs/PERFORMANCE.md; matvec_takes);
 // above, coopmat (int8 tensor cores through
 // VK_NV_cooperative_matrix) where the device has the "cooperative_matrix_int8" feature, else

@@ -242,7 +242,9 @@ KSplit coopmat_split(const Device& device, const CoopmatTile& tile, int64_t m, i
 
 bool matvec_takes(const Device& device, int64_t m) {
   const bool tensor_cores = has_tensor_cores(device) || has_khr_tensor_cores(device);
-  const int64_t most = tuning().matvec_most_rows.value_or(tensor_cores ? 2 : kMatvecMaxRows);
+  // Up to 5 rows the matvec (a pre-pass from 3) beats the tensor cores' K-split matmul in the
+  // decode step; from 6 it no longer does (docs/PERFORMANCE.md).
+  const int64_t most = tuning().matvec_most_rows.value_or(tensor_cores ? 5 : kMatvecMaxRows);
   return m <= most;
 }
 

@@ -88,7 +88,7 @@ KSplit coopmat_split(const Device& device, const CoopmatTile& tile, int64_t m, i
                      int64_t tiles);
 
 // Whether `m` rows of x take the matvec (else a matmul path): up to kMatvecMaxRows without tensor
-// cores; with them, the fused matvec's two rows (the tensor cores, their K split, take the rest).
+// cores; with them, up to 5 (the tensor cores, their K split, take the rest).
 bool matvec_takes(const Device& device, int64_t m);
 
 // The cooperative-matrix-2 kernel's tile for `rows` rows of x: rows of x (m), rows of the weights

@@ -375,14 +375,26 @@ void main() {
       continue;
     }
 #endif
-    [[unroll]] for (uint i = 0; i < M * ROWS; ++i) {
-      const int total = subgroupAdd(acc[i]);  // integer sums: exact in any order
-      const uint m = i / ROWS, n = first + i % ROWS;
-      if (lane == i % width && n < group_end) {
-        const int a = total - ROW_SUM(m);
+    // The totals are uniform; lane i % width takes total i and runs the epilogue once a round of
+    // width totals, not the subgroup once a total with one lane active (M * ROWS rounds).
+    int totals[M * ROWS];
+    [[unroll]] for (uint i = 0; i < M * ROWS; ++i) totals[i] = subgroupAdd(acc[i]);  // exact
+    for (uint round = 0; round < M * ROWS; round += width) {
+      const uint i = round + lane, m = i / ROWS, n = first + i % ROWS;
+      int total = 0, row_sum = 0;
+      float scale = 1.0;
+      [[unroll]] for (uint j = 0; j < M * ROWS; ++j)
+        if (j == i) total = totals[j];
+      [[unroll]] for (uint j = 0; j < M; ++j)
+        if (j == m) {
+          row_sum = ROW_SUM(j);
+          scale = SCALE(j);
+        }
+      if (i < M * ROWS && n < group_end) {
+        const int a = total - row_sum;
         // precise: not contracted into the addition, so y + residual is bit for bit the float32
         // sum of y and the residual (the H100 folded the division into an FMA with it).
-        precise float value = float(a) * GAMMA(which) / SCALE(m);
+        precise float value = float(a) * GAMMA(which) / scale;
         if (HAS_BIAS) value += bias[RESIDUAL ? m * n_total + n : n];
 #ifdef FUSED
         if (which == 1) y_b[m * n_total + n] = value;
