@@ -8,12 +8,18 @@ Rows {"op", "size", "bitnet_gpu_s", "torch_s", "cupy_s", "numpy_s"}: median wall
 call at a time (each call waits for its result), after warm-up calls. bitlinear's peers run a
 float16 linear (cuBLAS) of the same shape. A 1-element relu is a call's fixed cost. The session
 row is a decode step of a 2B4T-shaped model returning its 128,256 float32 logits
-(DecodeSession.step) against the step's GPU time plus the copy of the logits.
+(DecodeSession.step) against the step's GPU time plus the copy of the logits, in a process of its
+own (bitnet_gpu_s) and in this one after PyTorch and CuPy ran here (bitnet_gpu_beside_peers_s):
+CuPy's CUDA context in the process slowed every step's host side (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -160,6 +166,17 @@ def session_row(tiny, repeats):
     }
 
 
+def session_row_alone(tiny, repeats):
+    """session_row in a child process, where no other GPU runtime has run."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        f"import json, sys; sys.path.insert(0, {here!r}); from bench_roundtrip import session_row; "
+        f"print(json.dumps(session_row({tiny!r}, {repeats})))"
+    )
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def main():
     args = arguments(__doc__)
     # --tiny takes --repeats as given (lavapipe's fixed cost: --tiny --repeats 300).
@@ -192,13 +209,18 @@ def main():
             f"{us(row['cupy_s'])} {us(row['numpy_s'])}",
             flush=True,
         )
-    row = session_row(args.tiny, 20 if args.tiny else 200)
+    steps = 20 if args.tiny else 200
+    row = session_row_alone(args.tiny, steps)
+    beside = session_row(args.tiny, steps)
+    row["bitnet_gpu_beside_peers_s"] = beside["bitnet_gpu_s"]
+    row["beside_peers_over_gpu_and_copy"] = beside["wall_over_gpu_and_copy"]
     results["rows"].append(row)
-    print(
-        f"{row['op']}: {row['bitnet_gpu_s'] * 1e6:.0f} µs wall a step, against "
-        f"{row['gpu_s'] * 1e6:.0f} µs GPU + {row['host_copy_s'] * 1e6:.1f} µs to copy the logits "
-        f"({row['wall_over_gpu_and_copy']:.2f}x)"
-    )
+    for where, values in [("alone", row), ("beside PyTorch and CuPy", beside)]:
+        print(
+            f"{row['op']}, {where}: {values['bitnet_gpu_s'] * 1e6:.0f} µs wall a step, against "
+            f"{values['gpu_s'] * 1e6:.0f} µs GPU + {values['host_copy_s'] * 1e6:.1f} µs to copy "
+            f"the logits ({values['wall_over_gpu_and_copy']:.2f}x)"
+        )
     write_results(args.json, results)
 
 

@@ -39,6 +39,7 @@ class Graph:
         mode = "total" if timings == "total" else ("per_op" if timings else "off")
         self._core = _core.RecordedGraph(self.device, mode, bool(reuse_memory))
         self._inputs: dict[str, Tensor] = {}
+        self._input_dtypes: dict[str, np.dtype] = {}
         self._outputs: dict[str, Tensor] = {}
         self._failed = None
 
@@ -63,6 +64,7 @@ class Graph:
         if value is not None:
             t.copy_from(np.asarray(value, np.dtype(dtype)))
         self._inputs[name] = t
+        self._input_dtypes[name] = t.dtype
         return t
 
     def output(self, name, tensor):
@@ -101,8 +103,7 @@ class Graph:
             raise _core.ArgumentError(f"this graph cannot run: recording it raised {self._failed}")
         if self._core.recording:
             raise _core.ArgumentError("this graph is still recording: leave its `with` block first")
-        given = dict(inputs or {})
-        given.update(named)
+        given = {**inputs, **named} if inputs else named
         for name in given:
             if name not in self._inputs:
                 known = ", ".join(sorted(self._inputs)) or "none"
@@ -111,9 +112,10 @@ class Graph:
             target = self._inputs[name]
             if not isinstance(value, Tensor):
                 value = np.asarray(value)
-                if value.dtype != target.dtype:
+                expected = self._input_dtypes[name]  # kept: a Tensor's dtype is made per read
+                if value.dtype != expected:
                     raise _core.DTypeError(
-                        f"input {name!r}: expected {target.dtype}, got {value.dtype}"
+                        f"input {name!r}: expected {expected}, got {value.dtype}"
                     )
             target.copy_from(value)
         self._core.replay()
