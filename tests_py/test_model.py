@@ -341,8 +341,10 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(tiny_model):
 
 def test_model_input_errors(tiny_model):
     v = tiny_model.config.vocab_size
-    with pytest.raises(bg.ArgumentError, match="ids must lie"):
-        tiny_model.forward(np.array([0, v]))
+    # A few ids are checked with Python's min and max, more with NumPy's: both bounds, both ways.
+    for bad in ([0, v], [-1, 0], [0] * 100 + [v], [-1] + [0] * 100):
+        with pytest.raises(bg.ArgumentError, match="ids must lie"):
+            tiny_model.forward(np.array(bad))
     with pytest.raises(bg.DTypeError):
         tiny_model.forward(np.array([0.5]))
     with pytest.raises(bg.ShapeError):
