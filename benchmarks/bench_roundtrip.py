@@ -215,7 +215,7 @@ def main():
     row["bitnet_gpu_beside_peers_s"] = beside["bitnet_gpu_s"]
     row["beside_peers_over_gpu_and_copy"] = beside["wall_over_gpu_and_copy"]
     results["rows"].append(row)
-    for where, values in [("alone", row), ("beside PyTorch and CuPy", beside)]:
+    for where, values in [("alone", row), ("in this process, after the rows above", beside)]:
         print(
             f"{row['op']}, {where}: {values['bitnet_gpu_s'] * 1e6:.0f} µs wall a step, against "
             f"{values['gpu_s'] * 1e6:.0f} µs GPU + {values['host_copy_s'] * 1e6:.1f} µs to copy "
