@@ -18,7 +18,7 @@ from .config import BitNetConfig
 from .screened_head import ScreenedHead
 from .weights import DecoderWeights
 from .recording import RecordedStep, StepRecorder
-from .step import DecodePolicy, Pick, Step, StepOutputs, StepPlan
+from .step import DecodePolicy, Pick, Step, StepOutputs, StepPlan, outside
 
 __all__ = ["StepRunner"]
 
@@ -161,9 +161,9 @@ class StepRunner:
         if step.tokens > self.policy.prefill_chunk and step.chain == 1 and not step.every_token:
             return run_in_chunks(step, self.policy.prefill_chunk, lambda part: self.run(pool, part))
         slots = np.asarray(step.slots)
-        listed = slots.tolist()  # a few values: Python's min and max, not NumPy's reductions
-        if slots.dtype.kind not in "iu" or min(listed) < 0 or max(listed) >= pool.slots:
+        if slots.dtype.kind not in "iu" or outside(slots, pool.slots):
             raise _core.ArgumentError(f"step: slots must lie in [0, {pool.slots})")
+        listed = slots.tolist()
         if len(set(listed)) != len(listed):
             raise _core.ArgumentError("step: two sequences of one step share a slot")
         starts = np.asarray(step.starts).tolist()

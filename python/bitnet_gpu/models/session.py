@@ -28,7 +28,7 @@ from .. import _core
 from .._args import integer
 from .cache_pool import CachePool
 from .generation import GenerationOptions, generate_ids, generation_method, is_ragged, stream_ids
-from .step import Pick, Step, StepOutputs
+from .step import Pick, Step, StepOutputs, outside
 
 if TYPE_CHECKING:
     from .model import BitNetModel
@@ -290,7 +290,7 @@ class DecodeSession:
                 raise _core.DTypeError(f"token_ids: expected integers, got {row.dtype}")
             if row.ndim != 1:
                 raise _core.ShapeError(f"token_ids: sequence {b} is not one-dimensional")
-            if _outside(row, vocab):
+            if outside(row, vocab):
                 raise _core.ArgumentError(f"token_ids: ids must lie in [0, {vocab})")
             if self._pending is not None:
                 row = np.concatenate([self._pending[b : b + 1], row.astype(np.int64)])
@@ -300,15 +300,6 @@ class DecodeSession:
             if shape is not None:
                 columns.append(every_column if mask is None else np.flatnonzero(mask[b]))
         return sequences, columns, shape
-
-
-def _outside(values: np.ndarray, high: int) -> bool:
-    """Whether any of values lies outside [0, high): Python's min and max over a few values (a
-    decode step's), where NumPy's reductions cost microseconds each."""
-    if values.size > 64:
-        return bool(values.min() < 0 or values.max() >= high)
-    listed = values.tolist()
-    return bool(listed) and (min(listed) < 0 or max(listed) >= high)
 
 
 def _mask(attention_mask: Any, shape: tuple[int, ...]) -> np.ndarray:

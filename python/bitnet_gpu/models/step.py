@@ -144,6 +144,15 @@ class Step:
         return max(np.asarray(self.starts).tolist())
 
 
+def outside(values: np.ndarray, high: int) -> bool:
+    """Whether any of values lies outside [0, high): Python's min and max over a few values (a
+    decode step's ids or slots), where NumPy's reductions cost microseconds each."""
+    if values.size > 64:
+        return bool(values.min() < 0 or values.max() >= high)
+    listed = values.tolist()
+    return bool(listed) and (min(listed) < 0 or max(listed) >= high)
+
+
 class StepOutputs(Protocol):
     """What running a Step gives: the ids each step of its chain picked (int32 [B], or [B, T] for
     a pick at every token) and the logits it kept."""
