@@ -6,11 +6,13 @@
 #include <random>
 #include <vector>
 
+#include "runtime/command_context.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/fault.hpp"
 #include "runtime/instance.hpp"
 #include "runtime/kernel.hpp"
+#include "runtime/pointer_set.hpp"
 #include "runtime/recorder.hpp"
 #include "runtime/sequence.hpp"
 #include "runtime/shaders.hpp"
@@ -295,6 +297,55 @@ TEST(Sequence, CopiesAndFills) {
   EXPECT_EQ(sequence.barrier_count(), 2u);
   sequence.run();
   EXPECT_EQ(read(result), values);
+}
+
+TEST(Sequence, OpensTheNextContextWhileASubmissionRunsAndTakesItOnlyOnce) {
+  Tensor t = upload(random_floats(64, 10));
+  Kernel axpy = Kernel::builtin(device(), "axpy", {{0, int64_t{64}}});
+  Tensor ones = upload(std::vector<float>(64, 1.0f));
+  BufferBinding bindings[] = {ones.binding(), t.binding()};
+  auto fill = [&](Timing timing, Reuse reuse, float value) {
+    Sequence sequence(device(), timing, reuse);
+    uint32_t word;
+    std::memcpy(&word, &value, sizeof word);
+    sequence.fill(t.binding(), word);
+    sequence.dispatch(axpy, {1, 1, 1}, bindings, push(64, 0.5f));  // t = value + 0.5
+    if (reuse == Reuse::once) {
+      sequence.run();
+    } else {
+      sequence.close();
+      sequence.replay();
+      sequence.replay();  // replays the fill too: value + 0.5 again
+    }
+    EXPECT_EQ(read(t), std::vector<float>(64, value + 0.5f));
+  };
+  fill(Timing::off, Reuse::once, 1.0f);
+  // The submission above opened a context for the next untimed one-time sequence.
+  auto open = device()->acquire_context(true);
+  EXPECT_TRUE(open->open);
+  device()->recycle_context(std::move(open));  // unused: reset before it is lent again
+  EXPECT_FALSE(device()->acquire_context(false)->open);
+  // Replayable and timed sequences open their own; every kind still computes the same.
+  fill(Timing::off, Reuse::replay, 2.0f);
+  if (device()->has_timestamps()) fill(Timing::per_op, Reuse::once, 3.0f);
+  fill(Timing::off, Reuse::once, 4.0f);
+  fill(Timing::off, Reuse::once, 5.0f);
+}
+
+TEST(PointerSet, FindsItemsBeforeAndAfterItIndexesThem) {
+  std::vector<int> storage(40);
+  PointerSet<const int*> set;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 40; ++i) {
+      EXPECT_FALSE(set.contains(&storage[i])) << i;
+      EXPECT_TRUE(set.insert(&storage[i])) << i;
+      EXPECT_FALSE(set.insert(&storage[i])) << i;  // already there
+      for (int j = 0; j <= i; ++j) ASSERT_TRUE(set.contains(&storage[j])) << i << " " << j;
+      if (i + 1 < 40) EXPECT_FALSE(set.contains(&storage[i + 1])) << i;
+    }
+    set.clear();
+    for (int i = 0; i < 40; ++i) EXPECT_FALSE(set.contains(&storage[i])) << i;
+  }
 }
 
 // The fault switch's error paths, here so that the sanitizer build checks them for leaks too.

@@ -21,9 +21,14 @@ struct CommandContext {
   uint32_t queries_used = 0;
   std::vector<std::shared_ptr<const void>> keep_alive;
   bool submitted = false;
+  bool open = false;  // begun for one submission, its opening barrier recorded (open_commands)
 
   static constexpr uint32_t kQueriesPerPool = 256;
   static constexpr uint32_t kSetsPerDescriptorPool = 256;
 };
+
+// Begins the context's command buffer (for one submission, or for replays) and records the
+// barrier every sequence opens with (sequence.cpp).
+VkResult open_commands(CommandContext& context, bool one_time);
 
 }  // namespace bitnet

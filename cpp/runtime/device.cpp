@@ -198,6 +198,8 @@ Device::Device(uint32_t index) : instance_(Instance::get()) {
 Device::~Device() {
   vkDeviceWaitIdle(device_);  // nothing may be in flight while its objects are destroyed
   if (pipelines_) pipelines_->save();
+  open_context_.reset();
+  unreset_contexts_.clear();
   free_contexts_.clear();
   pipelines_.reset();
   scratch_.reset();
@@ -274,16 +276,45 @@ void Device::synchronize() {
   check(vkQueueWaitIdle(queue_), "vkQueueWaitIdle");
 }
 
-std::unique_ptr<CommandContext> Device::acquire_context() {
+namespace {
+
+// A waited-for context made ready to record again: false where the driver refused a reset (the
+// context is then dropped, never reused).
+bool reset_context(VkDevice device, CommandContext& context) {
+  VkFence fence = context.fence.get();
+  if (context.submitted && vkResetFences(device, 1, &fence) != VK_SUCCESS) return false;
+  if (vkResetCommandPool(device, context.command_pool.get(), 0) != VK_SUCCESS) return false;
+  for (auto& pool : context.descriptor_pools)
+    if (vkResetDescriptorPool(device, pool.get(), 0) != VK_SUCCESS) return false;
+  context.descriptor_pool_index = 0;
+  context.queries_used = 0;
+  context.submitted = false;
+  context.open = false;
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<CommandContext> Device::acquire_context(bool one_time) {
   ensure_usable();
   {
     std::lock_guard lock(contexts_mutex_);
+    if (one_time && open_context_) return std::move(open_context_);
+    while (free_contexts_.empty() && !unreset_contexts_.empty()) {
+      auto context = std::move(unreset_contexts_.back());
+      unreset_contexts_.pop_back();
+      if (reset_context(device_, *context)) free_contexts_.push_back(std::move(context));
+    }
     if (!free_contexts_.empty()) {
       auto context = std::move(free_contexts_.back());
       free_contexts_.pop_back();
       return context;
     }
   }
+  return create_context();
+}
+
+std::unique_ptr<CommandContext> Device::create_context() {
   auto context = std::make_unique<CommandContext>();
   VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pool_info.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
@@ -325,16 +356,33 @@ void Device::recycle_context(std::unique_ptr<CommandContext> context) {
   }
   context->keep_alive.clear();
   if (lost_) return;  // a lost device's objects are only destroyed, never reused
-  VkFence fence = context->fence.get();
-  if (context->submitted && vkResetFences(device_, 1, &fence) != VK_SUCCESS) return;
-  if (vkResetCommandPool(device_, context->command_pool.get(), 0) != VK_SUCCESS) return;
-  for (auto& pool : context->descriptor_pools)
-    if (vkResetDescriptorPool(device_, pool.get(), 0) != VK_SUCCESS) return;
-  context->descriptor_pool_index = 0;
-  context->queries_used = 0;
-  context->submitted = false;
   std::lock_guard lock(contexts_mutex_);
-  free_contexts_.push_back(std::move(context));
+  unreset_contexts_.push_back(std::move(context));
+}
+
+void Device::prepare_contexts() {
+  std::lock_guard lock(contexts_mutex_);
+  if (lost_) return;
+  for (auto& context : unreset_contexts_)
+    if (reset_context(device_, *context)) free_contexts_.push_back(std::move(context));
+  unreset_contexts_.clear();
+  if (open_context_) return;
+  std::unique_ptr<CommandContext> context;
+  if (!free_contexts_.empty()) {
+    context = std::move(free_contexts_.back());
+    free_contexts_.pop_back();
+  } else {
+    try {  // the one in flight is the only one: a second lets the next call find one open
+      context = create_context();
+    } catch (const Error&) {
+      return;  // out of memory, say: the next call makes its own
+    }
+  }
+  // A context that would not open is left closed for an ordinary acquire to begin.
+  if (open_commands(*context, true) == VK_SUCCESS)
+    open_context_ = std::move(context);
+  else if (reset_context(device_, *context))
+    free_contexts_.push_back(std::move(context));
 }
 
 void Device::start_profiling() {

@@ -86,10 +86,16 @@ class Device : public std::enable_shared_from_this<Device> {
 
   PipelineCache& pipeline_cache() { return *pipelines_; }
 
-  std::unique_ptr<CommandContext> acquire_context();
+  // A context to record into; with `one_time`, one already opened for a single submission where
+  // one is ready (its `open` set).
+  std::unique_ptr<CommandContext> acquire_context(bool one_time = false);
   void submit(CommandContext& context);
-  // Waits for a submitted context, drops what it kept alive and keeps it for reuse.
+  // Waits for a submitted context, drops what it kept alive and keeps it for reuse; its pools and
+  // fence are reset by the next prepare_contexts (or acquire_context, if that comes first).
   void recycle_context(std::unique_ptr<CommandContext> context);
+  // Resets the recycled contexts and opens one for the next one-time sequence: called while the
+  // GPU runs a submission, so that the call after it finds its context ready.
+  void prepare_contexts();
 
   // The sequence that kernel calls made on this thread record into (innermost `with`), if any.
   Sequence* active_sequence() const;
@@ -134,9 +140,13 @@ class Device : public std::enable_shared_from_this<Device> {
   std::unique_ptr<ScratchPool> scratch_;  // its blocks come from pool_
   std::unique_ptr<PipelineCache> pipelines_;
 
+  std::unique_ptr<CommandContext> create_context();
+
   std::mutex queue_mutex_;
   std::mutex contexts_mutex_;
   std::vector<std::unique_ptr<CommandContext>> free_contexts_;
+  std::vector<std::unique_ptr<CommandContext>> unreset_contexts_;  // waited for, not yet reset
+  std::unique_ptr<CommandContext> open_context_;                   // opened for one submission
   mutable std::mutex active_mutex_;
   std::unordered_map<std::thread::id, std::vector<Sequence*>> active_sequences_;
   std::unordered_map<std::thread::id, std::vector<Graph*>> recording_graphs_;

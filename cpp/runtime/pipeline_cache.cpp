@@ -163,20 +163,30 @@ std::shared_ptr<const Pipeline> PipelineCache::get(std::span<const uint32_t> spi
 std::shared_ptr<const Pipeline> PipelineCache::get_builtin(std::string_view name,
                                                            std::span<const uint32_t> spirv,
                                                            const Specialization& specialization) {
-  std::string key(name);
+  // The name, a NUL (no name holds one), then 13 bytes an entry: the value's kind, the id and the
+  // value's bits (exact: a double's own bits). Built without formatting: this runs on every op.
+  constexpr size_t kEntryBytes = 13;
+  std::string key;
+  key.reserve(name.size() + 1 + specialization.size() * kEntryBytes);
+  key.append(name);
+  key.push_back('\0');
   for (const auto& [id, value] : specialization) {
-    key += '|' + std::to_string(id) + '=' + std::to_string(value.index()) + ':';
-    std::visit(
-        [&](const auto& v) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) {
-            uint64_t bits;  // exact: to_string would round small values together
-            std::memcpy(&bits, &v, sizeof bits);
-            key += std::to_string(bits);
+    const uint64_t bits = std::visit(
+        [](auto v) -> uint64_t {
+          if constexpr (std::is_same_v<decltype(v), double>) {
+            uint64_t raw;
+            std::memcpy(&raw, &v, sizeof raw);
+            return raw;
           } else {
-            key += std::to_string(v);
+            return static_cast<uint64_t>(v);
           }
         },
         value);
+    char entry[kEntryBytes];
+    entry[0] = static_cast<char>(value.index());
+    std::memcpy(entry + 1, &id, sizeof id);
+    std::memcpy(entry + 5, &bits, sizeof bits);
+    key.append(entry, kEntryBytes);
   }
   {
     std::lock_guard lock(mutex_);

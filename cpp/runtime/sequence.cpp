@@ -119,24 +119,35 @@ std::vector<OpTiming> Submission::timings() {
   return timings_;
 }
 
+VkResult open_commands(CommandContext& context, bool one_time) {
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = one_time ? VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT : 0;
+  const VkResult result = vkBeginCommandBuffer(context.commands, &begin);
+  if (result != VK_SUCCESS) return result;
+  // Earlier submissions on this queue may have written what this one touches.
+  memory_barrier(context.commands, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT,
+                 kWorkStages, VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
+  context.open = true;
+  return VK_SUCCESS;
+}
+
 Sequence::Sequence(std::shared_ptr<Device> device, Timing timing, Reuse reuse)
     : device_(std::move(device)),
-      context_(device_->acquire_context()),
       timing_(timing == Timing::off && device_->profiling() ? Timing::per_op : timing),
       reuse_(reuse) {
   if (timing_ != Timing::off && !device_->has_timestamps())
     throw UnsupportedError("device '" + device_->info().name + "' has no timestamp queries");
-  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  begin.flags = reuse == Reuse::once ? VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT : 0;
-  try {
-    device_->check(vkBeginCommandBuffer(context_->commands, &begin), "vkBeginCommandBuffer");
-  } catch (...) {
-    device_->recycle_context(std::move(context_));
-    throw;
+  // An untimed one-time sequence takes the context opened while the last submission ran.
+  const bool one_time = reuse == Reuse::once;
+  context_ = device_->acquire_context(one_time && timing_ == Timing::off);
+  if (!context_->open) {
+    try {
+      device_->check(open_commands(*context_, one_time), "vkBeginCommandBuffer");
+    } catch (...) {
+      device_->recycle_context(std::move(context_));
+      throw;
+    }
   }
-  // Earlier submissions on this queue may have written what this one touches.
-  memory_barrier(context_->commands, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT,
-                 kWorkStages, VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
   if (timing_ != Timing::off) write_timestamp();
 }
 
@@ -164,15 +175,15 @@ void Sequence::ensure_recording() const {
 }
 
 void Sequence::keep(std::shared_ptr<const void> object) {
-  if (kept_.insert(object.get()).second) context_->keep_alive.push_back(std::move(object));
+  if (kept_.insert(object.get())) context_->keep_alive.push_back(std::move(object));
 }
 
 void Sequence::before_op(std::span<const VkBuffer> reads, std::span<const VkBuffer> writes,
                          bool transfer) {
   bool hazard = false;
-  for (VkBuffer buffer : reads) hazard = hazard || pending_writes_.count(buffer);
+  for (VkBuffer buffer : reads) hazard = hazard || pending_writes_.contains(buffer);
   for (VkBuffer buffer : writes)
-    hazard = hazard || pending_writes_.count(buffer) || pending_reads_.count(buffer);
+    hazard = hazard || pending_writes_.contains(buffer) || pending_reads_.contains(buffer);
   if (hazard) {
     // The source: only the stages that ran since the last barrier (compute alone is the common
     // case and the cheapest wait). The destination: every later op, copies too, since the
@@ -190,8 +201,8 @@ void Sequence::before_op(std::span<const VkBuffer> reads, std::span<const VkBuff
     pending_writes_.clear();
     pending_transfer_ = false;
   }
-  pending_reads_.insert(reads.begin(), reads.end());
-  pending_writes_.insert(writes.begin(), writes.end());
+  for (VkBuffer buffer : reads) pending_reads_.insert(buffer);
+  for (VkBuffer buffer : writes) pending_writes_.insert(buffer);
   pending_transfer_ = pending_transfer_ || transfer;
 }
 
@@ -282,17 +293,23 @@ void Sequence::dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups,
   std::vector<VkBuffer> reads, writes;
   std::vector<VkDescriptorBufferInfo> infos(bindings.size());
   for (size_t i = 0; i < bindings.size(); ++i) {
-    const std::string what = "kernel '" + kernel.name() + "' tensor " + std::to_string(i);
-    check_binding(*device_, bindings[i], what.c_str());
+    const BufferBinding& binding = bindings[i];
     // A zero-size tensor still binds a valid (pool-minimum) range; kernels must not touch it.
-    const uint64_t range = std::max<uint64_t>(bindings[i].size, 4);
-    if (range > limits.maxStorageBufferRange)
-      throw UnsupportedError(what + " is " + format_bytes(range) +
-                             ", over this device's maxStorageBufferRange of " +
-                             format_bytes(limits.maxStorageBufferRange));
-    if (bindings[i].offset % limits.minStorageBufferOffsetAlignment != 0)
+    const uint64_t range = std::max<uint64_t>(binding.size, 4);
+    // The message is built only for a binding that fails (this runs on every op).
+    if (!binding.allocation || &binding.allocation->device() != device_.get() ||
+        binding.offset + binding.size > binding.allocation->capacity() ||
+        range > limits.maxStorageBufferRange ||
+        binding.offset % limits.minStorageBufferOffsetAlignment != 0) {
+      const std::string what = "kernel '" + kernel.name() + "' tensor " + std::to_string(i);
+      check_binding(*device_, binding, what.c_str());
+      if (range > limits.maxStorageBufferRange)
+        throw UnsupportedError(what + " is " + format_bytes(range) +
+                               ", over this device's maxStorageBufferRange of " +
+                               format_bytes(limits.maxStorageBufferRange));
       throw ArgumentError(what + ": offset is not a multiple of minStorageBufferOffsetAlignment");
-    infos[i] = {bindings[i].allocation->buffer(), bindings[i].offset, range};
+    }
+    infos[i] = {binding.allocation->buffer(), binding.offset, range};
     (interface.binding_writable[i] ? writes : reads).push_back(infos[i].buffer);
   }
 
@@ -406,7 +423,11 @@ std::shared_ptr<Submission> Sequence::submit() {
   if (timing_ == Timing::total) write_timestamp();
   end_commands(*device_, context_->commands);
   device_->submit(*context_);
-  submission_ = std::make_shared<Submission>(device_, std::move(context_), labels_, timing_);
+  device_->prepare_contexts();  // while the GPU runs this submission
+  // The labels name the timings; without timings the submission needs none (no copy).
+  submission_ = std::make_shared<Submission>(
+      device_, std::move(context_), timing_ == Timing::off ? std::vector<std::string>{} : labels_,
+      timing_);
   return submission_;
 }
 

@@ -5,10 +5,10 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "runtime/memory.hpp"
+#include "runtime/pointer_set.hpp"
 
 namespace bitnet {
 
@@ -96,10 +96,10 @@ class Sequence {
   const std::shared_ptr<Device>& device() const { return device_; }
 
   // Whether a recorded op holds `object` alive (a binding's allocation, a pipeline).
-  bool keeps(const void* object) const { return kept_.count(object) != 0; }
+  bool keeps(const void* object) const { return kept_.contains(object); }
   // Whether an op since the last barrier read or wrote `buffer` (the next op to write it waits).
   bool pending(VkBuffer buffer) const {
-    return pending_reads_.count(buffer) != 0 || pending_writes_.count(buffer) != 0;
+    return pending_reads_.contains(buffer) || pending_writes_.contains(buffer);
   }
 
   // Makes kernel calls on this thread record into this sequence until deactivate().
@@ -124,9 +124,9 @@ class Sequence {
   bool active_ = false;
   size_t barriers_ = 0;
   std::vector<std::string> labels_;
-  std::unordered_set<VkBuffer> pending_reads_, pending_writes_;
+  PointerSet<VkBuffer> pending_reads_, pending_writes_;
   bool pending_transfer_ = false;  // a copy or fill since the last barrier
-  std::unordered_set<const void*> kept_;
+  PointerSet<const void*> kept_;
   std::shared_ptr<Submission> submission_;
 };
 
