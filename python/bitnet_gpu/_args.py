@@ -105,6 +105,17 @@ def result_as(t, as_tensor):
     return np.asarray(t) if t.memory == "host" and t.size else t.numpy()
 
 
+def host_target(device, shape, dtype):
+    """A host-memory Tensor for a result going back to NumPy, or None where the core should make
+    the result itself (empty results, inside a recording graph, host memory short)."""
+    if math.prod(shape) == 0 or _core.recording(device):
+        return None
+    try:
+        return device.empty(shape, np.dtype(dtype), memory="host")
+    except _core.OutOfMemory:  # host memory the driver can map is short: the core makes one
+        return None
+
+
 class Outputs:
     """`out=` as NumPy's ufuncs take it: one target per result (a tuple when there are several).
 
@@ -157,14 +168,7 @@ class Outputs:
         if isinstance(target, Tensor):
             return target
         _, shape, dtype = self.specs[i]
-        if self.host is None:
-            return None
-        if math.prod(shape) == 0 or _core.recording(self.host):
-            return None
-        try:
-            return self.host.empty(shape, np.dtype(dtype), memory="host")
-        except _core.OutOfMemory:  # host memory the driver can map is short: the core makes one
-            return None
+        return None if self.host is None else host_target(self.host, shape, dtype)
 
     def results(self, tensors, as_tensor):
         """What the call returns: each target filled, or each result as the input came."""
@@ -189,6 +193,8 @@ def call_unary(fn, x, name, out, *others):
     name)
     pairs taken onto x's device."""
     t, as_tensor = to_tensor(x, name, None, FLOATS)
+    if out is None and not others and not as_tensor:  # the common call, without Outputs' work
+        return result_as(fn(t, host_target(t.device, tuple(t.shape), t.dtype)), False)
     rest = [like(v, t.device, n) for v, n in others]
     host = None if as_tensor else t.device
     outputs = Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))], host)
