@@ -540,3 +540,19 @@ def test_nan_and_inf_follow_numpy():
         for axis in (None, 0, 1):
             np.testing.assert_array_equal(bg.max(grid, axis=axis), np.max(grid, axis=axis))
             np.testing.assert_array_equal(bg.sum(grid, axis=axis), np.sum(grid, axis=axis))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_unary_ops_on_numpy_return_fresh_arrays_of_any_shape(rng, dtype):
+    """A unary op given NumPy and no out= (its shortest path) returns a NumPy array of x's shape
+    and dtype, for 0-d, empty and strided input too, each call's result its own memory."""
+    full = (rng.standard_normal(20) * 3).astype(dtype)
+    for x in (full[0, ...], full[:0], full[:0].reshape(0, 4), full[::3], full.reshape(2, 5, 2)):
+        y = bg.relu(x)
+        assert isinstance(y, np.ndarray) and y.dtype == dtype and y.shape == x.shape
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
+    first = bg.relu(full)
+    second = bg.relu(-full)
+    assert not np.shares_memory(first, second)
+    np.testing.assert_array_equal(first, np.maximum(full, 0))
+    np.testing.assert_array_equal(second, np.maximum(-full, 0))
