@@ -23,14 +23,20 @@ void memory_barrier(VkCommandBuffer commands, VkPipelineStageFlags src_stages,
   vkCmdPipelineBarrier(commands, src_stages, dst_stages, 0, 1, &barrier, 0, nullptr, 0, nullptr);
 }
 
-void check_binding(const Device& device, const BufferBinding& binding, const char* what) {
-  if (!binding.allocation) throw ArgumentError(std::string(what) + " is not a tensor");
+// `what()` names the binding in an error: a callable, so that the text is built only for a binding
+// that fails (a dispatch checks every binding of every op).
+template <typename Name>
+void check_binding(const Device& device, const BufferBinding& binding, const Name& what) {
+  if (!binding.allocation) throw ArgumentError(what() + " is not a tensor");
   if (&binding.allocation->device() != &device)
-    throw ArgumentError(std::string(what) + " lives on device '" +
-                        binding.allocation->device().info().name +
+    throw ArgumentError(what() + " lives on device '" + binding.allocation->device().info().name +
                         "', not on the device that runs this sequence");
   if (binding.offset + binding.size > binding.allocation->capacity())
-    throw ShapeError(std::string(what) + ": range past the end of its buffer");
+    throw ShapeError(what() + ": range past the end of its buffer");
+}
+
+auto named(const char* name) {
+  return [name] { return std::string(name); };
 }
 
 }  // namespace
@@ -294,21 +300,16 @@ void Sequence::dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups,
   std::vector<VkDescriptorBufferInfo> infos(bindings.size());
   for (size_t i = 0; i < bindings.size(); ++i) {
     const BufferBinding& binding = bindings[i];
+    auto what = [&] { return "kernel '" + kernel.name() + "' tensor " + std::to_string(i); };
+    check_binding(*device_, binding, what);
     // A zero-size tensor still binds a valid (pool-minimum) range; kernels must not touch it.
     const uint64_t range = std::max<uint64_t>(binding.size, 4);
-    // The message is built only for a binding that fails (this runs on every op).
-    if (!binding.allocation || &binding.allocation->device() != device_.get() ||
-        binding.offset + binding.size > binding.allocation->capacity() ||
-        range > limits.maxStorageBufferRange ||
-        binding.offset % limits.minStorageBufferOffsetAlignment != 0) {
-      const std::string what = "kernel '" + kernel.name() + "' tensor " + std::to_string(i);
-      check_binding(*device_, binding, what.c_str());
-      if (range > limits.maxStorageBufferRange)
-        throw UnsupportedError(what + " is " + format_bytes(range) +
-                               ", over this device's maxStorageBufferRange of " +
-                               format_bytes(limits.maxStorageBufferRange));
-      throw ArgumentError(what + ": offset is not a multiple of minStorageBufferOffsetAlignment");
-    }
+    if (range > limits.maxStorageBufferRange)
+      throw UnsupportedError(what() + " is " + format_bytes(range) +
+                             ", over this device's maxStorageBufferRange of " +
+                             format_bytes(limits.maxStorageBufferRange));
+    if (binding.offset % limits.minStorageBufferOffsetAlignment != 0)
+      throw ArgumentError(what() + ": offset is not a multiple of minStorageBufferOffsetAlignment");
     infos[i] = {binding.allocation->buffer(), binding.offset, range};
     (interface.binding_writable[i] ? writes : reads).push_back(infos[i].buffer);
   }
@@ -347,8 +348,8 @@ void Sequence::dispatch(const Kernel& kernel, std::array<uint32_t, 3> groups,
 
 void Sequence::copy(const BufferBinding& source, const BufferBinding& destination) {
   ensure_recording();
-  check_binding(*device_, source, "copy source");
-  check_binding(*device_, destination, "copy destination");
+  check_binding(*device_, source, named("copy source"));
+  check_binding(*device_, destination, named("copy destination"));
   if (source.size != destination.size)
     throw ShapeError("copy of " + std::to_string(source.size) + " bytes into a destination of " +
                      std::to_string(destination.size) + " bytes");
@@ -365,7 +366,7 @@ void Sequence::copy(const BufferBinding& source, const BufferBinding& destinatio
 
 void Sequence::fill(const BufferBinding& destination, uint32_t word) {
   ensure_recording();
-  check_binding(*device_, destination, "fill destination");
+  check_binding(*device_, destination, named("fill destination"));
   if (destination.size == 0) return;
   if (destination.offset % 4 != 0)
     throw ArgumentError("fill destination offset must be a multiple of 4");
