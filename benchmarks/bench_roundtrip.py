@@ -4,10 +4,13 @@ and CuPy (cp.asarray -> op -> cp.asnumpy) on the same GPU, and NumPy on the CPU,
 
     python3 benchmarks/bench_roundtrip.py [--repeats 200] [--json FILE] [--tiny]
 
-Rows {"op", "size", "bitnet_gpu_s", "torch_s", "cupy_s", "numpy_s"}: median wall seconds of one
-call at a time (each call waits for its result), after warm-up calls. bitlinear's peers run a
-float16 linear (cuBLAS) of the same shape. A 1-element relu is a call's fixed cost. The session
-row is a decode step of a 2B4T-shaped model returning its 128,256 float32 logits
+Rows {"op", "size", "bitnet_gpu_s", "bitnet_gpu_eager_s", "torch_s", "cupy_s", "numpy_s"}: median
+wall seconds of one call at a time (each call waits for its result), after warm-up calls.
+bitnet_gpu_s is the call repeated, as a loop makes it: small calls replay a command buffer recorded
+on their second call (the `recorded_calls` knob); bitnet_gpu_eager_s is the same call with that
+knob off, each call recording its own dispatch, as a call with a new shape does. bitlinear's peers
+run a float16 linear (cuBLAS) of the same shape. A 1-element relu is a call's fixed cost. The
+session row is a decode step of a 2B4T-shaped model returning its 128,256 float32 logits
 (DecodeSession.step) against the step's GPU time plus the copy of the logits, in a process of its
 own (bitnet_gpu_s) and in this one after PyTorch and CuPy ran here (bitnet_gpu_beside_peers_s):
 CuPy's CUDA context in the process slowed every step's host side (docs/PERFORMANCE.md).
@@ -50,6 +53,12 @@ def median_call(fn, repeats):
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def eager_call(fn, repeats):
+    """median_call with every call recording its own dispatch (the `recorded_calls` knob off)."""
+    with bg.tuning(recorded_calls=False):
+        return median_call(fn, repeats)
 
 
 def softmax_numpy(x):
@@ -186,13 +195,15 @@ def main():
     results = {"device": device.name, "rows": []}
     print(f"{device.name}: median wall time of one call, NumPy in and NumPy out (µs)")
     print(
-        f"{'op':28s} {'size':>10s} {'bitnet_gpu':>11s} {'PyTorch':>9s} {'CuPy':>9s} {'NumPy':>9s}"
+        f"{'op':28s} {'size':>10s} {'bitnet_gpu':>11s} {'eager':>9s} {'PyTorch':>9s} {'CuPy':>9s} "
+        f"{'NumPy':>9s}"
     )
     for op, size, ours, torch_call, cupy_call, numpy_call in cases(rng, args.tiny):
         row = {
             "op": op,
             "size": size,
             "bitnet_gpu_s": median_call(ours, repeats),
+            "bitnet_gpu_eager_s": eager_call(ours, repeats),
             "torch_s": median_call(torch_call, repeats) if torch_call else None,
             "cupy_s": median_call(cupy_call, repeats) if cupy_call else None,
             "numpy_s": median_call(numpy_call, repeats) if numpy_call else None,
@@ -205,7 +216,8 @@ def main():
             return f"{value * 1e6:9.1f}" if value is not None else f"{'-':>9s}"
 
         print(
-            f"{op:28s} {size:10d} {row['bitnet_gpu_s'] * 1e6:11.1f} {us(row['torch_s'])} "
+            f"{op:28s} {size:10d} {row['bitnet_gpu_s'] * 1e6:11.1f} "
+            f"{us(row['bitnet_gpu_eager_s'])} {us(row['torch_s'])} "
             f"{us(row['cupy_s'])} {us(row['numpy_s'])}",
             flush=True,
         )

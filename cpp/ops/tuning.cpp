@@ -54,6 +54,7 @@ std::vector<Knob> make_knobs() {
       {"screen_groups", nullptr, &Tuning::screen_groups, 1, 16},
       {"verify_chunk", nullptr, &Tuning::verify_chunk, 1, 1024},
       {"norm_groups_per_sm", nullptr, &Tuning::norm_groups_per_sm, 1, 64},
+      {"recorded_calls", &Tuning::recorded_calls},
   };
 }
 

@@ -50,6 +50,9 @@ struct Tuning {
   std::optional<uint32_t> verify_chunk;    // head_verify's rows a workgroup
   // Norms' backward pass.
   std::optional<uint32_t> norm_groups_per_sm;  // workgroups a multiprocessor for column sums
+  // Python's small NumPy calls: repeated ones replay a recorded command buffer (the Python layer
+  // reads it; python/bitnet_gpu/_recorded_calls.py).
+  std::optional<bool> recorded_calls;
 };
 
 // The knobs in force: those set_tuning() gave, else the environment's, read once per process.

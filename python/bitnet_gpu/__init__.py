@@ -34,6 +34,7 @@ from ._core import (
     devices,
 )
 from . import activations, arithmetic, norms, ops, quantize, sampling, tensor_ops
+from . import _recorded_calls
 from ._args import integer as _integer
 from ._tuning import Knob, get_tuning, tuning, tuning_knobs
 from .activations import (
@@ -238,7 +239,9 @@ setattr(Device, "graph", _device_graph)  # a method of the compiled class, writt
 
 @atexit.register
 def _shutdown() -> None:
-    # Destroy the default device (saving its pipeline cache) while the driver is still loaded.
+    # Destroy the default device (saving its pipeline cache) while the driver is still loaded;
+    # recorded calls hold it.
+    _recorded_calls.clear_all()
     _core.release_default_device()
 
 

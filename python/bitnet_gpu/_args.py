@@ -11,8 +11,10 @@ import numpy as np
 
 from . import _core
 from ._core import DTypeError, Tensor
+from . import _recorded_calls as recorded_calls
 
 FLOATS = (np.float32, np.float16)
+FLOAT_DTYPES = frozenset(np.dtype(d) for d in FLOATS)
 
 
 @functools.lru_cache(maxsize=64)
@@ -188,10 +190,18 @@ class Outputs:
         return values
 
 
-def call_unary(fn, x, name, out, *others):
+def call_unary(fn, x, name, out, *others, key=None):
     """fn(x, *others, out) for an op whose result has x's shape and dtype; `others` are (value,
-    name)
-    pairs taken onto x's device."""
+    name) pairs taken onto x's device. key: names fn and its parameters, so that small NumPy
+    calls repeated with it replay a recorded command buffer (recorded_calls)."""
+    if key is not None and out is None:
+        arrays = [x, *[v for v, _ in others]]
+        if all(type(a) is np.ndarray and a.dtype in FLOAT_DTYPES for a in arrays):
+            results = recorded_calls.call(
+                key, arrays, [(x.shape, x.dtype)], lambda i, o: fn(*i, o[0])
+            )
+            if results is not None:
+                return results[0]
     t, as_tensor = to_tensor(x, name, None, FLOATS)
     if out is None and not others and not as_tensor:  # the common call, without Outputs' work
         return result_as(fn(t, host_target(t.device, tuple(t.shape), t.dtype)), False)

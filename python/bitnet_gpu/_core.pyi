@@ -4,6 +4,7 @@ bitnet_gpu's C++ core (Vulkan compute), as seen from Python
 from __future__ import annotations
 import bitnet_gpu.graph
 import collections.abc
+import numpy
 import numpy as _numpy
 import typing
 import typing_extensions
@@ -296,6 +297,10 @@ class RecordedGraph:
         ...
     def replay(self) -> None:
         ...
+    def replay_with(self, inputs: collections.abc.Sequence[Tensor], arrays: collections.abc.Sequence[_numpy.ndarray], outputs: collections.abc.Sequence[Tensor]) -> list:
+        """
+        Copies each array into its input tensor, replays the graph and returns fresh NumPy copies of the output tensors.
+        """
     def timings(self) -> list:
         ...
     @property

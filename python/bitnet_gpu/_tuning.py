@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from . import _core
+from . import _recorded_calls as recorded_calls
 
 __all__ = ["Knob", "get_tuning", "tuning", "tuning_knobs"]
 
@@ -54,7 +55,9 @@ def tuning(**knobs) -> Iterator[dict]:
             )
         after[name] = _value(name, value)
     _core.set_tuning(after)
+    recorded_calls.refresh()
     try:
         yield get_tuning()
     finally:
         _core.set_tuning(before)
+        recorded_calls.refresh()

@@ -47,8 +47,20 @@ class _Backward(Protocol):
 
 
 def _activation(op: _core.Activation, alpha: float = 0.0) -> tuple[_Forward, _Backward]:
+    # The recorded calls' keys, made once: an enum hashes slower than its number.
+    forward_key, backward_key = (
+        ("activation", int(op), alpha),
+        ("activation_backward", int(op), alpha),
+    )
+
     def forward(x: ArrayIn, *, out: Out | None = None) -> Result:
-        return call_unary(lambda t, o: _core.activation(t, op, alpha, o), x, "x", out)
+        return call_unary(
+            lambda t, o: _core.activation(t, op, alpha, o),
+            x,
+            "x",
+            out,
+            key=forward_key,
+        )
 
     def backward(grad_y: ArrayIn, x: ArrayIn, *, out: Out | None = None) -> Result:
         return call_unary(
@@ -57,6 +69,7 @@ def _activation(op: _core.Activation, alpha: float = 0.0) -> tuple[_Forward, _Ba
             "grad_y",
             out,
             (x, "x"),
+            key=backward_key,
         )
 
     return forward, backward
@@ -106,22 +119,32 @@ def gelu_backward(
     return _activation(_gelu_op(approximate))[1](grad_y, x, out=out)
 
 
+def _gated(op: _core.Activation, gate: ArrayIn, up: ArrayIn, out: Out | None) -> Result:
+    return call_unary(
+        lambda g, u, o: _core.gated_activation(g, u, op, o),
+        gate,
+        "gate",
+        out,
+        (up, "up"),
+        key=("gated_activation", int(op)),
+    )
+
+
 def silu_mul(gate: ArrayIn, up: ArrayIn, *, out: Out | None = None) -> Result:
     """SwiGLU: silu(gate) * up (gate and up of one shape and dtype)."""
-    return call_unary(
-        lambda g, u, o: _core.gated_activation(g, u, _A.silu, o), gate, "gate", out, (up, "up")
-    )
+    return _gated(_A.silu, gate, up, out)
 
 
 def relu2_mul(gate: ArrayIn, up: ArrayIn, *, out: Out | None = None) -> Result:
     """relu(gate)^2 * up: BitNet b1.58 2B4T's gated FFN."""
-    return call_unary(
-        lambda g, u, o: _core.gated_activation(g, u, _A.relu2, o), gate, "gate", out, (up, "up")
-    )
+    return _gated(_A.relu2, gate, up, out)
 
 
 def relu_dropout(x: ArrayIn, p: float, seed: int = 0, *, out: Out | None = None) -> Result:
     """relu(x) with each value kept with probability 1 - p and scaled by 1 / (1 - p). The mask
     comes from a counter-based hash of (seed, element index): the same on every device."""
     seed = seed_value(seed)
-    return call_unary(lambda t, o: _core.relu_dropout(t, float(p), seed, o), x, "x", out)
+    p = float(p)
+    return call_unary(
+        lambda t, o: _core.relu_dropout(t, p, seed, o), x, "x", out, key=("relu_dropout", p, seed)
+    )

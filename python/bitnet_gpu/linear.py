@@ -9,9 +9,10 @@ import numpy as np
 
 from . import _core
 from ._core import DTypeError, Tensor
-from ._args import FLOATS, float32_param, result_as, Outputs, to_tensor
+from ._args import FLOAT_DTYPES, FLOATS, float32_param, result_as, Outputs, to_tensor
 from .quantize import TernaryWeights, quantize_weights
 from ._types import ArrayIn, Out, Result
+from . import _recorded_calls as recorded_calls
 
 __all__ = ["bitlinear", "bitlinear_backward_input", "mixed_precision_matmul"]
 
@@ -22,6 +23,39 @@ def _weights(w, device):
     if isinstance(w, Tensor) or isinstance(w, np.ndarray):
         return quantize_weights(w, device=device)
     raise DTypeError(f"w: expected TernaryWeights or a float matrix, got {type(w).__name__}")
+
+
+def _recorded(x, w, bias, return_accumulator, algorithm, hardware_dot):
+    """bitlinear's results from a recorded call (recorded_calls), or None to run it eagerly."""
+    if bias is not None:
+        if type(bias) is not np.ndarray or bias.dtype.kind not in "biuf":
+            return None
+        bias = np.ascontiguousarray(bias, np.float32)
+    if type(x) is not np.ndarray or x.dtype not in FLOAT_DTYPES or x.ndim == 0:
+        return None
+    if not (algorithm is None or type(algorithm) is str) or hardware_dot not in (None, True, False):
+        return None  # the eager call names what is wrong
+    if x.shape[-1] != w.shape[1]:  # the eager call names the mismatch
+        return None
+    shape = x.shape[:-1] + (w.shape[0],)
+    specs = [(shape, np.float32)] + ([(shape, np.int32)] if return_accumulator else [])
+    handle = w.handle
+
+    def record(inputs, outputs):
+        _core.bitlinear(
+            inputs[0],
+            handle,
+            inputs[1] if len(inputs) > 1 else None,
+            bool(return_accumulator),
+            algorithm or "auto",
+            hardware_dot,
+            outputs[0],
+            outputs[1] if return_accumulator else None,
+        )
+
+    key = ("bitlinear", bool(return_accumulator), algorithm, hardware_dot)
+    arrays = [x] if bias is None else [x, bias]
+    return recorded_calls.call(key, arrays, specs, record, owner=w)
 
 
 def bitlinear(
@@ -51,6 +85,10 @@ def bitlinear(
     out: the target for y (a NumPy array or a Tensor), or (y, accumulators) with
     return_accumulator=True; filled and returned.
     """
+    if out is None and isinstance(w, TernaryWeights):
+        recorded = _recorded(x, w, bias, return_accumulator, algorithm, _hardware_dot)
+        if recorded is not None:
+            return tuple(recorded) if return_accumulator else recorded[0]
     tx, as_tensor = to_tensor(x, "x", None, FLOATS)
     weights = _weights(w, tx.device)
     tb = None if bias is None else float32_param(bias, tx.device, "bias")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
+from . import _recorded_calls as recorded_calls
 from ._args import FLOATS, call_unary, float32_param, integer, like, result_as, Outputs, to_tensor
+from ._args import FLOAT_DTYPES
 from ._core import Tensor
 from ._types import ArrayIn, Out, Result
 
@@ -81,12 +83,39 @@ def _row(op, x, weight, bias, eps, out, axis=-1):
     moved = _over_axis(lambda a, out=None: _row(op, a, weight, bias, eps, out), [x], axis, out, "y")
     if moved is not None:
         return moved
+    if out is None:
+        recorded = _recorded_row(op, x, weight, bias, eps)
+        if recorded is not None:
+            return recorded
     t, as_tensor = to_tensor(x, "x", None, FLOATS)
     w = None if weight is None else float32_param(weight, t.device, "weight")
     b = None if bias is None else float32_param(bias, t.device, "bias")
     host = None if as_tensor else t.device
     outputs = Outputs(out, [("y", tuple(t.shape), np.dtype(t.dtype))], host)
     return outputs.results([_core.row_op(t, op, w, b, float(eps), outputs.tensor(0))], as_tensor)[0]
+
+
+def _recorded_row(op, x, weight, bias, eps):
+    """_row's result from a recorded call (recorded_calls), or None to run it eagerly."""
+    if type(x) is not np.ndarray or x.dtype not in FLOAT_DTYPES:
+        return None
+    params = []
+    for p in (weight, bias):
+        if p is not None:
+            if type(p) is not np.ndarray or p.dtype.kind not in "biuf":
+                return None
+            params.append(np.ascontiguousarray(p, np.float32))
+    eps = float(eps)
+
+    def record(inputs, outputs):
+        given = iter(inputs[1:])
+        w = None if weight is None else next(given)
+        b = None if bias is None else next(given)
+        _core.row_op(inputs[0], op, w, b, eps, outputs[0])
+
+    key = ("row_op", int(op), eps, weight is None, bias is None)
+    results = recorded_calls.call(key, [x, *params], [(x.shape, x.dtype)], record)
+    return None if results is None else results[0]
 
 
 def softmax(
@@ -105,7 +134,12 @@ def softmax_backward(
     if moved is not None:
         return moved
     return call_unary(
-        lambda g, t, o: _core.softmax_backward(g, t, o), grad_y, "grad_y", out, (x, "x")
+        lambda g, t, o: _core.softmax_backward(g, t, o),
+        grad_y,
+        "grad_y",
+        out,
+        (x, "x"),
+        key=("softmax_backward",),
     )
 
 

@@ -147,6 +147,40 @@ void bind_recording(py::module_& m) {
       .def("begin", &Graph::begin)
       .def("end", &Graph::end)
       .def("replay", &Graph::replay, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "replay_with",
+          [](Graph& g, const std::vector<Tensor*>& inputs, const std::vector<py::array>& arrays,
+             const std::vector<const Tensor*>& outputs) {
+            // One crossing for a recorded call: small arrays in, a replay, fresh arrays out.
+            if (inputs.size() != arrays.size())
+              throw ArgumentError("replay_with: " + std::to_string(arrays.size()) + " arrays for " +
+                                  std::to_string(inputs.size()) + " inputs");
+            for (size_t i = 0; i < inputs.size(); ++i) {
+              const py::array& array = arrays[i];
+              Tensor& input = *inputs[i];
+              const std::vector<int64_t> shape(array.shape(), array.shape() + array.ndim());
+              const int flags = py::detail::array_proxy(array.ptr())->flags;
+              if (to_dtype(array.dtype(), "replay_with") != input.dtype() ||
+                  shape != input.shape() || !(flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_))
+                throw ArgumentError("replay_with: array " + std::to_string(i) +
+                                    " does not match its input (dtype, shape, C order)");
+              input.upload(array.data(), input.nbytes());
+            }
+            {
+              py::gil_scoped_release release;
+              g.replay();
+            }
+            py::list results;
+            for (const Tensor* output : outputs) {  // small: copied without handing the GIL over
+              py::array result(to_numpy(output->dtype()), output->shape());
+              output->download(result.mutable_data(), output->nbytes());
+              results.append(std::move(result));
+            }
+            return results;
+          },
+          py::arg("inputs"), py::arg("arrays"), py::arg("outputs"),
+          "Copies each array into its input tensor, replays the graph and returns fresh NumPy "
+          "copies of the output tensors.")
       .def("timings", [](Graph& g) { return timing_list([&] { return g.timings(); }); })
       .def_property_readonly("recording", &Graph::recording)
       .def_property_readonly("closed", &Graph::closed)
