@@ -1,8 +1,8 @@
 """Small NumPy-in, NumPy-out calls repeated with the same op, parameters, shapes and dtypes replay
 a command buffer recorded for them, instead of recording their dispatch again.
 
-An eager call records its dispatch, submits it and waits; recording costs about a quarter of a
-small call (docs/PERFORMANCE.md). The second call with one key records the op once into a graph
+An eager call records its dispatch, submits it and waits; recording costs about a third of a small
+call (docs/PERFORMANCE.md). The second call with one key records the op once into a graph
 whose input and output tensors belong to the cache; that call and later ones copy their arrays
 into the inputs, replay the graph and return fresh copies of its outputs, so what a call returns
 is the caller's alone, as an eager call's result is. Only calls whose arrays are small take this
@@ -23,7 +23,7 @@ import numpy as np
 from . import _core
 
 MOST_BYTES = 64 * 1024  # the largest array (input or result) a recorded call takes
-CAPACITY = 32  # keys a device keeps (recorded calls and keys seen once), least recent dropped
+CAPACITY = 32  # keys a device keeps (recorded, seen once or eager), the oldest dropped first
 
 
 class _Recorded:
@@ -157,8 +157,8 @@ def refresh():
 
 def call(key, arrays, specs, record, owner=None):
     """Fresh NumPy results of `record` replayed on the default device (RecordedCalls.call), or
-    None where the caller should run the op eagerly: the knob off, or arrays that are not all
-    non-empty C-contiguous NumPy arrays of at most MOST_BYTES, nor results."""
+    None where the caller should run the op eagerly: the knob off, arrays that are not all
+    non-empty C-contiguous NumPy arrays of at most MOST_BYTES, or results over it."""
     if not _enabled:
         if _enabled is not None or not refresh():
             return None
