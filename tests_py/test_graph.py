@@ -6,8 +6,6 @@ import pytest
 import bitnet_gpu as bg
 from bitnet_gpu import reference
 
-rng = np.random.default_rng()
-
 
 def _poison(t):
     t.copy_from(
@@ -17,7 +15,7 @@ def _poison(t):
     )
 
 
-def _norm_linear_graph(device, m, k, n):
+def _norm_linear_graph(rng, device, m, k, n):
     w = rng.standard_normal((n, k)).astype(np.float32)
     weights = bg.quantize_weights(w, device=device)
     norm_w = rng.uniform(0.5, 1.5, k).astype(np.float32)
@@ -33,9 +31,9 @@ def _norm_linear_graph(device, m, k, n):
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 7, 33), (3, 64, 17), (8, 4097, 5)])
-def test_replay_with_new_inputs_matches_reference(m, k, n):
+def test_replay_with_new_inputs_matches_reference(m, k, n, rng):
     device = bg.default_device()
-    g, weights, norm_w = _norm_linear_graph(device, m, k, n)
+    g, weights, norm_w = _norm_linear_graph(rng, device, m, k, n)
     q, gamma = weights.unpack(), float(np.asarray(weights.scale).reshape(-1)[0])
     for _ in range(3):  # every run takes fresh data and overwrites poisoned outputs
         x = rng.standard_normal((m, k)).astype(np.float32) * 3
@@ -83,7 +81,7 @@ def test_numpy_operands_are_captured_when_recorded():
     np.testing.assert_array_equal(out["y"], np.arange(4) + 1)
 
 
-def test_one_graph_records_many_ops_and_user_kernels():
+def test_one_graph_records_many_ops_and_user_kernels(rng):
     device = bg.default_device()
     kernel = bg.builtin_kernel("axpy", device)
     g = bg.Graph(device, timings=device.info.timestamp_period_ns > 0)
@@ -107,7 +105,7 @@ def test_one_graph_records_many_ops_and_user_kernels():
         assert len(labels) == 2 and all(t >= 0 for _, t in g.timings())
 
 
-def test_checks_run_after_every_replay():
+def test_checks_run_after_every_replay(rng):
     device = bg.default_device()
     weights = bg.quantize_weights(rng.standard_normal((9, 33)).astype(np.float32), device=device)
     g = device.graph()
@@ -220,7 +218,7 @@ def test_tensor_reshape_and_copy_from():
     np.testing.assert_array_equal(t.numpy(), np.ones(12))
 
 
-def test_a_recorded_copy_waits_for_its_source_after_other_readers(device):
+def test_a_recorded_copy_waits_for_its_source_after_other_readers(device, rng):
     """A copy into host memory of a result that a later dispatch already read (its barrier then
     made for dispatches) still waits for the result's writer: the validation layer (synchronization
     validation) and the values say so."""
@@ -240,7 +238,7 @@ def test_a_recorded_copy_waits_for_its_source_after_other_readers(device):
 
 
 @pytest.mark.parametrize("reuse", [False, True])
-def test_reuse_memory_gives_dropped_intermediates_to_later_ops(device, reuse):
+def test_reuse_memory_gives_dropped_intermediates_to_later_ops(device, reuse, rng):
     """A chain of ops with large intermediates (1 MiB each) recorded with reuse_memory: the
     intermediates nothing holds any more lend their memory to the later ops' results, so the graph
     holds a few of them instead of all; the outputs are those of the same graph without it, every
