@@ -1,7 +1,8 @@
 """BitLinear benchmark: GPU time of bitnet_gpu.bitlinear (Vulkan timestamps, all its kernels) beside
-torch.nn.functional.linear in float16 (cuBLAS) and torch._int_mm (int8) on the same GPU in the same
-run (CUDA events). Also sweeps the tuning knobs (matvec rows per subgroup, cooperative-matrix tile)
-and breaks down the wall time of a NumPy-in NumPy-out call. Prints tables and writes JSON.
+torch.nn.functional.linear in float16 (cuBLAS) and PyTorch's int8 matmul
+(common.torch_int8_matmul) on the same GPU in the same run (CUDA events). Also sweeps the tuning
+knobs (matvec rows per subgroup, cooperative-matrix tile) and breaks down the wall time of a
+NumPy-in NumPy-out call. Prints tables and writes JSON.
 
     python3 benchmarks/bench_bitlinear.py [--json FILE] [--repeats N]
 """

@@ -1,5 +1,5 @@
 """Plots a bench_bitlinear.py JSON: GPU time per shape for bitnet_gpu, cuBLAS float16 and
-torch._int_mm (log scale), with bitnet_gpu's speedup over float16 above each group.
+PyTorch int8 (log scale), with bitnet_gpu's speedup over float16 above each group.
 
     python3 benchmarks/plot_bitlinear.py benchmarks/results/bitlinear-h100.json
     benchmarks/bitlinear-h100.png
@@ -27,7 +27,7 @@ def main(source, target):
     series = [
         ("bitnet_gpu (ternary x int8, Vulkan)", "gpu_s", "#1f77b4"),
         ("cuBLAS float16 (torch linear)", "cublas_fp16_s", "#ff7f0e"),
-        ("torch._int_mm (int8)", "torch_int_mm_s", "#2ca02c"),
+        ("cuBLASLt int8 (torch int8 matmul)", "torch_int_mm_s", "#2ca02c"),
     ]
     x = np.arange(len(rows))
     width = 0.27
