@@ -14,12 +14,14 @@ from ._core import DTypeError, Tensor
 from . import _recorded_calls as recorded_calls
 
 FLOATS = (np.float32, np.float16)
-FLOAT_DTYPES = frozenset(np.dtype(d) for d in FLOATS)
 
 
 @functools.lru_cache(maxsize=64)
 def _dtype_set(dtypes):
     return frozenset(np.dtype(d) for d in dtypes)
+
+
+FLOAT_DTYPES = _dtype_set(FLOATS)
 
 
 def to_tensor(x, name, device=None, dtypes=None):
@@ -91,9 +93,22 @@ def float32_param(value, device, name):
     if isinstance(value, Tensor):
         return value
     a = np.asarray(value)
-    if a.dtype.kind not in "biuf":
+    if not _real(a):
         raise DTypeError(f"{name}: expected real numbers (cast to float32), got {a.dtype}")
     return like(a.astype(np.float32, copy=False), device, name)
+
+
+def _real(a):
+    # float32_param's input: bool, integers or floats, which cast to float32.
+    return a.dtype.kind in "biuf"
+
+
+def float32_numpy(value):
+    """A NumPy parameter as float32_param casts it, as a C-contiguous float32 array; None for
+    anything else (a Tensor, a list, values float32_param refuses), which the eager call takes."""
+    if type(value) is not np.ndarray or not _real(value):
+        return None
+    return np.ascontiguousarray(value, np.float32)
 
 
 def result_as(t, as_tensor):

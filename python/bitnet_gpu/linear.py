@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _core
 from ._core import DTypeError, Tensor
-from ._args import FLOAT_DTYPES, FLOATS, float32_param, result_as, Outputs, to_tensor
+from ._args import FLOAT_DTYPES, FLOATS, float32_numpy, float32_param, result_as, Outputs, to_tensor
 from .quantize import TernaryWeights, quantize_weights
 from ._types import ArrayIn, Out, Result
 from . import _recorded_calls as recorded_calls
@@ -27,16 +27,16 @@ def _weights(w, device):
 
 def _recorded(x, w, bias, return_accumulator, algorithm, hardware_dot):
     """bitlinear's results from a recorded call (recorded_calls), or None to run it eagerly."""
-    if bias is not None:
-        if type(bias) is not np.ndarray or bias.dtype.kind not in "biuf":
-            return None
-        bias = np.ascontiguousarray(bias, np.float32)
     if type(x) is not np.ndarray or x.dtype not in FLOAT_DTYPES or x.ndim == 0:
         return None
     if not (algorithm is None or type(algorithm) is str) or hardware_dot not in (None, True, False):
         return None  # the eager call names what is wrong
     if x.shape[-1] != w.shape[1]:  # the eager call names the mismatch
         return None
+    if bias is not None:
+        bias = float32_numpy(bias)
+        if bias is None:
+            return None
     shape = x.shape[:-1] + (w.shape[0],)
     specs = [(shape, np.float32)] + ([(shape, np.int32)] if return_accumulator else [])
     handle = w.handle

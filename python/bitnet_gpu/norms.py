@@ -11,7 +11,7 @@ import numpy as np
 from . import _core
 from . import _recorded_calls as recorded_calls
 from ._args import FLOATS, call_unary, float32_param, integer, like, result_as, Outputs, to_tensor
-from ._args import FLOAT_DTYPES
+from ._args import FLOAT_DTYPES, float32_numpy
 from ._core import Tensor
 from ._types import ArrayIn, Out, Result
 
@@ -99,12 +99,9 @@ def _recorded_row(op, x, weight, bias, eps):
     """_row's result from a recorded call (recorded_calls), or None to run it eagerly."""
     if type(x) is not np.ndarray or x.dtype not in FLOAT_DTYPES:
         return None
-    params = []
-    for p in (weight, bias):
-        if p is not None:
-            if type(p) is not np.ndarray or p.dtype.kind not in "biuf":
-                return None
-            params.append(np.ascontiguousarray(p, np.float32))
+    params = [float32_numpy(p) for p in (weight, bias) if p is not None]
+    if any(p is None for p in params):
+        return None
     eps = float(eps)
 
     def record(inputs, outputs):
