@@ -335,6 +335,13 @@ def test_fused_matvec_equals_the_separate_pre_pass(tune, m, k, gated):
     tune(fused_matvec=True)
     with pytest.raises(bg.ArgumentError, match="contains 1 NaN or Inf value"):  # counted once
         _core.bitlinear_group(to_tensor(bad), None, norm_w, 1e-5, weights, [None] * 3)
+    # A NaN makes the whole normalized row NaN; either pre-pass counts the input's values (the
+    # norm's sum of squares and max are one reduction, docs/NUMERICS.md).
+    bad[-1, -1] = np.nan
+    for setting in (True, False):
+        tune(fused_matvec=setting)
+        with pytest.raises(bg.ArgumentError, match="contains 1 NaN or Inf value"):
+            _core.bitlinear_group(to_tensor(bad), None, norm_w, 1e-5, weights, [None] * 3)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,8 @@ import numpy as np
 from . import _core
 
 MOST_BYTES = 64 * 1024  # the largest array (input or result) a recorded call takes
-CAPACITY = 32  # keys a device keeps (recorded, seen once or eager), the oldest dropped first
+CAPACITY = 32  # keys a device keeps (recorded, seen once or eager), the least recently used
+# dropped first
 
 
 class _Recorded:
@@ -76,6 +77,10 @@ class RecordedCalls:
             entry = self._first_calls(device, full, entry, arrays, specs, record, owner)
             if entry is None:
                 return None
+        try:  # the least recently used key goes first, so a hot key outlives a stream of others
+            self._entries.move_to_end(full)
+        except KeyError:  # dropped by another thread meanwhile: this call still replays
+            pass
         if not entry.lock.acquire(blocking=False):  # another thread is replaying it
             return None
         try:

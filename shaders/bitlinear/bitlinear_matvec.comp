@@ -13,8 +13,9 @@
 // FUSED (float32 x, K % 4 == 0, M * Kp / 4 <= SHARED_WORDS): no separate pre-pass. Every
 // workgroup quantizes the M activation rows itself into shared memory first, as
 // bitlinear_prepare does (optionally relu(x)^2 * up, then an RMS norm, then absmax int8 in the
-// interleaved layout): the rows are a few KiB read from cache, and the decode step saves a
-// dependent dispatch. Workgroup 0 alone counts NaN/Inf values.
+// interleaved layout; the norm's sum of squares reduced with the max): the rows are a few KiB
+// read from cache, and the decode step saves a dependent dispatch. Workgroup 0 alone counts
+// NaN/Inf values.
 // STRIDED (FUSED, one weight or a GATED_OUT pair): the grid is one round of workgroups sized to
 // fill the GPU (any local size), and rows are dealt to its subgroups in turn, ROW_STEP at a time,
 // across workgroups first (so that idle subgroups, where the rows run out, are spread over the
@@ -185,21 +186,16 @@ void quantize_rows(uint sink) {
       }
     }
     if (PREFETCH && first == 0) s_sink[lane] = sink;
-    if (NORM) {
-      [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
+    // NORM: r max|v g| is the normalized row's max (r > 0), so the sum of squares and max|v g|
+    // share one barrier, and the codes round (v g)(r s), as bitlinear_prepare's do.
+    [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
+      if (NORM) {
         float squares = 0.0;
         [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[g][c], cache[g][c]);
         publish_sum(g, squares);
-      }
-      barrier();
-      [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
-        const float r = 1.0 / sqrt(total_sum(g) / float(p.k) + p.norm_eps);
         [[unroll]] for (uint c = 0; c < CACHED; ++c)
-          if (lane + c * WG_SIZE < vectors)
-            cache[g][c] = cache[g][c] * r * norm_weights[c];
+          if (lane + c * WG_SIZE < vectors) cache[g][c] *= norm_weights[c];
       }
-    }
-    [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
       float absmax = 0.0;
       [[unroll]] for (uint c = 0; c < CACHED; ++c)
         if (lane + c * WG_SIZE < vectors)
@@ -209,13 +205,16 @@ void quantize_rows(uint sink) {
     barrier();
     [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
       const uint m = first + g;
-      const float scale = divide(127.0, max(total_max(g), p.eps));
+      const float r = NORM ? 1.0 / sqrt(total_sum(g) / float(p.k) + p.norm_eps) : 1.0;
+      const float max_value = total_max(g);
+      const float scale = divide(127.0, max(NORM ? r * max_value : max_value, p.eps));
+      const float product_scale = NORM ? r * scale : scale;
       int sum = 0;
       if (m < M) {  // uniform
         [[unroll]] for (uint c = 0; c < CACHED; ++c) {
           const uint v = lane + c * WG_SIZE;
           if (c * WG_SIZE < padded_vectors) {  // uniform: whole quads stay together
-            const uint word = interleaved_word(cache[g][c], scale, sum);
+            const uint word = interleaved_word(cache[g][c], product_scale, sum);
             if (v < padded_vectors) s_x4[(m * padded_vectors + v) >> 2][v & 3u] = word;
           }
         }

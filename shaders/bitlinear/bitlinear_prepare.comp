@@ -11,8 +11,9 @@
 // Other rows: one value per invocation, written to its interleaved byte.
 // Fused inputs (the cached path only; ops/bitlinear.cpp checks): GATED quantizes
 // relu(x)^2 * up (BitNet's gated FFN) instead of x, and NORM quantizes the RMS-normalized row
-// v / sqrt(mean(v^2) + norm_eps) * norm_weight, so a decoder's norm and its BitLinear pre-pass are
-// one dispatch.
+// v r g (r = 1 / sqrt(mean(v^2) + norm_eps), g the norm weight), so a decoder's norm and its
+// BitLinear pre-pass are one dispatch. As r > 0, max|v r g| = r max|v g|: the sum of squares and
+// max|v g| are one reduction, and the codes round (v g)(r s) (docs/NUMERICS.md).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_quad : require
@@ -44,48 +45,45 @@ shared float s_squares[256];
 
 // Each reduction: every subgroup's share published, one barrier, then the total read by every
 // invocation that needs it. A scratch array is written again (the next row) only after later
-// barriers that every invocation reaches after reading it: three barriers a row, not six.
+// barriers that every invocation reaches after reading it: two barriers a row.
 
-// sum of squares of the row (float32, in a fixed order: lanes, subgroups, then subgroup by
-// subgroup).
-float row_sum_of_squares(float partial) {
-  partial = subgroupAdd(partial);
-  if (subgroupElect()) s_squares[gl_SubgroupID] = partial;
-  barrier();
-  float total = 0.0;
-  for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_squares[s];
-  return total;
-}
-
-// max|x| of the workgroup's values, in every invocation; each subgroup's NaN/Inf count is left in
-// s_bad for finish_row.
-float reduce_row(float absmax, uint bad) {
+// max|x| of the workgroup's values and (NORM) their sum of squares (float32, in a fixed order:
+// lanes, subgroups, then subgroup by subgroup), in every invocation.
+float reduce_row(float absmax, float partial_squares, out float squares) {
   absmax = subgroupMax(absmax);  // max is exact in any order
-  bad = subgroupAdd(bad);
+  if (NORM) partial_squares = subgroupAdd(partial_squares);
   if (subgroupElect()) {
     s_max[gl_SubgroupID] = absmax;
-    s_bad[gl_SubgroupID] = bad;
+    if (NORM) s_squares[gl_SubgroupID] = partial_squares;
   }
   barrier();
   float total = 0.0;
-  for (uint s = 0; s < gl_NumSubgroups; ++s) total = max(total, s_max[s]);
+  squares = 0.0;
+  for (uint s = 0; s < gl_NumSubgroups; ++s) {
+    total = max(total, s_max[s]);
+    if (NORM) squares += s_squares[s];
+  }
   return total;
 }
 
-void finish_row(uint row, float scale, int sum) {
+void finish_row(uint row, float scale, int sum, uint bad) {
   sum = subgroupAdd(sum);  // integer sums: exact in any order
-  if (subgroupElect()) s_sum[gl_SubgroupID] = sum;
+  bad = subgroupAdd(bad);
+  if (subgroupElect()) {
+    s_sum[gl_SubgroupID] = sum;
+    s_bad[gl_SubgroupID] = bad;
+  }
   barrier();
   if (gl_LocalInvocationID.x == 0) {
     int total = 0;
-    uint bad = 0;
+    uint bad_total = 0;
     for (uint s = 0; s < gl_NumSubgroups; ++s) {
       total += s_sum[s];
-      bad += s_bad[s];
+      bad_total += s_bad[s];
     }
     scales[row] = scale;
     row_sums[row] = total;
-    if (bad > 0) atomicAdd(nonfinite_total, bad);
+    if (bad_total > 0) atomicAdd(nonfinite_total, bad_total);
   }
   // Invocation 0 is done reading before the next row's reductions write (uniform).
   if (row + gl_NumWorkGroups.x < p.rows) barrier();
@@ -117,43 +115,47 @@ void main() {
           cache[c] = g * g * vec4(up4[row * vectors + v]);
         }
       }
+      float squares = 0.0;
       if (NORM) {
-        float squares = 0.0;
         [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[c], cache[c]);
-        const float r = 1.0 / sqrt(row_sum_of_squares(squares) / float(p.k) + p.norm_eps);
-        [[unroll]] for (uint c = 0; c < CACHED; ++c) {
-          const uint v = lane + c * 256;
-          if (v < vectors) cache[c] = cache[c] * r * norm_weights[c];
-        }
+        [[unroll]] for (uint c = 0; c < CACHED; ++c)
+          if (lane + c * 256 < vectors) cache[c] *= norm_weights[c];
       }
       [[unroll]] for (uint c = 0; c < CACHED; ++c)
         if (lane + c * 256 < vectors)
           [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(cache[c][e], absmax, bad);
-      const float scale = divide(127.0, max(reduce_row(absmax, bad), EPS));
+      float total_squares;
+      const float max_value = reduce_row(absmax, squares, total_squares);
+      // NORM: r max|v g| is the normalized row's max, and (v g)(r s) its codes' products.
+      const float r = NORM ? 1.0 / sqrt(total_squares / float(p.k) + p.norm_eps) : 1.0;
+      const float scale = divide(127.0, max(NORM ? r * max_value : max_value, EPS));
+      const float product_scale = NORM ? r * scale : scale;
       [[unroll]] for (uint c = 0; c < CACHED; ++c) {
         const uint v = lane + c * 256;
         if (c * 256 < padded_vectors) {  // uniform: whole quads stay together
-          const uint word = interleaved_word(cache[c], scale, sum);
+          const uint word = interleaved_word(cache[c], product_scale, sum);
           if (v < padded_vectors) xq[row * padded_vectors + v] = word;
         }
       }
-      finish_row(row, scale, sum);
+      finish_row(row, scale, sum, bad);
     } else if (vectorized) {
       for (uint v = lane; v < vectors; v += 256) {
         const vec4 value = vec4(x4[row * vectors + v]);
         [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(value[e], absmax, bad);
       }
-      const float scale = divide(127.0, max(reduce_row(absmax, bad), EPS));
+      float unused;
+      const float scale = divide(127.0, max(reduce_row(absmax, 0.0, unused), EPS));
       for (uint base = 0; base < padded_vectors; base += 256) {  // uniform trip count
         const uint v = base + lane;
         const vec4 value = v < vectors ? vec4(x4[row * vectors + v]) : vec4(0.0);
         const uint word = interleaved_word(value, scale, sum);
         if (v < padded_vectors) xq[row * padded_vectors + v] = word;
       }
-      finish_row(row, scale, sum);
+      finish_row(row, scale, sum, bad);
     } else {
       for (uint k = lane; k < p.k; k += 256) accumulate(float(x[row * p.k + k]), absmax, bad);
-      const float scale = divide(127.0, max(reduce_row(absmax, bad), EPS));
+      float unused;
+      const float scale = divide(127.0, max(reduce_row(absmax, 0.0, unused), EPS));
       // Four values to a word: invocation t builds word t of the row's interleaved layout.
       for (uint w = lane; w < padded_vectors; w += 256) {
         const uint block = w / 4, i = w % 4;
@@ -166,7 +168,7 @@ void main() {
         }
         xq[row * padded_vectors + w] = word;
       }
-      finish_row(row, scale, sum);
+      finish_row(row, scale, sum, bad);
     }
   }
 }
