@@ -225,16 +225,31 @@ void main() {
     barrier();
     if (!s_last) return;
     memoryBarrierBuffer();
-    // The epilogue over the whole tile, a value an invocation at a time (taken and zeroed).
-    for (uint e = thread; e < TILE_M * TILE_N; e += 256) {
-      const uint m = m0 + e / TILE_N, n = n0 + e % TILE_N;
-      if (m >= p.m || n >= p.n) continue;
-      const int value = atomicExchange(partial[m * p.n + n], 0);
-      if (WITH_ACCUMULATOR) accumulators[m * p.n + n] = value;
-      if (WITH_OUTPUT) {
-        float out_value;
-        SCALED(value, scales[m], RESIDUAL ? bias[m * p.n + n] : bias[n], out_value)
-        y[m * p.n + n] = out_value;
+    // The epilogue over the whole tile, EPILOGUE_BATCH values an invocation at a time: their sums
+    // (taken and zeroed), scales and biases all requested before any is used, so that their round
+    // trips overlap instead of following one another.
+    const uint EPILOGUE_VALUES = TILE_M * TILE_N / 256;
+    const uint EPILOGUE_BATCH = EPILOGUE_VALUES < 8 ? EPILOGUE_VALUES : 8;
+    for (uint first = 0; first < EPILOGUE_VALUES; first += EPILOGUE_BATCH) {
+      int values[EPILOGUE_BATCH];
+      float row_scales[EPILOGUE_BATCH], added[EPILOGUE_BATCH];
+      [[unroll]] for (uint b = 0; b < EPILOGUE_BATCH; ++b) {
+        const uint e = thread + 256 * (first + b), m = m0 + e / TILE_N, n = n0 + e % TILE_N;
+        const bool inside = m < p.m && n < p.n;
+        values[b] = inside ? atomicExchange(partial[m * p.n + n], 0) : 0;
+        row_scales[b] = inside && WITH_OUTPUT ? scales[m] : 1.0;
+        added[b] = inside && WITH_OUTPUT && HAS_BIAS ? (RESIDUAL ? bias[m * p.n + n] : bias[n])
+                                                     : 0.0;
+      }
+      [[unroll]] for (uint b = 0; b < EPILOGUE_BATCH; ++b) {
+        const uint e = thread + 256 * (first + b), m = m0 + e / TILE_N, n = n0 + e % TILE_N;
+        if (m >= p.m || n >= p.n) continue;
+        if (WITH_ACCUMULATOR) accumulators[m * p.n + n] = values[b];
+        if (WITH_OUTPUT) {
+          float out_value;
+          SCALED(values[b], row_scales[b], added[b], out_value)
+          y[m * p.n + n] = out_value;
+        }
       }
     }
     return;

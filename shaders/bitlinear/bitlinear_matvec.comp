@@ -190,7 +190,8 @@ void quantize_rows(uint sink) {
     // share one barrier, and the codes round (v g)(r s), as bitlinear_prepare's do.
     [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
       if (NORM) {
-        float squares = 0.0;
+        // precise: the same operations as bitlinear_prepare's, not contracted in its own way.
+        precise float squares = 0.0;
         [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[g][c], cache[g][c]);
         publish_sum(g, squares);
         [[unroll]] for (uint c = 0; c < CACHED; ++c)
@@ -205,10 +206,10 @@ void quantize_rows(uint sink) {
     barrier();
     [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
       const uint m = first + g;
-      const float r = NORM ? 1.0 / sqrt(total_sum(g) / float(p.k) + p.norm_eps) : 1.0;
+      precise float r = NORM ? 1.0 / sqrt(total_sum(g) / float(p.k) + p.norm_eps) : 1.0;
       const float max_value = total_max(g);
       const float scale = divide(127.0, max(NORM ? r * max_value : max_value, p.eps));
-      const float product_scale = NORM ? r * scale : scale;
+      precise float product_scale = NORM ? r * scale : scale;
       int sum = 0;
       if (m < M) {  // uniform
         [[unroll]] for (uint c = 0; c < CACHED; ++c) {

@@ -115,7 +115,8 @@ void main() {
           cache[c] = g * g * vec4(up4[row * vectors + v]);
         }
       }
-      float squares = 0.0;
+      // precise: the same operations as the fused matvec's, not contracted in its own way.
+      precise float squares = 0.0;
       if (NORM) {
         [[unroll]] for (uint c = 0; c < CACHED; ++c) squares += dot(cache[c], cache[c]);
         [[unroll]] for (uint c = 0; c < CACHED; ++c)
@@ -127,9 +128,9 @@ void main() {
       float total_squares;
       const float max_value = reduce_row(absmax, squares, total_squares);
       // NORM: r max|v g| is the normalized row's max, and (v g)(r s) its codes' products.
-      const float r = NORM ? 1.0 / sqrt(total_squares / float(p.k) + p.norm_eps) : 1.0;
+      precise float r = NORM ? 1.0 / sqrt(total_squares / float(p.k) + p.norm_eps) : 1.0;
       const float scale = divide(127.0, max(NORM ? r * max_value : max_value, EPS));
-      const float product_scale = NORM ? r * scale : scale;
+      precise float product_scale = NORM ? r * scale : scale;
       [[unroll]] for (uint c = 0; c < CACHED; ++c) {
         const uint v = lane + c * 256;
         if (c * 256 < padded_vectors) {  // uniform: whole quads stay together
