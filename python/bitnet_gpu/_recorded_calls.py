@@ -47,6 +47,7 @@ class RecordedCalls:
         self._lock = threading.Lock()
         self._watched: set[int] = set()  # ids of live owners with a finalizer
         self._dead: list[int] = []  # ids of owners collected since
+        self.recordings = 0  # keys recorded so far, dropped ones included
 
     def __len__(self):
         with self._lock:
@@ -114,6 +115,7 @@ class RecordedCalls:
             if self._entries.get(full) is not _SEEN:  # another thread got there, or it was dropped
                 return None
             self._entries[full] = _EAGER if recorded is None else recorded
+            self.recordings += recorded is not None
         return recorded
 
     def _forget_dead(self):
@@ -193,6 +195,13 @@ def recorded_count():
     """Recorded calls the default device holds now."""
     current = _default
     return 0 if current is None else len(current[1])
+
+
+def recordings_made():
+    """Calls the default device has recorded since its calls were last dropped, including those
+    whose keys it has dropped since."""
+    current = _default
+    return 0 if current is None else current[1].recordings
 
 
 def clear_all():

@@ -206,10 +206,9 @@ void quantize_rows(uint sink) {
     barrier();
     [[unroll]] for (uint g = 0; g < ROWS_AT_ONCE; ++g) {
       const uint m = first + g;
-      precise float r = NORM ? 1.0 / sqrt(total_sum(g) / float(p.k) + p.norm_eps) : 1.0;
-      const float max_value = total_max(g);
-      const float scale = divide(127.0, max(NORM ? r * max_value : max_value, p.eps));
-      precise float product_scale = NORM ? r * scale : scale;
+      float scale, product_scale;
+      quantization_scales(total_max(g), NORM, NORM ? total_sum(g) : 0.0, p.k, p.norm_eps, p.eps,
+                          scale, product_scale);
       int sum = 0;
       if (m < M) {  // uniform
         [[unroll]] for (uint c = 0; c < CACHED; ++c) {

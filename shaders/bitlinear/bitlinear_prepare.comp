@@ -125,12 +125,10 @@ void main() {
       [[unroll]] for (uint c = 0; c < CACHED; ++c)
         if (lane + c * 256 < vectors)
           [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(cache[c][e], absmax, bad);
-      float total_squares;
+      float total_squares, scale, product_scale;
       const float max_value = reduce_row(absmax, squares, total_squares);
-      // NORM: r max|v g| is the normalized row's max, and (v g)(r s) its codes' products.
-      precise float r = NORM ? 1.0 / sqrt(total_squares / float(p.k) + p.norm_eps) : 1.0;
-      const float scale = divide(127.0, max(NORM ? r * max_value : max_value, EPS));
-      precise float product_scale = NORM ? r * scale : scale;
+      quantization_scales(max_value, NORM, total_squares, p.k, p.norm_eps, EPS, scale,
+                          product_scale);
       [[unroll]] for (uint c = 0; c < CACHED; ++c) {
         const uint v = lane + c * 256;
         if (c * 256 < padded_vectors) {  // uniform: whole quads stay together

@@ -1,10 +1,23 @@
-// Shared by the BitLinear activation pre-passes (bitlinear_prepare, bitlinear_prepare_split):
-// per-value absmax, int8 rounding, and the quad transpose into interleaved words. Needs
+// Shared by the BitLinear activation pre-passes (bitlinear_prepare, bitlinear_prepare_split and
+// the fused matvec's): per-value absmax, a row's scales, int8 rounding, and the quad transpose
+// into interleaved words. Needs
 // quantize_common.glsl and GL_KHR_shader_subgroup_quad.
 
 void accumulate(float v, inout float absmax, inout uint bad) {
   if (finite(v)) absmax = max(absmax, abs(v));
   else bad++;
+}
+
+// A row's s = 127 / max(max|v|, eps), and the scale its codes are rounded with. Behind a norm
+// (normed: r = 1 / sqrt(squares / k + norm_eps), max_value = max|v g|) the normalized row's max is
+// r max|v g| (r > 0), and the codes of v g round with r s (docs/NUMERICS.md). precise: the fused
+// matvec and bitlinear_prepare make the same operations, contracted by neither compiler.
+void quantization_scales(float max_value, bool normed, float squares, uint k, float norm_eps,
+                         float eps, out float scale, out float product_scale) {
+  precise float r = normed ? 1.0 / sqrt(squares / float(k) + norm_eps) : 1.0;
+  scale = divide(127.0, max(normed ? r * max_value : max_value, eps));
+  precise float product = normed ? r * scale : scale;
+  product_scale = product;
 }
 
 int quantize(float v, float scale) {
