@@ -206,11 +206,17 @@ void record_prepare(Sequence& sequence, const Tensor& x, int64_t m, int64_t k,
     // The kernel's CACHED: 1 where rows are too long to hold (its loop path), which keeps that
     // path's registers few too.
     const int64_t cached = lane_vectors(k) <= kMostLaneVectors ? lane_vectors(k) : 1;
+    // The tensor-core kernels take no row sums (no correction for unsigned codes): one barrier
+    // a row fewer.
+    const bool row_sums = algorithm != BitLinearAlgorithm::coopmat &&
+                          algorithm != BitLinearAlgorithm::coopmat_khr &&
+                          algorithm != BitLinearAlgorithm::coopmat2;
     Kernel prepare = Kernel::builtin(device, float_variant("bitlinear_prepare", x.dtype()),
                                      {{0, double{kEps}},
                                       {1, fused.norm_weight != nullptr},
                                       {2, fused.up != nullptr},
-                                      {3, cached}});
+                                      {3, cached},
+                                      {4, row_sums}});
     struct {
       uint32_t rows, k, padded_k;
       float norm_eps;

@@ -3,7 +3,8 @@
 //! variant f16 INPUT_F16
 // Per-row int8 activation quantization for BitLinear (docs/NUMERICS.md): s = 127 / max(max|x|,
 // eps), x_q = clip(round(x * s), -128, 127), written in the interleaved, zero-padded layout of
-// bitlinear_common.glsl, with each row's sum of x_q. One workgroup per row.
+// bitlinear_common.glsl, with each row's sum of x_q (ROW_SUMS: the tensor-core kernels need none,
+// and without them a row takes one barrier, not two). One workgroup per row.
 // Rows with K % 4 == 0: invocation t reads vectors t, t + 256, ... (coalesced), rows of up to
 // 16 * 256 vectors (K <= 16384) held in registers between the absmax and the quantization; a quad
 // of invocations holds one 16-value block, and a 4 x 4 byte transpose across the quad turns its
@@ -37,6 +38,7 @@ layout(push_constant) uniform Push { uint rows; uint k; uint padded_k; float nor
 // Vectors per invocation held in registers: ceil(padded K / 4 / 256), at most 16, set by the host
 // so that short rows take few registers and more workgroups fit on a multiprocessor.
 layout(constant_id = 3) const uint CACHED = 16;
+layout(constant_id = 4) const bool ROW_SUMS = true;
 
 shared float s_max[256];
 shared int s_sum[256];
@@ -48,25 +50,39 @@ shared float s_squares[256];
 // barriers that every invocation reaches after reading it: two barriers a row.
 
 // max|x| of the workgroup's values and (NORM) their sum of squares (float32, in a fixed order:
-// lanes, subgroups, then subgroup by subgroup), in every invocation.
-float reduce_row(float absmax, float partial_squares, out float squares) {
+// lanes, subgroups, then subgroup by subgroup), in every invocation; without ROW_SUMS their
+// NaN/Inf count too (in `bad`), as no later barrier reduces it.
+float reduce_row(float absmax, float partial_squares, out float squares, inout uint bad) {
   absmax = subgroupMax(absmax);  // max is exact in any order
   if (NORM) partial_squares = subgroupAdd(partial_squares);
+  if (!ROW_SUMS) bad = subgroupAdd(bad);
   if (subgroupElect()) {
     s_max[gl_SubgroupID] = absmax;
     if (NORM) s_squares[gl_SubgroupID] = partial_squares;
+    if (!ROW_SUMS) s_bad[gl_SubgroupID] = bad;
   }
   barrier();
   float total = 0.0;
   squares = 0.0;
+  if (!ROW_SUMS) bad = 0;
   for (uint s = 0; s < gl_NumSubgroups; ++s) {
     total = max(total, s_max[s]);
     if (NORM) squares += s_squares[s];
+    if (!ROW_SUMS) bad += s_bad[s];
   }
   return total;
 }
 
 void finish_row(uint row, float scale, int sum, uint bad) {
+  if (!ROW_SUMS) {  // bad is the row's count already (reduce_row)
+    if (gl_LocalInvocationID.x == 0) {
+      scales[row] = scale;
+      if (bad > 0) atomicAdd(nonfinite_total, bad);
+    }
+    // Every invocation is done reading the reductions before the next row's write (uniform).
+    if (row + gl_NumWorkGroups.x < p.rows) barrier();
+    return;
+  }
   sum = subgroupAdd(sum);  // integer sums: exact in any order
   bad = subgroupAdd(bad);
   if (subgroupElect()) {
@@ -126,7 +142,7 @@ void main() {
         if (lane + c * 256 < vectors)
           [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(cache[c][e], absmax, bad);
       float total_squares, scale, product_scale;
-      const float max_value = reduce_row(absmax, squares, total_squares);
+      const float max_value = reduce_row(absmax, squares, total_squares, bad);
       quantization_scales(max_value, NORM, total_squares, p.k, p.norm_eps, EPS, scale,
                           product_scale);
       [[unroll]] for (uint c = 0; c < CACHED; ++c) {
@@ -143,7 +159,7 @@ void main() {
         [[unroll]] for (uint e = 0; e < 4; ++e) accumulate(value[e], absmax, bad);
       }
       float unused;
-      const float scale = divide(127.0, max(reduce_row(absmax, 0.0, unused), EPS));
+      const float scale = divide(127.0, max(reduce_row(absmax, 0.0, unused, bad), EPS));
       for (uint base = 0; base < padded_vectors; base += 256) {  // uniform trip count
         const uint v = base + lane;
         const vec4 value = v < vectors ? vec4(x4[row * vectors + v]) : vec4(0.0);
@@ -154,7 +170,7 @@ void main() {
     } else {
       for (uint k = lane; k < p.k; k += 256) accumulate(float(x[row * p.k + k]), absmax, bad);
       float unused;
-      const float scale = divide(127.0, max(reduce_row(absmax, 0.0, unused), EPS));
+      const float scale = divide(127.0, max(reduce_row(absmax, 0.0, unused, bad), EPS));
       // Four values to a word: invocation t builds word t of the row's interleaved layout.
       for (uint w = lane; w < padded_vectors; w += 256) {
         const uint block = w / 4, i = w % 4;
