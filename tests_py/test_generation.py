@@ -208,6 +208,13 @@ def test_sessions_hold_their_own_caches(model):
     assert one.cache_nbytes > 0
 
 
+def test_generate_refuses_another_models_session(model):
+    other = BitNetModel.random(model.config, seed=4, embedding_dtype=np.float32)
+    for session in (other.session(), "a session"):
+        with pytest.raises(bg.ArgumentError, match="expected a DecodeSession of this model's"):
+            model.generate(_prompts(5, (3,))[0], 2, session=session)
+
+
 def test_a_batch_session_feeds_different_lengths_at_different_positions(model):
     """A batch session after a ragged prompt: another ragged feed lands at each sequence's own
     position (prefill attention and RoPE per sequence)."""

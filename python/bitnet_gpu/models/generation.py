@@ -287,6 +287,18 @@ def generate_ids(session: DecodeSession, token_ids: Any, options: GenerationOpti
     return GenerateOutput(sequences, scores, raw)
 
 
+def session_for(model: Any, token_ids: Any, options: GenerationOptions) -> DecodeSession:
+    """options.session (checked to be `model`'s), else the model's shared session for the batch."""
+    from .session import DecodeSession  # the session module imports this one
+
+    session = options.session
+    if session is None:
+        return model.shared_session(batch_of(token_ids))
+    if not isinstance(session, DecodeSession) or session.model is not model:
+        raise _core.ArgumentError("session: expected a DecodeSession of this model's")
+    return session
+
+
 def is_ragged(token_ids: Any) -> bool:
     """Whether token_ids is a list of sequences (of any lengths) rather than one array."""
     return isinstance(token_ids, (list, tuple)) and any(

@@ -15,7 +15,7 @@ from ..checkpoint import load_safetensors
 from ..text import load_generation_config
 from .config import BitNetConfig
 
-__all__ = ["Checkpoint", "read_checkpoint"]
+__all__ = ["Checkpoint", "checkpoint_directory", "read_checkpoint"]
 
 
 @dataclasses.dataclass
@@ -32,6 +32,19 @@ class Checkpoint:
     @property
     def nbytes(self) -> int:
         return sum(getattr(t, "nbytes", 0) for t in self.tensors.values())
+
+
+def checkpoint_directory(path: Any) -> str:
+    """`path` as a string where it names a directory with a config.json (from_pretrained's
+    argument); TypeError or ArgumentError otherwise."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path: expected a directory path, got {type(path).__name__}")
+    folder = os.fspath(path)
+    if not os.path.isdir(folder):
+        raise _core.ArgumentError(f"from_pretrained: {folder} is not a checkpoint directory")
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        raise _core.ArgumentError(f"from_pretrained: {folder} has no config.json")
+    return folder
 
 
 def read_checkpoint(

@@ -21,8 +21,15 @@ from .._core import Device
 from .._core import default_device as _default_device
 from ..text import Tokenizer
 from .config import BitNetConfig
-from .loading import read_checkpoint
-from .generation import GenerationOptions, batch_of, generate_ids, generation_method, stream_ids
+from .loading import checkpoint_directory, read_checkpoint
+from .generation import (
+    GenerationOptions,
+    batch_of,
+    generate_ids,
+    generation_method,
+    session_for,
+    stream_ids,
+)
 from .recording import RecordedStep
 from .runner import StepRunner
 from .session import DecodeSession
@@ -203,14 +210,7 @@ class BitNetModel(WeightsAccess):
         """A checkpoint directory in the Hugging Face layout (config.json, model.safetensors or
         shards with their index, tokenizer.json, tokenizer_config.json, generation_config.json),
         as from_weights(path) reads it; keyword arguments as the constructor takes them."""
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path: expected a directory path, got {type(path).__name__}")
-        folder = os.fspath(path)
-        if not os.path.isdir(folder):
-            raise _core.ArgumentError(f"from_pretrained: {folder} is not a checkpoint directory")
-        if not os.path.exists(os.path.join(folder, "config.json")):
-            raise _core.ArgumentError(f"from_pretrained: {folder} has no config.json")
-        return cls.from_weights(folder, **kwargs)
+        return cls.from_weights(checkpoint_directory(path), **kwargs)
 
     @classmethod
     def random(cls, config: BitNetConfig, seed: int = 0, **kwargs: Any) -> BitNetModel:
@@ -285,15 +285,6 @@ class BitNetModel(WeightsAccess):
         which forward, generate and stream use (each call empties it again)."""
         return DecodeSession(self, batch, self.runner.shared_pool(count(batch, "batch")))
 
-    def _session_for(self, token_ids: Any, options: GenerationOptions) -> DecodeSession:
-        """options.session (checked to be this model's), else a fresh one."""
-        session = options.session
-        if session is None:
-            return self.shared_session(batch_of(token_ids))
-        if not isinstance(session, DecodeSession) or session.model is not self:
-            raise _core.ArgumentError("session: expected a DecodeSession of this model's")
-        return session
-
     def forward(self, token_ids: Any, attention_mask: Any = None) -> np.ndarray:
         """logits float32 [B, T, vocab] (or [T, vocab] for 1-D token_ids) of a prefill from an
         empty cache; the model's cache then holds these tokens. With an attention_mask
@@ -309,7 +300,7 @@ class BitNetModel(WeightsAccess):
         token_ids: [T], [B, T] (with an optional attention_mask) or a list of B sequences of any
         lengths; each sequence takes its own positions, as alone."""
         options = options.resolved(self.generation_config, text=False)
-        session = self._session_for(token_ids, options)
+        session = session_for(self, token_ids, options)
         for step, (ids, _) in enumerate(stream_ids(session, token_ids, options)):
             if options.callback is not None:
                 options.callback(step, ids)
@@ -323,7 +314,7 @@ class BitNetModel(WeightsAccess):
         return_dict_in_generate: a GenerateOutput (sequences, and with output_logits each step's
         logits, with output_scores each step's logits as the draw saw them), as transformers."""
         options = options.resolved(self.generation_config, text=False)
-        return generate_ids(self._session_for(token_ids, options), token_ids, options)
+        return generate_ids(session_for(self, token_ids, options), token_ids, options)
 
     @generation_method
     def stream_text(self, prompt: Any, options: GenerationOptions) -> Iterator[str]:
