@@ -47,7 +47,8 @@ shared float s_squares[256];
 
 // Each reduction: every subgroup's share published, one barrier, then the total read by every
 // invocation that needs it. A scratch array is written again (the next row) only after later
-// barriers that every invocation reaches after reading it: two barriers a row.
+// barriers that every invocation reaches after reading it: two barriers a row (one without
+// ROW_SUMS).
 
 // max|x| of the workgroup's values and (NORM) their sum of squares (float32, in a fixed order:
 // lanes, subgroups, then subgroup by subgroup), in every invocation; without ROW_SUMS their
