@@ -228,13 +228,14 @@ KSplit coopmat_split(const Device& device, const CoopmatTile& tile, int64_t m, i
     // steps where it can: a few tiles alone would run their whole K on a few multiprocessors,
     // and more splits than that cost more in their atomics and epilogue than their shorter K
     // loops save. Up to 16 rows (decode batches, verify steps), 4 splits measured faster than
-    // that for every projection of the decoder's step; not where the tiles alone fill the
-    // multiprocessors, as the screened head's 1002 do (docs/PERFORMANCE.md).
+    // that for every projection of the decoder's step. None where the tiles fill more than half
+    // the multiprocessors (the decoder's gate/up pair, the screened head): there the splits'
+    // atomics cost more than the K they share out (docs/PERFORMANCE.md).
     const int64_t multiprocessors =
         device.info().multiprocessors ? device.info().multiprocessors : 2;
-    const int64_t wanted = m <= 16 && tiles < multiprocessors
-                               ? 4
-                               : (multiprocessors + tiles - 1) / std::max<int64_t>(tiles, 1);
+    const int64_t wanted = 2 * tiles > multiprocessors ? 1
+                           : m <= 16                   ? 4
+                                     : (multiprocessors + tiles - 1) / std::max<int64_t>(tiles, 1);
     splits = static_cast<uint32_t>(std::clamp<int64_t>(std::min(wanted, steps / 2), 1, 64));
   }
   (void)n;
