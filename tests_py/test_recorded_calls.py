@@ -84,8 +84,8 @@ def test_the_second_call_records_and_later_ones_replay(rng):
 
 
 def test_a_hot_key_outlives_a_stream_of_other_keys(rng):
-    """More keys than the cache holds pass between two calls of a hot key: it is the least
-    recently dropped, so it is recorded once and replayed every time."""
+    """More keys than the cache holds pass between two calls of a hot key: each call makes it the
+    most recently used, so it is never dropped, recorded once and replayed every time."""
     recorded_calls.clear_all()
     x = rng.standard_normal(13).astype(np.float32)
     for n in range(2 * recorded_calls.CAPACITY):

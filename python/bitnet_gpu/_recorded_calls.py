@@ -23,8 +23,8 @@ import numpy as np
 from . import _core
 
 MOST_BYTES = 64 * 1024  # the largest array (input or result) a recorded call takes
-CAPACITY = 32  # keys a device keeps (recorded, seen once or eager), the least recently used
-# dropped first
+# Keys a device keeps (recorded, seen once or eager), the least recently used dropped first.
+CAPACITY = 32
 
 
 class _Recorded:
