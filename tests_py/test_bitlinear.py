@@ -653,6 +653,7 @@ def test_tensor_core_automatic_tile(device, rng, m, k, n):
         (3, 2560, 3840),
         (8, 6912, 2560),
         (16, 2560, 1000),
+        (24, 2560, 1000),
         (33, 4097, 65),
         (64, 300, 700),
         (5, 16, 1),
@@ -680,6 +681,27 @@ def test_tensor_cores_with_k_split(device, rng, tune, splits, m, k, n):
         bg.Tensor.from_numpy(x), None, None, 1e-5, [q.handle], [bg.Tensor.from_numpy(residual)]
     )
     np.testing.assert_array_equal(out.numpy(), bg.bitlinear(x, q) + residual)
+
+
+@pytest.mark.skipif("not bg.default_device().info.features.get('cooperative_matrix_int8')")
+@pytest.mark.parametrize(
+    "tile,subgroup_rows",
+    [((16, 128, 256), 1), ((32, 64, 128), 2), ((32, 128, 128), 2), ((64, 128, 64), 2)],
+)
+def test_few_row_tiles_give_the_rule_bits(device, rng, tune, tile, subgroup_rows):
+    """The few-row tiles (GPU only; the rule takes tiles of 16 rows up to 16 and of 32 up to 64,
+    so 40 rows make two 32-row tiles, the second partial): every one gives the rule's accumulators
+    and y, K split or not."""
+    tune(matvec_most_rows=2)
+    x, q, bias = case(rng, 40, 2600, 700)
+    y, acc = bg.bitlinear(x, q, bias, return_accumulator=True)
+    check(x, q, bias, y, acc)
+    tune(coopmat_tile=tile, coopmat_subgroup_rows=subgroup_rows)
+    for splits in (None, 1, 3):
+        tune(coopmat_splits=splits)
+        got, got_acc = bg.bitlinear(x, q, bias, return_accumulator=True)
+        np.testing.assert_array_equal(got_acc, acc)
+        np.testing.assert_array_equal(got, y)
 
 
 @pytest.mark.parametrize("most", [1, 2, 8])

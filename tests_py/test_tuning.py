@@ -56,6 +56,8 @@ def test_a_block_sets_knobs_and_restores_them_even_on_error():
     with bg.tuning(matvec_rows=3, fused_matvec=False, coopmat_tile=(128, 64)) as inside:
         assert inside["matvec_rows"] == 3 and inside["fused_matvec"] is False
         assert inside["coopmat_tile"] == "128x64x64" and bg.get_tuning() == inside
+        with bg.tuning(coopmat_tile=(16, 128, 256)) as few_rows:  # the rule's tile of 16 rows
+            assert few_rows["coopmat_tile"] == "16x128x256"
         with bg.tuning(matvec_rows=None):  # None: the op's own rule again, for the inner block
             assert bg.get_tuning()["matvec_rows"] is None
         assert bg.get_tuning()["matvec_rows"] == 3
@@ -75,6 +77,7 @@ def test_a_block_sets_knobs_and_restores_them_even_on_error():
         ({"fused_attention": 2}, "fused_attention=2: expected 0 or 1"),
         ({"coopmat_tile": "96x64"}, "coopmat_tile=96x64"),
         ({"coopmat_tile": 128}, "coopmat_tile=128"),
+        ({"coopmat_tile": (16, 128, 128)}, "coopmat_tile=16x128x128"),
         ({"screen_rows": -1}, "screen_rows=-1"),
         ({"verify_chunk": "8"}, "verify_chunk='8'"),
     ],

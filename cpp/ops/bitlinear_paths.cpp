@@ -163,11 +163,13 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
   // Where the multiprocessor count is unknown: 256 x 128 from m = 1024, else 64 x 128.
   CoopmatTile tile = default_layout(rows >= 1024 ? 256u : 64u, 128, 64);
   if (rows <= 64) {
-    // A few rows (decode batches, verify steps): the least multiple of 16 rows of 16, 32 or 64
-    // that holds them, a subgroup's 16 rows each, K steps of 256 / tile rows blocks so that every
-    // invocation loads one vector of x a step (their K split over workgroups: coopmat_split).
-    const uint32_t m = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
-    tile = {m, 128, 4096 / m, m / 16, 2};
+    // A few rows (decode batches, verify steps): tiles of 16 rows up to 16, else of 32 (two of
+    // them for 33 to 64 rows: K steps of 128 there cost less than the 64-row tile's steps of 64),
+    // a subgroup's 16 rows each, K steps of 256 / tile rows blocks so that every invocation loads
+    // one vector of x a step (their K split over workgroups: coopmat_split). 64 columns up to 32
+    // rows, where twice the tiles beat the 128-column tile's longer splits.
+    const uint32_t m = rows <= 16 ? 16 : 32, n = rows > 16 && rows <= 32 ? 64 : 128;
+    tile = {m, n, 4096 / m, m / 16, 2};
   } else if (const uint32_t multiprocessors = device.info().multiprocessors) {
     // Of the candidates the device's shared memory holds, the one with the least estimated time:
     // rounds of workgroups (one or two resident on each multiprocessor) times the tile's values

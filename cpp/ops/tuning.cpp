@@ -38,7 +38,7 @@ std::vector<Knob> make_knobs() {
       {"matvec_strided", nullptr, &Tuning::matvec_strided, 0, 0, {0, 256, 512, 1024}},
       {"matvec_strided_groups", nullptr, &Tuning::matvec_strided_groups, 1, 8},
       {"prepare_split", &Tuning::prepare_split},
-      {"coopmat_tile", nullptr, nullptr, 0, 0, {}, &Tuning::coopmat_tile, {64, 128}, 32, true},
+      {"coopmat_tile", nullptr, nullptr, 0, 0, {}, &Tuning::coopmat_tile, {64, 128, 256}, 16, true},
       {"coopmat_subgroup_rows", nullptr, &Tuning::coopmat_subgroup_rows, 0, 0, {1, 2, 4, 8}},
       {"coopmat_depth", nullptr, &Tuning::coopmat_depth, 1, 2},
       {"coopmat_splits", nullptr, &Tuning::coopmat_splits, 1, 64},
@@ -81,7 +81,8 @@ std::string one_of(const std::vector<uint32_t>& values) {
 std::string values_of(const Knob& knob) {
   if (knob.flag) return "0 or 1";
   if (knob.tile && knob.tile_whole_vectors)
-    return "MxN or MxNxK (M and N multiples of 64 up to 256, or of 32 with K 128; K " +
+    return "MxN or MxNxK (M and N multiples of 64 up to 256, of 32 with K 128, of 16 with K 256; "
+           "K " +
            one_of(knob.tile_k) + ")";
   if (knob.tile)
     return "MxN or MxNxK (M and N multiples of " + std::to_string(knob.tile_step) +
