@@ -163,12 +163,18 @@ CoopmatTile coopmat_tile(const Device& device, int64_t rows, int64_t cols) {
   // Where the multiprocessor count is unknown: 256 x 128 from m = 1024, else 64 x 128.
   CoopmatTile tile = default_layout(rows >= 1024 ? 256u : 64u, 128, 64);
   if (rows <= 64) {
-    // A few rows (decode batches, verify steps): tiles of 16 rows up to 16, else of 32 (two of
-    // them for 33 to 64 rows: K steps of 128 there cost less than the 64-row tile's steps of 64),
-    // a subgroup's 16 rows each, K steps of 256 / tile rows blocks so that every invocation loads
-    // one vector of x a step (their K split over workgroups: coopmat_split). 64 columns up to 32
-    // rows, where twice the tiles beat the 128-column tile's longer splits.
-    const uint32_t m = rows <= 16 ? 16 : 32, n = rows > 16 && rows <= 32 ? 64 : 128;
+    // A few rows (decode batches, verify steps): a subgroup's 16 rows each, K steps of 256 / tile
+    // rows blocks so that every invocation loads one vector of x a step (their K split over
+    // workgroups: coopmat_split). Tiles of 16 rows up to 16. From 17 rows, where the 128-column
+    // tiles fill under two rounds of the multiprocessors (the decoder's projections), tiles of 32
+    // rows, of 64 columns up to 32 rows (twice the tiles beat the wider tile's longer splits) and
+    // two of them over 128 columns up to 64 (K steps of 128 cost less than the 64-row tile's steps
+    // of 64); where they fill more (the screened head), one tile of 32 or 64 rows, which reads
+    // the weights once (docs/PERFORMANCE.md).
+    const uint32_t multiprocessors = device.info().multiprocessors;
+    const bool many_tiles = multiprocessors != 0 && (cols + 127) / 128 >= 2 * multiprocessors;
+    const uint32_t m = rows <= 16 ? 16 : rows <= 32 || !many_tiles ? 32 : 64;
+    const uint32_t n = rows > 16 && rows <= 32 && !many_tiles ? 64 : 128;
     tile = {m, n, 4096 / m, m / 16, 2};
   } else if (const uint32_t multiprocessors = device.info().multiprocessors) {
     // Of the candidates the device's shared memory holds, the one with the least estimated time:
