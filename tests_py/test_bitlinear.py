@@ -664,8 +664,9 @@ def test_tensor_core_automatic_tile(device, rng, m, k, n):
 )
 def test_tensor_cores_with_k_split(device, rng, tune, splits, m, k, n):
     """Few rows on the tensor cores with K split over workgroups (GPU only; None: the rule, which
-    splits none of (6, 2560, 9000)'s 71 tiles on a GPU of fewer than 142 multiprocessors): exact
-    accumulators, y as the reference and bit for bit the unsplit y, the same again on the next
+    splits none of (6, 2560, 9000)'s 71 tiles on a GPU of fewer than 142 multiprocessors, and
+    gives (24 and 40, 100, 40000) the screened head's one tile of all the rows on one of up to 156):
+    exact accumulators, y as the reference and bit for bit the unsplit y, the same again on the next
     call (the split sums and tickets are left zero), and a residual added in the epilogue. From
     three rows: the matvec, which takes up to five by default, is kept to two."""
     tune(matvec_most_rows=2)
