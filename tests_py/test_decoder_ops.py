@@ -162,6 +162,7 @@ def _decode_attention_reference(q, k, v, k_cache, v_cache, start, theta):
         (1, 8, 1, 4, 8300, 8250),
         (3, 20, 5, 128, 130, (0, 64, 129)),
         (2, 16, 1, 8, 40, (7, 3)),
+        (17, 20, 5, 128, 130, 100),
     ],
 )
 def test_decode_attention(tune, fused, batch, hq, hkv, d, rows, start):
@@ -215,6 +216,36 @@ def test_decode_attention_with_other_split_sizes(tune, split, batch, hq, hkv, d,
     32) against NumPy, the untouched cache rows poisoned."""
     tune(decode_split=split)
     test_decode_attention(tune, True, batch, hq, hkv, d, rows, start)
+
+
+@pytest.mark.parametrize("kv_dtype", [np.float32, np.float16])
+def test_decode_attention_rows_of_a_batch_are_bit_for_bit_alone(kv_dtype):
+    """Each sequence's row of a 19-sequence step is bit for bit the row the same sequence gets
+    alone: the decoder's batches and the server's rely on it."""
+    batch, hq, hkv, d, rows = 19, 20, 5, 128, 200
+    starts = rng.integers(0, rows, batch).astype(np.int32)
+    q = rng.standard_normal((batch, hq, d)).astype(np.float32)
+    k = rng.standard_normal((batch, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((batch, hkv, d)).astype(np.float32)
+    k_host = rng.standard_normal((batch, rows, hkv, d)).astype(kv_dtype)
+    v_host = rng.standard_normal((batch, rows, hkv, d)).astype(kv_dtype)
+    cos, sin = (to_tensor(t) for t in bg.rope_tables(np.arange(rows), d, 500000.0))
+
+    def step(rows_of):
+        return _core.decode_attention(
+            to_tensor(q[rows_of]),
+            to_tensor(k[rows_of]),
+            to_tensor(v[rows_of]),
+            cos,
+            sin,
+            to_tensor(starts[rows_of]),
+            to_tensor(k_host[rows_of]),
+            to_tensor(v_host[rows_of]),
+        ).numpy()
+
+    together = step(slice(None))
+    for b in range(batch):
+        np.testing.assert_array_equal(together[b], step(slice(b, b + 1))[0])
 
 
 def test_decode_attention_replays_at_growing_lengths():
