@@ -145,6 +145,17 @@ def _decode_attention_reference(q, k, v, k_cache, v_cache, start, theta):
     return out, kc, vc
 
 
+def _decode_attention_inputs(batch, hq, hkv, d, rows, cache_dtype=np.float32):
+    """Random q [B, HQ, D], the new k and v [B, HKV, D] and caches [B, rows, HKV, D] of
+    cache_dtype for decode_attention."""
+    q = rng.standard_normal((batch, hq, d)).astype(np.float32)
+    k = rng.standard_normal((batch, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((batch, hkv, d)).astype(np.float32)
+    k_host = rng.standard_normal((batch, rows, hkv, d)).astype(cache_dtype)
+    v_host = rng.standard_normal((batch, rows, hkv, d)).astype(cache_dtype)
+    return q, k, v, k_host, v_host
+
+
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize(
     "batch,hq,hkv,d,rows,start",
@@ -172,11 +183,7 @@ def test_decode_attention(tune, fused, batch, hq, hkv, d, rows, start):
     two each for 8 heads of 256) against NumPy, with the cache rows it must not touch poisoned;
     one position for every sequence, or one a sequence."""
     tune(fused_attention=fused)
-    q = rng.standard_normal((batch, hq, d)).astype(np.float32)
-    k = rng.standard_normal((batch, hkv, d)).astype(np.float32)
-    v = rng.standard_normal((batch, hkv, d)).astype(np.float32)
-    k_host = rng.standard_normal((batch, rows, hkv, d)).astype(np.float32)
-    v_host = rng.standard_normal((batch, rows, hkv, d)).astype(np.float32)
+    q, k, v, k_host, v_host = _decode_attention_inputs(batch, hq, hkv, d, rows)
     for b, position in enumerate(np.broadcast_to(start, (batch,))):
         k_host[b, position + 1 :] = np.nan  # rows past the new key are never read
         v_host[b, position + 1 :] = np.nan
@@ -224,11 +231,7 @@ def test_decode_attention_rows_of_a_batch_are_bit_for_bit_alone(kv_dtype):
     alone: the decoder's batches and the server's rely on it."""
     batch, hq, hkv, d, rows = 19, 20, 5, 128, 200
     starts = rng.integers(0, rows, batch).astype(np.int32)
-    q = rng.standard_normal((batch, hq, d)).astype(np.float32)
-    k = rng.standard_normal((batch, hkv, d)).astype(np.float32)
-    v = rng.standard_normal((batch, hkv, d)).astype(np.float32)
-    k_host = rng.standard_normal((batch, rows, hkv, d)).astype(kv_dtype)
-    v_host = rng.standard_normal((batch, rows, hkv, d)).astype(kv_dtype)
+    q, k, v, k_host, v_host = _decode_attention_inputs(batch, hq, hkv, d, rows, kv_dtype)
     cos, sin = (to_tensor(t) for t in bg.rope_tables(np.arange(rows), d, 500000.0))
 
     def step(rows_of):
