@@ -11,6 +11,10 @@
 namespace bitnet::ops {
 namespace {
 
+// M x K and N x K of a tile with whole vectors: each of a workgroup's 256 invocations loads whole
+// 16-byte vectors of a K step's tiles (the tensor-core BitLinear kernel).
+constexpr uint32_t kTileVectorValues = 256 * 16;
+
 // How a knob's value is written and checked: a switch (0 or 1), a number in a range, one of a few
 // numbers, or a tile MxN[xK].
 struct Knob {
@@ -21,10 +25,8 @@ struct Knob {
   std::vector<uint32_t> choices = {};
   std::optional<TileSetting> Tuning::*tile = nullptr;  // a tile MxN[xK], K one of tile_k
   std::vector<uint32_t> tile_k = {};
-  uint32_t tile_step = 64;  // M and N: multiples of this up to 256
-  // M x K and N x K multiples of 4096: each of a workgroup's 256 invocations loads whole 16-byte
-  // vectors of a K step's tiles (the tensor-core BitLinear kernel).
-  bool tile_whole_vectors = false;
+  uint32_t tile_step = 64;          // M and N: multiples of this up to 256
+  bool tile_whole_vectors = false;  // M x K and N x K multiples of kTileVectorValues
 };
 
 std::vector<Knob> make_knobs() {
@@ -80,10 +82,14 @@ std::string one_of(const std::vector<uint32_t>& values) {
 
 std::string values_of(const Knob& knob) {
   if (knob.flag) return "0 or 1";
-  if (knob.tile && knob.tile_whole_vectors)
-    return "MxN or MxNxK (M and N multiples of 64 up to 256, of 32 with K 128, of 16 with K 256; "
-           "K " +
-           one_of(knob.tile_k) + ")";
+  if (knob.tile && knob.tile_whole_vectors) {
+    // The multiple of M and N each K allows, from the first K's (up to 256) to the last's.
+    std::string multiples;
+    for (size_t i = 0; i < knob.tile_k.size(); ++i)
+      multiples += (i == 0 ? "of " : ", of ") + std::to_string(kTileVectorValues / knob.tile_k[i]) +
+                   (i == 0 ? " up to 256" : " with K " + std::to_string(knob.tile_k[i]));
+    return "MxN or MxNxK (M and N multiples " + multiples + "; K " + one_of(knob.tile_k) + ")";
+  }
   if (knob.tile)
     return "MxN or MxNxK (M and N multiples of " + std::to_string(knob.tile_step) +
            " up to 256, K " + one_of(knob.tile_k) + ")";
@@ -106,7 +112,7 @@ std::optional<TileSetting> parse_tile(const std::string& text, const Knob& knob)
   const uint32_t step = knob.tile_step;
   if (fields < 2 || fields > 3 || m == 0 || m % step || m > 256 || n == 0 || n % step || n > 256 ||
       std::find(knob.tile_k.begin(), knob.tile_k.end(), k) == knob.tile_k.end() ||
-      (knob.tile_whole_vectors && ((m * k) % 4096 || (n * k) % 4096)))
+      (knob.tile_whole_vectors && ((m * k) % kTileVectorValues || (n * k) % kTileVectorValues)))
     return std::nullopt;
   return TileSetting{m, n, k};
 }
