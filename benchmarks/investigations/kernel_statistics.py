@@ -54,6 +54,14 @@ KERNELS = [
         {0: 1, 1: 2, 4: True, 5: 2, 7: True, 9: 640, 10: 3, 13: True},
     ),
     ("pre-pass, K=16384 in registers", "bitlinear_prepare_f32", {3: 16}),
+    # decode attention of the 2B4T shape (4 query heads a KV head, D = 128) by keys a workgroup
+    ("decode_attention, 64 keys", "decode_attention_f32", {0: 4, 1: 64, 2: 128}),
+    ("decode_attention, 16 keys", "decode_attention_f32", {0: 4, 1: 16, 2: 128}),
+    (
+        "decode_attention, float16 cache, 64 keys",
+        "decode_attention_f32_kv16",
+        {0: 4, 1: 64, 2: 128},
+    ),
     # prefill attention (causal, from a cache), D = 128: tiles of 32 and 16 keys, 2 rows a row group
     (
         "attention_tiled, 32 keys a tile",
