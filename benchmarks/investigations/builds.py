@@ -7,8 +7,10 @@ picks the same ones). How every A/B in docs/PERFORMANCE.md's "two builds" rows i
         [--repeats 10] [--json FILE]
 
 Each build is a folder that `pip install --target` made (it goes first on PYTHONPATH; without
---builds, the bitnet_gpu this Python imports is the one build). A round runs every build once,
-each in a fresh process pinned to --cores (where the OS lets it) over the 2B4T with random
+--builds, the bitnet_gpu this Python imports is the one build), optionally under tuning knobs set
+through their environment variables: `new2=/tmp/new@coopmat_splits=2` (`@` before each
+knob; no folder before the first `@`: the bitnet_gpu this Python imports). A round runs every build
+once, each in a fresh process pinned to --cores (where the OS lets it) over the 2B4T with random
 weights: 300 warm-up steps first (an idle H200 runs at 345 MHz, and the first setting timed would
 pay for the clock's climb), then per batch the decode step at --context (`bench_model.decode_step`,
 the graph timed whole, the median of --repeats replays), then a verify step of --verify tokens
@@ -44,7 +46,10 @@ def measure(args):
     warm = bench_model.decode_step(model, args.context, batches[0] if batches else 1)
     for _ in range(args.warmup):
         warm()
-    out = {}
+    import bitnet_gpu as bg
+
+    # The knobs this process runs under (those its build's settings gave).
+    out = {"knobs": {name: value for name, value in bg.get_tuning().items() if value is not None}}
     for batch in batches:
         run = bench_model.decode_step(model, args.context, batch)
         ids = np.asarray(run()).reshape(-1)
@@ -58,9 +63,14 @@ def measure(args):
     return out
 
 
-def child(args, folder):
-    """Runs this script in a fresh process importing the build in `folder` (None: as is)."""
+def child(args, build):
+    """Runs this script in a fresh process importing the build `build` names: a folder (empty: as
+    is), then "@knob=value" settings."""
+    folder, *settings = build.split("@") if build else [None]
     env = dict(os.environ)
+    for setting in settings:
+        knob, value = setting.split("=", 1)
+        env[f"BITNET_GPU_{knob.upper()}"] = value
     if folder:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
     command = [sys.executable, os.path.abspath(__file__), "--measure"]
@@ -80,7 +90,7 @@ def child(args, folder):
         command, env=env, capture_output=True, text=True, timeout=900, preexec_fn=pin
     )
     if done.returncode != 0:
-        raise SystemExit(f"build {folder or '(this one)'} failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"build {build or '(this one)'} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
