@@ -98,6 +98,29 @@ TEST(DeviceSelection, DescribesCapabilities) {
     EXPECT_TRUE(info.features.count(feature)) << feature;
 }
 
+TEST(DeviceSelection, DescribesCooperativeMatrices) {
+  // The listed multiplies, as DeviceInfo::cooperative_matrices writes them: one that a device
+  // without tensor cores lists none of (lavapipe), and the registry's types newer than the headers.
+  EXPECT_EQ(describe_cooperative_matrix("NV", 16, 16, 32, VK_COMPONENT_TYPE_SINT8_NV,
+                                        VK_COMPONENT_TYPE_SINT8_NV, VK_COMPONENT_TYPE_SINT32_NV,
+                                        VK_COMPONENT_TYPE_SINT32_NV, false, VK_SCOPE_SUBGROUP_NV),
+            "NV 16x16x32 int8 x int8 + int32 -> int32, subgroup");
+  EXPECT_EQ(describe_cooperative_matrix(
+                "KHR", 16, 8, 16, static_cast<VkComponentTypeNV>(1000141000),
+                static_cast<VkComponentTypeNV>(1000141000), VK_COMPONENT_TYPE_FLOAT32_NV,
+                VK_COMPONENT_TYPE_FLOAT32_NV, true, VK_SCOPE_WORKGROUP_NV),
+            "KHR 16x8x16 bfloat16 x bfloat16 + float32 -> float32, workgroup, saturating");
+  EXPECT_EQ(
+      describe_cooperative_matrix("KHR", 8, 8, 4, static_cast<VkComponentTypeNV>(77),
+                                  VK_COMPONENT_TYPE_UINT8_NV, VK_COMPONENT_TYPE_UINT32_NV,
+                                  VK_COMPONENT_TYPE_UINT32_NV, false, static_cast<VkScopeNV>(9)),
+      "KHR 8x8x4 type 77 x uint8 + uint32 -> uint32, scope 9");
+  const DeviceInfo& info = device()->info();
+  if (!info.features.at("cooperative_matrix")) EXPECT_TRUE(info.cooperative_matrices.empty());
+  for (const std::string& shape : info.cooperative_matrices)
+    EXPECT_TRUE(shape.rfind("NV ", 0) == 0 || shape.rfind("KHR ", 0) == 0) << shape;
+}
+
 TEST(MemoryPool, SizeClassesBoundTheSlack) {
   uint64_t previous = 0;
   for (uint64_t size = 1; size < (1ull << 34); size = size * 3 / 2 + 1) {

@@ -56,6 +56,10 @@ def test_devices_describe_capabilities():
         assert (info.driver_id == MESA_LLVMPIPE) == (info.driver_name == "llvmpipe")
         assert FEATURES <= set(info.features)
         assert all(isinstance(v, bool) for v in info.features.values())
+        # the tensor cores' multiplies, none without the extensions
+        assert all(isinstance(s, str) for s in info.cooperative_matrices)
+        assert info.cooperative_matrices or not info.features["cooperative_matrix_int8"]
+        assert info.features["cooperative_matrix"] or not info.cooperative_matrices
 
 
 def test_default_device_is_shared_and_explicit_devices_are_new(device):

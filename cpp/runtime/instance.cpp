@@ -98,15 +98,20 @@ bool int8_16x16x32(const Properties& s, VkComponentTypeNV result) {
          result == VK_COMPONENT_TYPE_SINT32_NV && s.scope == VK_SCOPE_SUBGROUP_NV;
 }
 
-// Whether the NV cooperative-matrix extension offers that multiply.
-bool has_int8_cooperative_matrix(VkPhysicalDevice physical) {
+// The multiplies VK_NV_cooperative_matrix lists for `physical` (none without the extension).
+std::vector<VkCooperativeMatrixPropertiesNV> nv_cooperative_matrices(VkPhysicalDevice physical) {
+  if (!has_extension(physical, "VK_NV_cooperative_matrix")) return {};
   auto properties_of =
       reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(vkGetInstanceProcAddr(
           Instance::get()->handle(), "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
-  if (!properties_of) return false;
-  const auto shapes =
-      listed(properties_of, physical, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
-             VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+  if (!properties_of) return {};
+  return listed(
+      properties_of, physical, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
+      VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+}
+
+// Whether the NV cooperative-matrix extension offers that multiply.
+bool has_int8_cooperative_matrix(const std::vector<VkCooperativeMatrixPropertiesNV>& shapes) {
   return std::any_of(shapes.begin(), shapes.end(), [](const VkCooperativeMatrixPropertiesNV& s) {
     return int8_16x16x32(s, s.DType);
   });
@@ -307,6 +312,51 @@ void Instance::add_validation_message(std::string message) {
   messages_.push_back(std::move(message));
 }
 
+std::string describe_cooperative_matrix(const char* extension, uint32_t m, uint32_t n, uint32_t k,
+                                        VkComponentTypeNV a, VkComponentTypeNV b,
+                                        VkComponentTypeNV c, VkComponentTypeNV result,
+                                        bool saturating, VkScopeNV scope) {
+  // The component types by their NumPy names where NumPy has one; the registry's values, those
+  // newer than the headers Debian ships as numbers.
+  const auto type_name = [](VkComponentTypeNV type) -> std::string {
+    static const char* basic[] = {"float16", "float32", "float64", "int8",   "int16", "int32",
+                                  "int64",   "uint8",   "uint16",  "uint32", "uint64"};
+    const auto value = static_cast<uint32_t>(type);
+    if (value < std::size(basic)) return basic[value];
+    switch (value) {
+      case 1000141000:
+        return "bfloat16";
+      case 1000491000:
+        return "int8x4";
+      case 1000491001:
+        return "uint8x4";
+      case 1000491002:
+        return "float8_e4m3";
+      case 1000491003:
+        return "float8_e5m2";
+      default:
+        return "type " + std::to_string(value);
+    }
+  };
+  const auto scope_name = [](VkScopeNV scope) -> std::string {
+    switch (static_cast<uint32_t>(scope)) {
+      case 1:
+        return "device";
+      case 2:
+        return "workgroup";
+      case 3:
+        return "subgroup";
+      case 5:
+        return "queue family";
+      default:
+        return "scope " + std::to_string(scope);
+    }
+  };
+  return std::string(extension) + " " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+         std::to_string(k) + " " + type_name(a) + " x " + type_name(b) + " + " + type_name(c) +
+         " -> " + type_name(result) + ", " + scope_name(scope) + (saturating ? ", saturating" : "");
+}
+
 DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
   VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
   VkPhysicalDeviceSubgroupProperties subgroup{
@@ -429,7 +479,15 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
 
   const bool nv_coopmat = has_extension(physical, "VK_NV_cooperative_matrix");
   const bool khr_coopmat = has_extension(physical, "VK_KHR_cooperative_matrix");
+  const auto nv_shapes = nv_cooperative_matrices(physical);
   const auto khr_shapes = khr_cooperative_matrices(physical, vulkan13);
+  for (const auto& s : nv_shapes)
+    info.cooperative_matrices.push_back(describe_cooperative_matrix(
+        "NV", s.MSize, s.NSize, s.KSize, s.AType, s.BType, s.CType, s.DType, false, s.scope));
+  for (const auto& s : khr_shapes)
+    info.cooperative_matrices.push_back(
+        describe_cooperative_matrix("KHR", s.MSize, s.NSize, s.KSize, s.AType, s.BType, s.CType,
+                                    s.ResultType, s.saturatingAccumulation == VK_TRUE, s.scope));
   info.features = {
       {"float16", f12.shaderFloat16 == VK_TRUE},
       {"float64", features.features.shaderFloat64 == VK_TRUE},
@@ -445,7 +503,7 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
       // Vulkan memory model (the shader's scopes need it).
       {"cooperative_matrix_int8",
        nv_coopmat && subgroup.subgroupSize == 32 && f12.shaderInt8 == VK_TRUE &&
-           f12.vulkanMemoryModel == VK_TRUE && has_int8_cooperative_matrix(physical)},
+           f12.vulkanMemoryModel == VK_TRUE && has_int8_cooperative_matrix(nv_shapes)},
       // The same multiply through VK_KHR_cooperative_matrix.
       {"cooperative_matrix_khr_int8", subgroup.subgroupSize == 32 && f12.shaderInt8 == VK_TRUE &&
                                           f12.vulkanMemoryModel == VK_TRUE &&

@@ -47,7 +47,17 @@ struct DeviceInfo {
   std::string uuid;
   // "dddd:bb:dd.f" (VK_EXT_pci_bus_info), as sysfs names the device; empty where not known.
   std::string pci_address;
+  // The multiplies VK_NV_cooperative_matrix and VK_KHR_cooperative_matrix list (the tensor cores'
+  // shapes and types), as describe_cooperative_matrix writes them.
+  std::vector<std::string> cooperative_matrices;
 };
+
+// One listed cooperative-matrix multiply: "KHR 16x16x32 int8 x int8 + int32 -> int32, subgroup"
+// (", saturating" where it saturates).
+std::string describe_cooperative_matrix(const char* extension, uint32_t m, uint32_t n, uint32_t k,
+                                        VkComponentTypeNV a, VkComponentTypeNV b,
+                                        VkComponentTypeNV c, VkComponentTypeNV result,
+                                        bool saturating, VkScopeNV scope);
 
 // Each memory heap's budget and this process's usage of it (VK_EXT_memory_budget), in bytes.
 struct HeapBudget {

@@ -24,6 +24,9 @@ class DeviceInfo:
     def __repr__(self) -> str:
         ...
     @property
+    def cooperative_matrices(self) -> list[str]:
+        ...
+    @property
     def device_id(self) -> int:
         ...
     @property

@@ -60,6 +60,8 @@ def info(_args) -> int:
         )
         features = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in sorted(d.features.items()))
         print(f"    features: {features}")
+        if d.cooperative_matrices:
+            print(f"    cooperative matrices: {'; '.join(d.cooperative_matrices)}")
         if d.uuid or d.pci_address:
             print(f"    uuid {d.uuid}" + (f", PCI {d.pci_address}" if d.pci_address else ""))
         if d.index == chosen:

@@ -64,6 +64,7 @@ void bind_runtime(py::module_& m) {
       .def_readonly("features", &DeviceInfo::features)
       .def_readonly("uuid", &DeviceInfo::uuid)
       .def_readonly("pci_address", &DeviceInfo::pci_address)
+      .def_readonly("cooperative_matrices", &DeviceInfo::cooperative_matrices)
       .def("__repr__", [](const DeviceInfo& info) {
         return "<DeviceInfo " + std::to_string(info.index) + ": '" + info.name + "' (" + info.type +
                ", Vulkan " + info.vulkan_version + ", " + info.driver_name + ")>";
