@@ -35,6 +35,7 @@ def measure(args):
     import numpy as np
 
     import bench_model
+    import bitnet_gpu as bg
     import model_phases
     from bitnet_gpu.models import BitNetConfig, BitNetModel
 
@@ -46,8 +47,6 @@ def measure(args):
     warm = bench_model.decode_step(model, args.context, batches[0] if batches else 1)
     for _ in range(args.warmup):
         warm()
-    import bitnet_gpu as bg
-
     # The knobs this process runs under (those its build's settings gave).
     out = {"knobs": {name: value for name, value in bg.get_tuning().items() if value is not None}}
     for batch in batches:

@@ -23,9 +23,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from common import arguments, timed_chain, torch_cuda, busy_gpu, write_results
 
 
-def batch_cases(rng, args, state):
+def attention_link(state, k1, cos, sin, start, caches, split):
+    """One link of a chain: decode attention of state["q"], its output the next link's q."""
+
+    def link():
+        state["q"] = ops.decode_attention(
+            state["q"], k1, k1, cos, sin, start, caches[0], caches[1], split
+        )
+
+    return link
+
+
+def batch_cases(rng, args, state, hkv, d):
     """{name, record, context, batch, item (bytes a K or V value)} for several sequences a call."""
-    hq, hkv, d = (4, 2, 16) if args.tiny else (20, 5, 128)
     rows = 40 if args.tiny else 1032
     keys = [int(k) for k in args.keys.split(",")]
     cases = []
@@ -40,12 +50,7 @@ def batch_cases(rng, args, state):
             for context in (24,) if args.tiny else (256, 1024):
                 start = bg.Tensor.from_numpy(np.full(batch, context - 1, np.int32))
                 for split in keys:
-
-                    def link(caches=caches, cos=cos, sin=sin, start=start, split=split, k1=k1):
-                        state["q"] = ops.decode_attention(
-                            state["q"], k1, k1, cos, sin, start, caches[0], caches[1], split
-                        )
-
+                    link = attention_link(state, k1, cos, sin, start, caches, split)
                     name = (
                         f"{batch} sequences, context {context}, {np.dtype(dtype).name} cache, "
                         f"{split} keys a workgroup"
@@ -93,15 +98,10 @@ def main():
         cos, sin = (bg.Tensor.from_numpy(t) for t in bg.rope_tables(np.arange(rows), d, 5e5))
         start = bg.Tensor.from_numpy(np.array([context - 1], np.int32))
         for split in (16, 32, 64):
-
-            def link(caches=caches, cos=cos, sin=sin, start=start, split=split):
-                state["q"] = ops.decode_attention(
-                    state["q"], k1, k1, cos, sin, start, caches[0], caches[1], split
-                )
-
+            link = attention_link(state, k1, cos, sin, start, caches, split)
             name = f"context {context}, cache rows {rows}, {split} keys a workgroup"
             cases.append({"name": name, "record": link, "context": context, "batch": 1, "item": 4})
-    cases += batch_cases(rng, args, state)
+    cases += batch_cases(rng, args, state, hkv, d)
     for case in cases:
         batch, context = case["batch"], case["context"]
         state["q"] = bg.Tensor.from_numpy(rng.standard_normal((batch, hq, d)).astype(np.float32))
