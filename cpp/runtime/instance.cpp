@@ -98,9 +98,8 @@ bool int8_16x16x32(const Properties& s, VkComponentTypeNV result) {
          result == VK_COMPONENT_TYPE_SINT32_NV && s.scope == VK_SCOPE_SUBGROUP_NV;
 }
 
-// The multiplies VK_NV_cooperative_matrix lists for `physical` (none without the extension).
+// The multiplies VK_NV_cooperative_matrix lists for `physical`, which has the extension.
 std::vector<VkCooperativeMatrixPropertiesNV> nv_cooperative_matrices(VkPhysicalDevice physical) {
-  if (!has_extension(physical, "VK_NV_cooperative_matrix")) return {};
   auto properties_of =
       reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(vkGetInstanceProcAddr(
           Instance::get()->handle(), "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
@@ -479,7 +478,8 @@ DeviceInfo describe_device(VkPhysicalDevice physical, uint32_t index) {
 
   const bool nv_coopmat = has_extension(physical, "VK_NV_cooperative_matrix");
   const bool khr_coopmat = has_extension(physical, "VK_KHR_cooperative_matrix");
-  const auto nv_shapes = nv_cooperative_matrices(physical);
+  const auto nv_shapes = nv_coopmat ? nv_cooperative_matrices(physical)
+                                    : std::vector<VkCooperativeMatrixPropertiesNV>{};
   const auto khr_shapes = khr_cooperative_matrices(physical, vulkan13);
   for (const auto& s : nv_shapes)
     info.cooperative_matrices.push_back(describe_cooperative_matrix(
