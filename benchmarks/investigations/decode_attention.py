@@ -34,8 +34,14 @@ def attention_link(state, k1, cos, sin, start, caches, split):
     return link
 
 
+def case(name, record, context, batch=1, item=4):
+    """A timed chain's case: its name, a link's recording, the context (None: no cache read), the
+    sequences a call and the bytes of a K or V value."""
+    return {"name": name, "record": record, "context": context, "batch": batch, "item": item}
+
+
 def batch_cases(rng, args, state, hkv, d):
-    """{name, record, context, batch, item (bytes a K or V value)} for several sequences a call."""
+    """The cases (case()) of several sequences a call."""
     rows = 40 if args.tiny else 1032
     keys = [int(k) for k in args.keys.split(",")]
     cases = []
@@ -55,8 +61,7 @@ def batch_cases(rng, args, state, hkv, d):
                         f"{batch} sequences, context {context}, {np.dtype(dtype).name} cache, "
                         f"{split} keys a workgroup"
                     )
-                    case = {"name": name, "record": link, "context": context, "batch": batch}
-                    cases.append({**case, "item": np.dtype(dtype).itemsize})
+                    cases.append(case(name, link, context, batch, np.dtype(dtype).itemsize))
     return cases
 
 
@@ -77,8 +82,7 @@ def main():
     axpy = bg.builtin_kernel("axpy", device, {0: 256})
     small = [bg.Tensor.from_numpy(np.ones(256, np.float32)) for _ in range(2)]
     push = np.array([256], np.uint32).tobytes() + np.float32(0.5).tobytes()
-    floor = {"name": "floor: axpy on 256 floats", "context": None, "batch": 1, "item": 4}
-    cases = [{**floor, "record": lambda: axpy.dispatch(1, small, push)}]
+    cases = [case("floor: axpy on 256 floats", lambda: axpy.dispatch(1, small, push), None)]
     state = {}
     k1 = bg.Tensor.from_numpy(rng.standard_normal((1, hkv, d)).astype(np.float32))
     sizes = (
@@ -100,25 +104,25 @@ def main():
         for split in (16, 32, 64):
             link = attention_link(state, k1, cos, sin, start, caches, split)
             name = f"context {context}, cache rows {rows}, {split} keys a workgroup"
-            cases.append({"name": name, "record": link, "context": context, "batch": 1, "item": 4})
+            cases.append(case(name, link, context))
     cases += batch_cases(rng, args, state, hkv, d)
-    for case in cases:
-        batch, context = case["batch"], case["context"]
+    for timed in cases:
+        batch, context = timed["batch"], timed["context"]
         state["q"] = bg.Tensor.from_numpy(rng.standard_normal((batch, hq, d)).astype(np.float32))
         if torch is not None:
             busy_gpu(torch)
-        seconds, _ = timed_chain(bg, device, case["record"], chain, args.repeats)
+        seconds, _ = timed_chain(bg, device, timed["record"], chain, args.repeats)
         row = {
-            "case": case["name"],
+            "case": timed["name"],
             "context": context,
             "batch": batch,
             "us_per_op": seconds * 1e6,
         }
         if context:  # K and V rows read
-            row["gbps"] = 2 * batch * context * hkv * d * case["item"] / seconds / 1e9
+            row["gbps"] = 2 * batch * context * hkv * d * timed["item"] / seconds / 1e9
         results["rows"].append(row)
         extra = f"  {row['gbps']:7.1f} GB/s" if context else ""
-        print(f"{case['name']:64s} {seconds * 1e6:8.2f} us/op{extra}", flush=True)
+        print(f"{timed['name']:64s} {seconds * 1e6:8.2f} us/op{extra}", flush=True)
     write_results(args.json, results)
 
 
